@@ -1,0 +1,158 @@
+"""The algorithm protocol: pure objects that produce TrialGroups and judge results.
+
+An algorithm never sees a runtime, a clock or a GPU. The engine asks it for
+work (:meth:`BaseAlgorithm.ask`), tells it every result
+(:meth:`BaseAlgorithm.on_report`) and when a trial's segment or life ends.
+Algorithms own trial ids: a spec that reuses an id resumes that trial from its
+checkpoint (a promotion), so the same object can drive the simulator, the Dask
+runtime, or a contract test with no runtime at all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from nbtune.core.group import TrialGroup
+from nbtune.core.space import validate_space
+from nbtune.core.trial import Decision, TrialSpec, TrialState
+
+__all__ = ["BaseAlgorithm", "AlgorithmError"]
+
+
+class AlgorithmError(ValueError):
+    """Bad options for an algorithm: says which option and what would be valid."""
+
+
+class BaseAlgorithm:
+    """Common state and helpers; subclasses implement :meth:`ask` and usually :meth:`on_report`.
+
+    ``mode="min"`` means lower metric values are better. Internally every
+    algorithm ranks by :meth:`loss` (lower is better) so both modes share code.
+    """
+
+    #: registry name, e.g. ``"asha"``
+    name: str = "base"
+    #: True when the algorithm submits whole rungs and waits at stage barriers
+    synchronous: bool = False
+
+    def __init__(
+        self,
+        space: Mapping[str, Any],
+        *,
+        metric: str,
+        mode: str = "min",
+        max_budget: float,
+        num_trials: int | None = None,
+        min_budget: float = 1.0,
+        seed: int | None = None,
+    ) -> None:
+        self.space = validate_space(space)
+        if mode not in ("min", "max"):
+            raise AlgorithmError(f"mode must be 'min' or 'max', got {mode!r}")
+        if not isinstance(metric, str) or not metric:
+            raise AlgorithmError("metric must be the name of a reported metric, e.g. 'loss'")
+        if not (isinstance(max_budget, int | float) and max_budget > 0):
+            raise AlgorithmError(f"max_budget must be a number > 0, got {max_budget!r}")
+        if not (0 < min_budget <= max_budget):
+            raise AlgorithmError(
+                f"min_budget must be in (0, max_budget={max_budget}], got {min_budget!r}"
+            )
+        if num_trials is not None and (int(num_trials) != num_trials or num_trials < 1):
+            raise AlgorithmError(f"num_trials must be a positive integer, got {num_trials!r}")
+        self.metric = metric
+        self.mode = mode
+        self.max_budget = float(max_budget)
+        self.min_budget = float(min_budget)
+        self.num_trials = None if num_trials is None else int(num_trials)
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self._next_trial_id = 0
+        self._next_group_id = 0
+        self._retired: list[int] = []
+        #: trial_id -> {budget: loss}
+        self.history: dict[int, dict[float, float]] = {}
+        self.configs: dict[int, dict[str, Any]] = {}
+        self.ended: dict[int, TrialState] = {}
+
+    # ----------------------------------------------------------------- helpers
+    def loss(self, value: float) -> float:
+        """Map a metric value to 'lower is better'."""
+        v = float(value)
+        return v if self.mode == "min" else -v
+
+    def new_trial_id(self) -> int:
+        tid = self._next_trial_id
+        self._next_trial_id += 1
+        return tid
+
+    def new_group(self, specs: list[TrialSpec]) -> TrialGroup:
+        gid = self._next_group_id
+        self._next_group_id += 1
+        specs = [
+            TrialSpec(s.trial_id, s.config, s.budget, s.restore_from, gid) for s in specs
+        ]
+        return TrialGroup(gid, specs)
+
+    def new_spec(self, config: dict[str, Any], budget: float) -> TrialSpec:
+        tid = self.new_trial_id()
+        self.configs[tid] = dict(config)
+        return TrialSpec(tid, dict(config), float(budget))
+
+    def retire(self, trial_id: int) -> None:
+        """Mark a paused trial as never to resume (e.g. it lost its rung)."""
+        self._retired.append(trial_id)
+
+    def pop_retired(self) -> list[int]:
+        """Trials this algorithm has given up on since the last call (the engine stops them)."""
+        out, self._retired = self._retired, []
+        return out
+
+    @property
+    def trials_created(self) -> int:
+        return self._next_trial_id
+
+    def budget_ok(self) -> bool:
+        return self.num_trials is None or self._next_trial_id < self.num_trials
+
+    @staticmethod
+    def log_eta(x: float, eta: float) -> int:
+        """floor(log_eta(x)) robust to floating error (log_3(27) must be 3, not 2.9999)."""
+        k = int(math.floor(math.log(x) / math.log(eta) + 1e-9))
+        return max(k, 0)
+
+    # ------------------------------------------------------------ the protocol
+    def ask(self, max_trials: int) -> list[TrialGroup]:
+        """Return new work. ``max_trials`` is how many trials could start now.
+
+        Synchronous algorithms may return a whole rung regardless; returning
+        ``[]`` means "nothing right now" (e.g. waiting at a stage barrier).
+        """
+        raise NotImplementedError
+
+    def on_report(self, trial_id: int, budget: float, metrics: Mapping[str, Any]) -> Decision:
+        """Record a result; say whether the trial should go on, pause or stop."""
+        self.record(trial_id, budget, metrics)
+        return Decision.CONTINUE
+
+    def record(self, trial_id: int, budget: float, metrics: Mapping[str, Any]) -> float | None:
+        if self.metric not in metrics:
+            return None
+        loss = self.loss(metrics[self.metric])
+        self.history.setdefault(trial_id, {})[float(budget)] = loss
+        return loss
+
+    def on_segment_end(self, trial_id: int, budget: float) -> None:
+        """The trial reached the budget its spec asked for and is paused (not terminal)."""
+
+    def on_trial_end(self, trial_id: int, state: TrialState) -> None:
+        """The trial completed, was stopped or failed for good."""
+        self.ended[trial_id] = state
+
+    @property
+    def finished(self) -> bool:
+        """True once the algorithm will never return more work."""
+        raise NotImplementedError

@@ -1,0 +1,452 @@
+"""The engine: a pure state machine, ``handle(*events) -> list[Command]``.
+
+Shaped like dask's ``worker_state_machine``: runtimes feed it facts (events
+stamped with their own time) and carry out the commands it returns. It asks
+the algorithm for TrialGroups and decisions and the allocator for placements;
+it never reads a clock and never does I/O, so the simulator and the Dask
+runtime drive the very same object. ``validate=True`` re-checks every
+invariant after each call.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from nbtune.algorithms.base import BaseAlgorithm
+from nbtune.allocators.base import Allocation, BaseAllocator
+from nbtune.allocators.fifo import FifoAllocator
+from nbtune.core import events as ev
+from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
+from nbtune.core.group import TrialGroup
+from nbtune.core.resources import ClusterSpec, Placement, width
+from nbtune.core.trial import Decision, Trial, TrialSpec, TrialState
+from nbtune.engine.state import InvariantError, ResourceLedger
+
+__all__ = ["Engine", "EngineError", "Subscriber"]
+
+EPS = 1e-9
+Subscriber = Callable[[tuple[ev.Event, ...], list[Command]], None]
+
+
+class EngineError(RuntimeError):
+    """The algorithm or allocator broke the contract, or the experiment cannot progress."""
+
+
+class Engine:
+    """Holds every trial's state; turns events into commands. Implements ``SchedulingView``."""
+
+    def __init__(
+        self,
+        algorithm: BaseAlgorithm,
+        allocator: BaseAllocator | None = None,
+        *,
+        validate: bool = False,
+        max_failures: int = 0,
+        hints: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.algorithm = algorithm
+        self.allocator = allocator or FifoAllocator()
+        self.validate = validate
+        self.max_failures = int(max_failures)
+        self.max_budget = algorithm.max_budget
+        self.metric = algorithm.metric
+        self.mode = algorithm.mode
+        self._hints: dict[str, Any] = dict(hints or {})
+        self.time = 0.0
+        self.trials: dict[int, Trial] = {}
+        self.groups: dict[int, TrialGroup] = {}
+        self._pending: deque[TrialSpec] = deque()
+        self.ledger = ResourceLedger()
+        self.max_concurrent: int | None = None
+        self.started = False
+        self.paused = False
+        self.stopped = False
+        self.done = False
+        self.events_handled = 0
+        self.utilization: list[tuple[float, int, float, float]] = []
+        self._unit_time: dict[int, tuple[float, float]] = {}
+        self._last_report: dict[int, tuple[float, float]] = {}
+        self._dirty = True
+        self._subscribers: list[Subscriber] = []
+        self._handlers: dict[type, Callable[[Any, list[Command]], None]] = {
+            ev.ExperimentStarted: self._on_started,
+            ev.ResourcesChanged: self._on_resources,
+            ev.TrialStarted: self._on_trial_started,
+            ev.TrialReported: self._on_reported,
+            ev.TrialFailed: self._on_failed,
+            ev.TrialStopRequested: self._on_stop_requested,
+            ev.ExperimentStopRequested: self._on_experiment_stop,
+            ev.ExperimentPauseRequested: self._on_experiment_pause,
+            ev.ExperimentResumeRequested: self._on_experiment_resume,
+            ev.ConcurrencyChanged: self._on_concurrency,
+            ev.UtilizationSampled: self._on_utilization,
+        }
+
+    # ------------------------------------------------------------ public API
+    def handle(self, *events: ev.Event) -> list[Command]:
+        cmds: list[Command] = []
+        for e in events:
+            if e.time > self.time:
+                self.time = e.time
+            try:
+                handler = self._handlers[type(e)]
+            except KeyError:
+                raise EngineError(f"engine does not know event {type(e).__name__}") from None
+            handler(e, cmds)
+            self.events_handled += 1
+        if self.started and not self.done and self._dirty:
+            self._schedule(cmds)
+        if self.validate:
+            self.check()
+        for sub in self._subscribers:
+            sub(events, cmds)
+        return cmds
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        """Call ``fn(events, commands)`` after every :meth:`handle`; returns an unsubscribe."""
+        self._subscribers.append(fn)
+        return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
+
+    # ------------------------------------------------------ SchedulingView
+    @property
+    def cluster(self) -> ClusterSpec:
+        if self.ledger.cluster is None:
+            raise EngineError("no cluster yet: feed ExperimentStarted first")
+        return self.ledger.cluster
+
+    @property
+    def pending(self) -> deque[TrialSpec]:
+        return self._pending
+
+    @property
+    def running(self) -> Mapping[int, Placement]:
+        return self.ledger.placements
+
+    @property
+    def gpu_load(self) -> Mapping[int, float]:
+        return self.ledger.load
+
+    @property
+    def idle_gpus(self) -> set[int]:
+        return self.ledger.idle
+
+    @property
+    def hints(self) -> Mapping[str, Any]:
+        return self._hints
+
+    def trial(self, trial_id: int) -> Trial:
+        return self.trials[trial_id]
+
+    def group(self, group_id: int) -> TrialGroup | None:
+        return self.groups.get(group_id)
+
+    def unit_time(self, trial_id: int) -> tuple[float, float] | None:
+        return self._unit_time.get(trial_id)
+
+    # --------------------------------------------------------------- events
+    def _on_started(self, e: ev.ExperimentStarted, cmds: list[Command]) -> None:
+        if self.started:
+            raise EngineError("ExperimentStarted fed twice")
+        self.started = True
+        self.ledger.set_cluster(e.cluster)
+        self._dirty = True
+
+    def _on_resources(self, e: ev.ResourcesChanged, cmds: list[Command]) -> None:
+        for tid in self.ledger.set_cluster(e.cluster):
+            cmds.append(Pause(tid))
+            self._requeue(tid, failed=False)
+        self._dirty = True
+
+    def _on_trial_started(self, e: ev.TrialStarted, cmds: list[Command]) -> None:
+        t = self.trials.get(e.trial_id)
+        if t is not None and t.state is TrialState.RUNNING:
+            self._last_report[e.trial_id] = (e.time, t.budget_used)
+
+    def _on_reported(self, e: ev.TrialReported, cmds: list[Command]) -> None:
+        t = self.trials.get(e.trial_id)
+        if t is None or t.state is not TrialState.RUNNING:
+            return  # a late report from a trial already stopped: nothing to decide
+        b = float(e.budget)
+        prev = self._last_report.get(e.trial_id)
+        if prev is not None and b > prev[1] + EPS:
+            per_unit = (e.time - prev[0]) / (b - prev[1])
+            self._unit_time[e.trial_id] = (per_unit, width(self.ledger.placements[e.trial_id]))
+        self._last_report[e.trial_id] = (e.time, b)
+        t.budget_used = max(t.budget_used, b)
+        value = e.metrics.get(self.metric)
+        if value is not None:
+            t.last = float(value)
+            if t.best is None or (value < t.best if self.mode == "min" else value > t.best):
+                t.best = float(value)
+        t.results.append((e.time, b, dict(e.metrics)))
+        decision = self.algorithm.on_report(e.trial_id, b, e.metrics)
+        if b >= t.target_budget - EPS:
+            if decision is Decision.STOP:
+                self._end(t, TrialState.STOPPED)
+            elif b >= self.max_budget - EPS:
+                self._end(t, TrialState.COMPLETED)
+            else:
+                self._pause(t)
+        elif decision is Decision.STOP:
+            cmds.append(Stop(t.trial_id))
+            self._end(t, TrialState.STOPPED)
+        elif decision is Decision.PAUSE:
+            cmds.append(Pause(t.trial_id))
+            self._pause(t)
+
+    def _on_failed(self, e: ev.TrialFailed, cmds: list[Command]) -> None:
+        t = self.trials.get(e.trial_id)
+        if t is None or t.state is not TrialState.RUNNING:
+            return
+        msg = e.error or "trial failed"
+        if e.out_of_memory:
+            msg = f"out of memory: {msg}"
+        t.error = msg
+        self._requeue(t.trial_id, failed=not e.worker_lost)
+
+    def _on_stop_requested(self, e: ev.TrialStopRequested, cmds: list[Command]) -> None:
+        t = self.trials.get(e.trial_id)
+        if t is None or t.state.is_terminal:
+            return
+        if t.state is TrialState.RUNNING:
+            cmds.append(Stop(t.trial_id))
+        elif t.state is TrialState.PENDING:
+            self._drop_pending(t.trial_id)
+        self._end(t, TrialState.STOPPED)
+
+    def _on_experiment_stop(self, e: ev.ExperimentStopRequested, cmds: list[Command]) -> None:
+        for t in list(self.trials.values()):
+            if t.state is TrialState.RUNNING:
+                cmds.append(Stop(t.trial_id))
+            if not t.state.is_terminal:
+                self._end(t, TrialState.STOPPED)
+        self._pending.clear()
+        self.stopped = True
+        self._finish(cmds)
+
+    def _on_experiment_pause(self, e: ev.ExperimentPauseRequested, cmds: list[Command]) -> None:
+        self.paused = True
+        for tid in list(self.ledger.placements):
+            cmds.append(Pause(tid))
+            self._requeue(tid, failed=False, front=True)
+
+    def _on_experiment_resume(self, e: ev.ExperimentResumeRequested, cmds: list[Command]) -> None:
+        self.paused = False
+        self._dirty = True
+
+    def _on_concurrency(self, e: ev.ConcurrencyChanged, cmds: list[Command]) -> None:
+        if e.max_concurrent is not None and e.max_concurrent < 1:
+            raise EngineError(f"max_concurrent must be >= 1 or None, got {e.max_concurrent}")
+        self.max_concurrent = e.max_concurrent
+        if e.max_concurrent is not None:
+            # the most recently launched give way first
+            excess = list(self.ledger.placements)[e.max_concurrent:]
+            for tid in reversed(excess):
+                cmds.append(Pause(tid))
+                self._requeue(tid, failed=False, front=True)
+        self._dirty = True
+
+    def _on_utilization(self, e: ev.UtilizationSampled, cmds: list[Command]) -> None:
+        for g, u in e.gpu_util.items():
+            self.utilization.append((e.time, g, float(u), float(e.gpu_memory_gb.get(g, 0.0))))
+
+    # ------------------------------------------------------------ transitions
+    def _release(self, t: Trial) -> None:
+        if t.trial_id in self.ledger.placements:
+            t.gpu_seconds += t.share * (self.time - t.share_since)
+            self.ledger.release(t.trial_id, self.time)
+            t.share = 0.0
+            self._last_report.pop(t.trial_id, None)
+        self._dirty = True
+
+    def _pause(self, t: Trial) -> None:
+        self._release(t)
+        t.transition(TrialState.PAUSED)
+        self.algorithm.on_segment_end(t.trial_id, t.budget_used)
+
+    def _end(self, t: Trial, state: TrialState) -> None:
+        self._release(t)
+        t.transition(state)
+        t.end_time = self.time
+        if t.group_id is not None and t.group_id in self.groups:
+            self.groups[t.group_id].leave(t.trial_id)
+        self.algorithm.on_trial_end(t.trial_id, state)
+
+    def _requeue(self, trial_id: int, *, failed: bool, front: bool = False) -> None:
+        """Put a running trial back in the queue (from its checkpoint), or fail it for good."""
+        t = self.trials[trial_id]
+        self._release(t)
+        if failed:
+            t.failures += 1
+            if t.failures > self.max_failures:
+                t.transition(TrialState.ERROR)
+                t.end_time = self.time
+                if t.group_id is not None and t.group_id in self.groups:
+                    self.groups[t.group_id].leave(trial_id)
+                self.algorithm.on_trial_end(trial_id, TrialState.ERROR)
+                return
+        t.transition(TrialState.PENDING)
+        spec = TrialSpec(trial_id, t.config, t.target_budget, None, t.group_id)
+        if front:
+            self._pending.appendleft(spec)
+        else:
+            self._pending.append(spec)
+
+    def _drop_pending(self, trial_id: int) -> None:
+        self._pending = deque(s for s in self._pending if s.trial_id != trial_id)
+
+    def _admit(self, spec: TrialSpec) -> None:
+        if spec.budget > self.max_budget + EPS:
+            raise EngineError(
+                f"{self.algorithm.name}: trial {spec.trial_id} asks for budget {spec.budget} "
+                f"> max_budget {self.max_budget}"
+            )
+        t = self.trials.get(spec.trial_id)
+        if t is None:
+            t = Trial(spec.trial_id, dict(spec.config), group_id=spec.group_id)
+            self.trials[spec.trial_id] = t
+        elif t.state is not TrialState.PAUSED:
+            raise EngineError(
+                f"{self.algorithm.name}: resumed trial {spec.trial_id} is {t.state.value}, "
+                "only paused trials can be resumed"
+            )
+        else:
+            t.transition(TrialState.PENDING)
+            t.config = dict(spec.config)
+            t.group_id = spec.group_id
+        if spec.restore_from is not None:
+            donor = self.trials.get(spec.restore_from)
+            if donor is None:
+                raise EngineError(f"trial {spec.trial_id} restores from unknown {spec.restore_from}")
+            t.budget_used = donor.budget_used
+        t.restore_from = spec.restore_from
+        if spec.budget <= t.budget_used + EPS:
+            raise EngineError(
+                f"{self.algorithm.name}: trial {spec.trial_id} asks for budget {spec.budget} "
+                f"but has already used {t.budget_used}"
+            )
+        t.target_budget = spec.budget
+        self._pending.append(spec)
+
+    # ------------------------------------------------------------ scheduling
+    def _schedule(self, cmds: list[Command]) -> None:
+        self._dirty = False
+        if self.paused or self.stopped:
+            return
+        for _ in range(4):
+            room = self.allocator.capacity(self) - len(self._pending)
+            if room <= 0 or self.algorithm.finished:
+                break
+            groups = self.algorithm.ask(room)
+            self._retire()
+            if not groups:
+                break
+            for g in groups:
+                self.groups[g.group_id] = g
+                for spec in g.specs:
+                    self._admit(spec)
+        if self._pending:
+            self._apply(self.allocator.allocate(self), cmds)
+        self._retire()
+        if not self.ledger.placements:
+            if self._pending:
+                raise EngineError(
+                    f"allocator {self.allocator.name!r} placed none of {len(self._pending)} "
+                    "pending trials on an idle cluster: a trial needs more than the cluster has"
+                )
+            if self.algorithm.finished:
+                self._finish(cmds)
+            elif not self.paused:
+                raise EngineError(
+                    f"algorithm {self.algorithm.name!r} stalled: nothing runs, nothing is "
+                    "pending, and it returned no work while not finished"
+                )
+
+    def _retire(self) -> None:
+        for tid in self.algorithm.pop_retired():
+            t = self.trials.get(tid)
+            if t is not None and t.state is TrialState.PAUSED:
+                self._end(t, TrialState.STOPPED)
+
+    def _apply(self, alloc: Allocation, cmds: list[Command]) -> None:
+        if alloc.launch:
+            launched: list[TrialSpec] = []
+            keep: deque[TrialSpec] = deque()
+            n = len(alloc.launch)
+            prefix = all(
+                i < len(self._pending) and self._pending[i].trial_id in alloc.launch
+                for i in range(n)
+            )
+            if prefix:
+                for _ in range(n):
+                    launched.append(self._pending.popleft())
+            else:
+                for s in self._pending:
+                    (launched if s.trial_id in alloc.launch else keep).append(s)
+                self._pending = keep
+            if len(launched) != n:
+                raise EngineError(f"allocator {self.allocator.name!r} launched unknown trials")
+            for spec in launched:
+                self._launch(spec, alloc.launch[spec.trial_id], cmds)
+        for tid, placement in alloc.resize.items():
+            t = self.trials[tid]
+            if t.state is not TrialState.RUNNING:
+                raise EngineError(f"allocator resized trial {tid} which is {t.state.value}")
+            if placement == self.ledger.placements.get(tid):
+                continue
+            t.gpu_seconds += t.share * (self.time - t.share_since)
+            self.ledger.release(tid, self.time)
+            self.ledger.place(tid, placement, self.time)
+            t.share, t.share_since = width(placement), self.time
+            self._last_report[tid] = (self.time, t.budget_used)
+            cmds.append(Resize(tid, placement))
+
+    def _launch(self, spec: TrialSpec, placement: Placement, cmds: list[Command]) -> None:
+        t = self.trials[spec.trial_id]
+        t.transition(TrialState.RUNNING)
+        self.ledger.place(t.trial_id, placement, self.time)
+        t.share, t.share_since = width(placement), self.time
+        if t.start_time is None:
+            t.start_time = self.time
+        self._last_report[t.trial_id] = (self.time, t.budget_used)
+        cmds.append(
+            Launch(t.trial_id, t.config, t.budget_used, t.target_budget, placement,
+                   spec.restore_from)
+        )
+
+    def _finish(self, cmds: list[Command]) -> None:
+        if self.done:
+            return
+        for t in self.trials.values():
+            if t.state is TrialState.PAUSED:
+                self._end(t, TrialState.STOPPED)
+        self.done = True
+        cmds.append(Finish())
+
+    # ------------------------------------------------------------ validation
+    def check(self) -> None:
+        """Raise :class:`InvariantError` if any invariant is broken."""
+        if self.ledger.cluster is None:
+            return
+        caps = {g.gpu_id: self.allocator.max_share(self, g.gpu_id) for g in self.cluster.gpus}
+        self.ledger.check(caps)
+        running = {tid for tid, t in self.trials.items() if t.state is TrialState.RUNNING}
+        if running != set(self.ledger.placements):
+            raise InvariantError(
+                f"running trials {sorted(running)} != placed {sorted(self.ledger.placements)}"
+            )
+        pend = [s.trial_id for s in self._pending]
+        if len(set(pend)) != len(pend):
+            raise InvariantError(f"a trial is queued twice: {pend}")
+        for tid in pend:
+            if self.trials[tid].state is not TrialState.PENDING:
+                raise InvariantError(f"queued trial {tid} is {self.trials[tid].state.value}")
+        for t in self.trials.values():
+            if t.budget_used > self.max_budget + EPS or t.target_budget > self.max_budget + EPS:
+                raise InvariantError(f"trial {t.trial_id} exceeds max_budget {self.max_budget}")
+            if t.state is TrialState.PENDING and t.trial_id not in pend:
+                raise InvariantError(f"pending trial {t.trial_id} is not queued")
+        if self.max_concurrent is not None and len(running) > self.max_concurrent:
+            raise InvariantError(f"{len(running)} trials run, cap is {self.max_concurrent}")

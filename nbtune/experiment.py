@@ -1,0 +1,155 @@
+"""Experiment: the handle a user holds on a running or finished tuning job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from nbtune.core import events as ev
+from nbtune.core.trial import TrialState
+from nbtune.engine.engine import Engine
+from nbtune.runtimes.base import Runtime
+
+__all__ = ["Experiment"]
+
+
+class Experiment:
+    """Results and controls of one tuning job, whatever runtime runs it."""
+
+    def __init__(self, name: str, engine: Engine, runtime: Runtime, trainable: Any) -> None:
+        self.name = name
+        self.engine = engine
+        self.runtime = runtime
+        self.trainable = trainable
+
+    # ------------------------------------------------------------- control
+    def wait(self, timeout: float | None = None) -> Experiment:
+        """Block until the experiment ends (or ``timeout`` seconds pass)."""
+        self.runtime.wait(timeout)
+        return self
+
+    @property
+    def done(self) -> bool:
+        return self.engine.done
+
+    def stop(self) -> None:
+        self.runtime.submit(ev.ExperimentStopRequested(self.runtime.clock.now()))
+
+    def stop_trial(self, trial_id: int) -> None:
+        self.runtime.submit(ev.TrialStopRequested(self.runtime.clock.now(), trial_id))
+
+    # ------------------------------------------------------------- results
+    @property
+    def metric(self) -> str:
+        return self.engine.metric
+
+    @property
+    def mode(self) -> str:
+        return self.engine.mode
+
+    def results(self) -> pd.DataFrame:
+        """One row per trial: id, config columns, state, best metric, budget, GPU-seconds, times."""
+        rows = []
+        now = self.engine.time
+        for t in self.engine.trials.values():
+            gpu_s = t.gpu_seconds + (t.share * (now - t.share_since) if t.share else 0.0)
+            rows.append({
+                "trial_id": t.trial_id,
+                **{f"config/{k}": v for k, v in t.config.items()},
+                "state": t.state.value,
+                self.metric: t.best,
+                "last": t.last,
+                "budget_used": t.budget_used,
+                "gpu_seconds": gpu_s,
+                "start": t.start_time,
+                "end": t.end_time,
+                "failures": t.failures,
+                "error": t.error,
+            })
+        cols = ["trial_id", "state", self.metric, "last", "budget_used", "gpu_seconds", "start",
+                "end", "failures", "error"]
+        df = pd.DataFrame(rows)
+        if df.empty:
+            return pd.DataFrame(columns=cols)
+        return df.sort_values("trial_id").reset_index(drop=True)
+
+    @property
+    def best(self) -> dict[str, Any] | None:
+        """The trial with the best metric: ``{"trial_id", "config", metric, "budget_used"}``."""
+        cands = [t for t in self.engine.trials.values() if t.best is not None]
+        if not cands:
+            return None
+        key = (lambda t: t.best) if self.mode == "min" else (lambda t: -t.best)
+        # prefer trials trained the furthest: a loss at budget 1 is not comparable to one at 81
+        top_budget = max(t.budget_used for t in cands)
+        full = [t for t in cands if t.budget_used >= top_budget - 1e-9]
+        b = min(full, key=key)
+        return {"trial_id": b.trial_id, "config": dict(b.config), self.metric: b.best,
+                "budget_used": b.budget_used}
+
+    @property
+    def makespan(self) -> float:
+        """Seconds from the start to the last trial's end (so far, if still running)."""
+        ends = [t.end_time for t in self.engine.trials.values() if t.end_time is not None]
+        if not self.engine.done:
+            return self.engine.time
+        return max(ends) if ends else 0.0
+
+    def learning_curves(self) -> pd.DataFrame:
+        """Every report: trial_id, time, budget and the metrics."""
+        rows = [
+            {"trial_id": t.trial_id, "time": time, "budget": b, **m}
+            for t in self.engine.trials.values() for time, b, m in t.results
+        ]
+        return pd.DataFrame(rows, columns=None if rows else ["trial_id", "time", "budget"])
+
+    def allocations(self) -> pd.DataFrame:
+        """Who held which GPU when: trial_id, gpu_id, share, start, end."""
+        now = self.engine.time
+        return pd.DataFrame(
+            [(r.trial_id, r.gpu_id, r.share, r.start, now if r.end is None else r.end)
+             for r in self.engine.ledger.log],
+            columns=["trial_id", "gpu_id", "share", "start", "end"],
+        )
+
+    def utilization(self) -> pd.DataFrame:
+        """Per-GPU utilization over time (columns time, gpu_id, util)."""
+        return self.runtime.utilization(self.engine)
+
+    def mean_utilization(self) -> float:
+        """Time-weighted average utilization over all GPUs and the whole makespan."""
+        u = self.utilization()
+        span = self.makespan
+        if u.empty or span <= 0:
+            return 0.0
+        total = 0.0
+        for _, g in u.groupby("gpu_id"):
+            times = list(g["time"]) + [span]
+            vals = list(g["util"])
+            total += sum(v * max(min(times[i + 1], span) - min(times[i], span), 0.0)
+                         for i, v in enumerate(vals))
+        return total / (span * self.engine.cluster.n_gpus)
+
+    def summary(self) -> str:
+        df = self.results()
+        states = df["state"].value_counts().to_dict() if not df.empty else {}
+        best = self.best
+        lines = [
+            f"experiment {self.name!r}: {len(df)} trials "
+            + ", ".join(f"{n} {s}" for s, n in sorted(states.items())),
+            f"makespan {self.makespan:,.1f} s on {self.engine.cluster.n_gpus} GPUs, "
+            f"mean utilization {self.mean_utilization():.1%}",
+        ]
+        if best:
+            lines.append(f"best trial {best['trial_id']}: {self.metric}={best[self.metric]:.4g} "
+                         f"at budget {best['budget_used']:g} with {best['config']}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        state = "done" if self.done else "running"
+        n = len(self.engine.trials)
+        return f"<Experiment {self.name!r} {state}: {n} trials>"
+
+    def trials_in(self, state: TrialState) -> list[int]:
+        return [t.trial_id for t in self.engine.trials.values() if t.state is state]

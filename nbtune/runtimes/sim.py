@@ -1,0 +1,315 @@
+"""The discrete-event simulator runtime: the engine's policies on a virtual clock.
+
+An event heap keyed (time, priority, seq) drives the very same
+:class:`~nbtune.engine.Engine` the Dask runtime drives. Trials progress at a
+*rate* (budget units per second) that the workload model derives from the
+placement (Fluid's overhead model, co-location interference); whenever a
+placement changes, progress is brought up to date and the next report is
+rescheduled, so resizes and packing take effect mid-trial as they would for
+real. Stale heap entries are skipped by a per-trial generation number.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from nbtune.core import events as ev
+from nbtune.core.clock import ManualClock
+from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
+from nbtune.core.resources import ClusterSpec, Placement
+from nbtune.engine.engine import Engine
+from nbtune.workloads.base import Neighbor, WorkloadModel
+
+__all__ = ["SimRuntime", "SimulationError"]
+
+_START, _REPORT, _EXTERNAL = 0, 1, 2
+EPS = 1e-9
+
+
+class SimulationError(RuntimeError):
+    pass
+
+
+@dataclass
+class _Live:
+    trial_id: int
+    config: dict[str, Any]
+    placement: Placement
+    progress: float
+    target: float
+    last_t: float
+    rate: float = 0.0
+    gen: int = 0
+    started: bool = False
+    fails_at: float | None = None
+    waiting: bool = False  # a report fired; the next one is scheduled after commands run
+
+
+@dataclass
+class SimRuntime:
+    """Run an experiment on a virtual clock.
+
+    ``cluster`` is a :class:`ClusterSpec` or a GPU count; ``launch_overhead``
+    (seconds from launch to the first iteration) defaults to the workload's;
+    ``resize_overhead`` is Fluid's ε, paid when a running trial is resized;
+    ``report_every`` is the budget between two reports.
+    """
+
+    cluster: ClusterSpec | int = 4
+    launch_overhead: float | None = None
+    resize_overhead: float = 0.0
+    report_every: float = 1.0
+    max_events: int = 50_000_000
+    name: str = "sim"
+    _clock: ManualClock = field(default_factory=ManualClock, init=False)
+    _done: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.cluster, int):
+            self.cluster = ClusterSpec.homogeneous(self.cluster)
+        if self.report_every <= 0:
+            raise ValueError(f"report_every must be > 0, got {self.report_every}")
+        self._heap: list[tuple[float, int, int, int, int, Any]] = []
+        self._seq = 0
+        self._live: dict[int, _Live] = {}
+        self._on_gpu: dict[int, set[int]] = {}
+        self._engine: Engine | None = None
+        self._workload: WorkloadModel | None = None
+        self.events_processed = 0
+
+    # ----------------------------------------------------------- Runtime API
+    @property
+    def clock(self) -> ManualClock:
+        return self._clock
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def submit(self, *events: ev.Event) -> None:
+        """Schedule outside events (stop requests, cluster changes) at their own times."""
+        for e in events:
+            self._push(e.time, _EXTERNAL, -1, 0, e)
+
+    def at(self, time: float, event_type: type[ev.Event], **fields: Any) -> None:
+        """Convenience: ``sim.at(300, ResourcesChanged, cluster=...)``."""
+        self.submit(event_type(time=time, **fields))
+
+    def start(self, engine: Engine, trainable: Any) -> None:
+        if not isinstance(trainable, WorkloadModel):
+            raise TypeError(
+                "the simulator runs workload models (e.g. nbtune.workloads.SyntheticWorkload "
+                f"or TraceWorkload), got {type(trainable).__name__}; use DaskRuntime for "
+                "training functions"
+            )
+        assert isinstance(self.cluster, ClusterSpec)
+        self._engine, self._workload = engine, trainable
+        if self.launch_overhead is None:
+            self.launch_overhead = trainable.launch_overhead
+        self._gpus = self.cluster.by_id()
+        self._execute(engine.handle(ev.ExperimentStarted(self._clock.now(), self.cluster)))
+        self._loop()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done
+
+    # ------------------------------------------------------------ the loop
+    def _push(self, t: float, prio: int, tid: int, gen: int, payload: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, prio, self._seq, tid, gen, payload))
+
+    def _loop(self) -> None:
+        engine = self._engine
+        assert engine is not None
+        heap = self._heap
+        while heap and not engine.done:
+            t = heap[0][0]
+            self._clock.advance_to(t)
+            batch: list[ev.Event] = []
+            while heap and heap[0][0] == t and len(batch) < 512:
+                _, prio, _, tid, gen, payload = heapq.heappop(heap)
+                e = self._materialize(prio, tid, gen, payload, t)
+                if e is not None:
+                    batch.append(e)
+            if not batch:
+                continue
+            self.events_processed += len(batch)
+            if self.events_processed > self.max_events:
+                raise SimulationError(f"more than {self.max_events} events: runaway simulation")
+            self._execute(engine.handle(*batch))
+            self._schedule_waiting()
+        if not engine.done:
+            raise SimulationError(
+                "simulation ran out of events before the experiment finished "
+                f"({len(self._live)} trials live)"
+            )
+        self._done = True
+
+    def _materialize(self, prio: int, tid: int, gen: int, payload: Any, t: float) -> ev.Event | None:
+        if prio == _EXTERNAL:
+            if isinstance(payload, ev.ResourcesChanged):
+                self._adopt_cluster(payload.cluster)
+            return payload
+        live = self._live.get(tid)
+        if live is None or live.gen != gen:
+            return None  # stale: the trial was stopped, paused or re-rated since
+        if prio == _START:
+            live.started = True
+            self._schedule_next(live, t)
+            return ev.TrialStarted(t, tid)
+        budget = payload
+        live.progress, live.last_t = budget, t
+        assert self._workload is not None
+        if live.fails_at is not None and budget >= live.fails_at - EPS:
+            self._remove(tid)
+            return ev.TrialFailed(t, tid, error=f"simulated failure at budget {budget:g}")
+        metrics = self._workload.metrics(tid, live.config, budget)
+        if budget >= live.target - EPS:
+            self._remove(tid)  # the runtime checkpoints and releases at the target
+        else:
+            live.waiting = True
+        return ev.TrialReported(t, tid, budget, metrics)
+
+    def _schedule_waiting(self) -> None:
+        now = self._clock.now()
+        for live in self._live.values():
+            if live.waiting:
+                live.waiting = False
+                self._schedule_next(live, now)
+
+    def _next_budget(self, live: _Live) -> float:
+        step = self.report_every
+        nb = (math.floor(live.progress / step + 1e-9) + 1) * step
+        return min(nb, live.target)
+
+    def _schedule_next(self, live: _Live, now: float) -> None:
+        live.gen += 1
+        if live.rate <= 0:
+            raise SimulationError(f"trial {live.trial_id} has rate {live.rate}")
+        nb = self._next_budget(live)
+        t = max(live.last_t, now) + (nb - live.progress) / live.rate
+        self._push(t, _REPORT, live.trial_id, live.gen, nb)
+
+    # ------------------------------------------------------------ commands
+    def _execute(self, cmds: Iterable[Command]) -> None:
+        touched: set[int] = set()
+        now = self._clock.now()
+        for c in cmds:
+            if isinstance(c, Launch):
+                self._launch(c, now)
+                touched.update(g for g, _ in c.placement)
+            elif isinstance(c, Resize):
+                live = self._live.get(c.trial_id)
+                if live is None:
+                    continue
+                touched.update(g for g, _ in live.placement)
+                self._advance(live, now)
+                self._unplace(live)
+                live.placement = c.placement
+                self._place(live)
+                live.last_t = max(live.last_t, now) + self.resize_overhead
+                touched.update(g for g, _ in c.placement)
+                live.waiting = False
+                self._rerate(live, now)
+            elif isinstance(c, Pause | Stop):
+                live = self._live.get(c.trial_id)
+                if live is not None:
+                    touched.update(g for g, _ in live.placement)
+                    self._remove(c.trial_id)
+            elif isinstance(c, Finish):
+                self._done = True
+        if touched and self._workload is not None and self._workload.neighbor_sensitive:
+            for tid in {t for g in touched for t in self._on_gpu.get(g, ())}:
+                live = self._live[tid]
+                self._advance(live, now)
+                live.waiting = False
+                self._rerate(live, now)
+
+    def _launch(self, c: Launch, now: float) -> None:
+        assert self._workload is not None and self.launch_overhead is not None
+        fails = self._workload.fails_at(c.trial_id, c.config)
+        live = _Live(c.trial_id, dict(c.config), c.placement, c.start_budget, c.budget,
+                     now + self.launch_overhead, fails_at=fails)
+        self._live[c.trial_id] = live
+        self._place(live)
+        live.rate = self._rate(live)
+        live.gen += 1
+        self._push(live.last_t, _START, c.trial_id, live.gen, None)
+
+    def _advance(self, live: _Live, now: float) -> None:
+        if live.started and now > live.last_t:
+            nb = self._next_budget(live)
+            live.progress = min(live.progress + (now - live.last_t) * live.rate, nb - EPS)
+            live.last_t = now
+
+    def _rerate(self, live: _Live, now: float) -> None:
+        live.rate = self._rate(live)
+        if live.started:
+            self._schedule_next(live, now)
+        else:
+            live.gen += 1
+            self._push(live.last_t, _START, live.trial_id, live.gen, None)
+
+    def _rate(self, live: _Live) -> float:
+        assert self._workload is not None
+        neighbors = ()
+        if self._workload.neighbor_sensitive:
+            mine = {g for g, _ in live.placement}
+            neighbors = tuple(
+                Neighbor(o.trial_id, s, self._workload.demand(o.trial_id, o.config))
+                for g in mine for tid in self._on_gpu.get(g, ()) if tid != live.trial_id
+                for o in (self._live[tid],) for gg, s in o.placement if gg == g
+            )
+        return self._workload.rate(live.trial_id, live.config, live.placement, self._gpus,
+                                   neighbors)
+
+    def _place(self, live: _Live) -> None:
+        for g, _ in live.placement:
+            self._on_gpu.setdefault(g, set()).add(live.trial_id)
+
+    def _unplace(self, live: _Live) -> None:
+        for g, _ in live.placement:
+            self._on_gpu.get(g, set()).discard(live.trial_id)
+
+    def _remove(self, tid: int) -> None:
+        live = self._live.pop(tid, None)
+        if live is not None:
+            self._unplace(live)
+
+    def _adopt_cluster(self, cluster: ClusterSpec) -> None:
+        self._gpus = cluster.by_id()
+        for tid in [t for t, lv in self._live.items()
+                    if any(g not in self._gpus for g, _ in lv.placement)]:
+            self._remove(tid)  # a GPU vanished under the trial; the engine requeues it
+
+    # --------------------------------------------------------- observations
+    def utilization(self, engine: Engine) -> pd.DataFrame:
+        """Per-GPU utilization as step changes, from the allocation log and trial demands.
+
+        A trial holding share s of a GPU uses min(s, its compute demand) of it.
+        """
+        assert self._workload is not None
+        end = engine.time
+        deltas: dict[int, list[tuple[float, float]]] = {}
+        for r in engine.ledger.log:
+            cfg = engine.trials[r.trial_id].config
+            u = min(r.share, self._workload.demand(r.trial_id, cfg).compute)
+            deltas.setdefault(r.gpu_id, []).extend(
+                [(r.start, u), (end if r.end is None else r.end, -u)]
+            )
+        rows = []
+        for g in sorted(deltas):
+            level = 0.0
+            changes = sorted(deltas[g])
+            for i, (t, d) in enumerate(changes):
+                level += d
+                if i + 1 < len(changes) and changes[i + 1][0] == t:
+                    continue
+                rows.append((t, g, min(max(level, 0.0), 1.0)))
+        return pd.DataFrame(rows, columns=["time", "gpu_id", "util"])

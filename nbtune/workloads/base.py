@@ -1,0 +1,104 @@
+"""The workload-model protocol the simulator runs trials against.
+
+A workload model stands in for real training code: it says how fast a trial
+progresses on a placement (Fluid's overhead model h(i,w), co-location
+interference), what it measures at each budget unit (a learning curve or a
+replayed trace), and what it needs of a GPU (HyperSack's compute share, memory
+and CPU cores). Models are pure and deterministic under their seed; the
+simulator never asks them what time it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nbtune.core.resources import GPU, Demand, Placement
+
+__all__ = ["WorkloadModel", "OverheadModel", "Neighbor"]
+
+
+@dataclass(frozen=True)
+class Neighbor:
+    """Another trial sharing a GPU: its share and its demand."""
+
+    trial_id: int
+    share: float
+    demand: Demand
+
+
+@dataclass(frozen=True)
+class OverheadModel:
+    """Fluid §4.2.2: h(w) = h1·α^(1/w − 1) for w < 1 and h1/w·β^(w − 1) for w ≥ 1.
+
+    ``alpha`` ≥ 1 measures packing overhead (MPS), ``beta`` ≥ 1 scaling
+    overhead (distributed training).
+    """
+
+    alpha: float = 1.0
+    beta: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.alpha < 1 or self.beta < 1:
+            raise ValueError(f"alpha and beta must be >= 1, got {self.alpha}, {self.beta}")
+
+    def factor(self, w: float) -> float:
+        """Runtime at width ``w`` divided by runtime at width 1."""
+        if w <= 0:
+            raise ValueError(f"width must be > 0, got {w}")
+        if w < 1:
+            return self.alpha ** (1.0 / w - 1.0)
+        return self.beta ** (w - 1.0) / w
+
+    def runtime(self, h1: float, w: float) -> float:
+        return h1 * self.factor(w)
+
+
+class WorkloadModel:
+    """Base class; the simulator calls only these methods."""
+
+    #: name of the metric the model reports (the algorithm's ``metric``)
+    metric: str = "loss"
+    #: True when a trial's speed depends on who else shares its GPU
+    neighbor_sensitive: bool = False
+
+    def unit_time(self, trial_id: int, config: Mapping[str, Any]) -> float:
+        """Seconds for one budget unit alone on one reference GPU (h_i1 per unit)."""
+        raise NotImplementedError
+
+    def rate(
+        self,
+        trial_id: int,
+        config: Mapping[str, Any],
+        placement: Placement,
+        gpus: Mapping[int, GPU],
+        neighbors: Sequence[Neighbor] = (),
+    ) -> float:
+        """Budget units per second on ``placement`` (default: Fluid's overhead model)."""
+        w = sum(s for _, s in placement)
+        speed = min(gpus[g].speed for g, _ in placement)
+        return speed / (self.unit_time(trial_id, config) * self.overhead(config).factor(w))
+
+    def overhead(self, config: Mapping[str, Any]) -> OverheadModel:
+        return OverheadModel()
+
+    def metrics(self, trial_id: int, config: Mapping[str, Any], budget: float) -> dict[str, float]:
+        raise NotImplementedError
+
+    def demand(self, trial_id: int, config: Mapping[str, Any]) -> Demand:
+        return Demand()
+
+    def fails_at(self, trial_id: int, config: Mapping[str, Any]) -> float | None:
+        """Budget at which this trial raises (fault injection), or None."""
+        return None
+
+    @property
+    def launch_overhead(self) -> float:
+        """Seconds from launch to the first iteration (process start, data loading)."""
+        return 0.0
+
+    @property
+    def space(self) -> dict[str, Any] | None:
+        """The search space the model was built for, if it has one."""
+        return None
