@@ -10,13 +10,13 @@ it from its checkpoint (a promotion in SHA/ASHA/Hyperband) or, with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 __all__ = ["TrialState", "TrialSpec", "Trial", "InvalidTransition", "Decision"]
 
 
-class TrialState(str, Enum):
+class TrialState(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     PAUSED = "paused"
@@ -29,7 +29,7 @@ class TrialState(str, Enum):
         return self in (TrialState.STOPPED, TrialState.COMPLETED, TrialState.ERROR)
 
 
-class Decision(str, Enum):
+class Decision(StrEnum):
     """What an algorithm wants after a result: keep going, pause (checkpoint, free the GPU) or stop."""
 
     CONTINUE = "continue"

@@ -347,8 +347,8 @@ class Engine:
                 self.groups[g.group_id] = g
                 for spec in g.specs:
                     self._admit(spec)
-        if self._pending:
-            self._apply(self.allocator.allocate(self), cmds)
+        # called even with an empty queue: freed GPUs may be worth giving to running trials
+        self._apply(self.allocator.allocate(self), cmds)
         self._retire()
         if not self.ledger.placements:
             if self._pending:
