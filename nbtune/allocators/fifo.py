@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 
 __all__ = ["FifoAllocator"]
@@ -25,7 +27,7 @@ class FifoAllocator(BaseAllocator):
         k = min(self._room(view), len(view.pending))
         if k == 0:
             return Allocation()
-        gpus = sorted(view.idle_gpus)[:k]
+        gpus = heapq.nsmallest(k, view.idle_gpus)  # lowest ids first: tidy strips
         pending = view.pending
         return Allocation(
             launch={pending[i].trial_id: ((g, 1.0),) for i, g in enumerate(gpus)}

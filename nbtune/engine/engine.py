@@ -53,6 +53,7 @@ class Engine:
         self.max_budget = algorithm.max_budget
         self.metric = algorithm.metric
         self.mode = algorithm.mode
+        self._minimize = algorithm.mode == "min"
         self._hints: dict[str, Any] = dict(hints or {})
         self.time = 0.0
         self.trials: dict[int, Trial] = {}
@@ -165,23 +166,28 @@ class Engine:
             self._last_report[e.trial_id] = (e.time, t.budget_used)
 
     def _on_reported(self, e: ev.TrialReported, cmds: list[Command]) -> None:
-        t = self.trials.get(e.trial_id)
+        # the hot path: one call per budget unit of every trial
+        tid = e.trial_id
+        t = self.trials.get(tid)
         if t is None or t.state is not TrialState.RUNNING:
             return  # a late report from a trial already stopped: nothing to decide
-        b = float(e.budget)
-        prev = self._last_report.get(e.trial_id)
+        b = e.budget
+        now = e.time
+        prev = self._last_report.get(tid)
         if prev is not None and b > prev[1] + EPS:
-            per_unit = (e.time - prev[0]) / (b - prev[1])
-            self._unit_time[e.trial_id] = (per_unit, width(self.ledger.placements[e.trial_id]))
-        self._last_report[e.trial_id] = (e.time, b)
-        t.budget_used = max(t.budget_used, b)
-        value = e.metrics.get(self.metric)
+            self._unit_time[tid] = ((now - prev[0]) / (b - prev[1]), t.share)
+        self._last_report[tid] = (now, b)
+        if b > t.budget_used:
+            t.budget_used = b
+        metrics = e.metrics
+        value = metrics.get(self.metric)
         if value is not None:
-            t.last = float(value)
-            if t.best is None or (value < t.best if self.mode == "min" else value > t.best):
-                t.best = float(value)
-        t.results.append((e.time, b, dict(e.metrics)))
-        decision = self.algorithm.on_report(e.trial_id, b, e.metrics)
+            t.last = value
+            best = t.best
+            if best is None or (value < best if self._minimize else value > best):
+                t.best = value
+        t.results.append((now, b, metrics))
+        decision = self.algorithm.on_report(tid, b, metrics)
         if b >= t.target_budget - EPS:
             if decision is Decision.STOP:
                 self._end(t, TrialState.STOPPED)
@@ -190,10 +196,10 @@ class Engine:
             else:
                 self._pause(t)
         elif decision is Decision.STOP:
-            cmds.append(Stop(t.trial_id))
+            cmds.append(Stop(tid))
             self._end(t, TrialState.STOPPED)
         elif decision is Decision.PAUSE:
-            cmds.append(Pause(t.trial_id))
+            cmds.append(Pause(tid))
             self._pause(t)
 
     def _on_failed(self, e: ev.TrialFailed, cmds: list[Command]) -> None:

@@ -78,6 +78,7 @@ class SimRuntime:
         self._heap: list[tuple[float, int, int, int, int, Any]] = []
         self._seq = 0
         self._live: dict[int, _Live] = {}
+        self._waiting: list[_Live] = []
         self._on_gpu: dict[int, set[int]] = {}
         self._engine: Engine | None = None
         self._workload: WorkloadModel | None = None
@@ -127,23 +128,36 @@ class SimRuntime:
     def _loop(self) -> None:
         engine = self._engine
         assert engine is not None
-        heap = self._heap
+        heap, pop, clock = self._heap, heapq.heappop, self._clock
+        materialize, handle, execute = self._materialize, engine.handle, self._execute
+        waiting = self._waiting
         while heap and not engine.done:
-            t = heap[0][0]
-            self._clock.advance_to(t)
-            batch: list[ev.Event] = []
-            while heap and heap[0][0] == t and len(batch) < 512:
-                _, prio, _, tid, gen, payload = heapq.heappop(heap)
-                e = self._materialize(prio, tid, gen, payload, t)
-                if e is not None:
-                    batch.append(e)
-            if not batch:
+            item = pop(heap)
+            t = item[0]
+            clock._t = t  # the heap yields times in order; advance_to's check is for outsiders
+            e = materialize(item[1], item[3], item[4], item[5], t)
+            if heap and heap[0][0] == t:  # simultaneous events go to the engine together
+                batch = [] if e is None else [e]
+                while heap and heap[0][0] == t and len(batch) < 512:
+                    _, prio, _, tid, gen, payload = pop(heap)
+                    e2 = materialize(prio, tid, gen, payload, t)
+                    if e2 is not None:
+                        batch.append(e2)
+                if not batch:
+                    continue
+                self.events_processed += len(batch)
+                execute(handle(*batch))
+            elif e is None:
                 continue
-            self.events_processed += len(batch)
+            else:
+                self.events_processed += 1
+                cmds = handle(e)
+                if cmds:
+                    execute(cmds)
+            if waiting:
+                self._schedule_waiting()
             if self.events_processed > self.max_events:
                 raise SimulationError(f"more than {self.max_events} events: runaway simulation")
-            self._execute(engine.handle(*batch))
-            self._schedule_waiting()
         if not engine.done:
             raise SimulationError(
                 "simulation ran out of events before the experiment finished "
@@ -174,27 +188,33 @@ class SimRuntime:
             self._remove(tid)  # the runtime checkpoints and releases at the target
         else:
             live.waiting = True
+            self._waiting.append(live)
         return ev.TrialReported(t, tid, budget, metrics)
 
     def _schedule_waiting(self) -> None:
         now = self._clock.now()
-        for live in self._live.values():
-            if live.waiting:
+        for live in self._waiting:
+            if live.waiting and self._live.get(live.trial_id) is live:
                 live.waiting = False
                 self._schedule_next(live, now)
-
-    def _next_budget(self, live: _Live) -> float:
-        step = self.report_every
-        nb = (math.floor(live.progress / step + 1e-9) + 1) * step
-        return min(nb, live.target)
+        self._waiting.clear()
 
     def _schedule_next(self, live: _Live, now: float) -> None:
         live.gen += 1
-        if live.rate <= 0:
-            raise SimulationError(f"trial {live.trial_id} has rate {live.rate}")
-        nb = self._next_budget(live)
-        t = max(live.last_t, now) + (nb - live.progress) / live.rate
-        self._push(t, _REPORT, live.trial_id, live.gen, nb)
+        rate = live.rate
+        if rate <= 0:
+            raise SimulationError(f"trial {live.trial_id} has rate {rate}")
+        step = self.report_every
+        nb = (math.floor(live.progress / step + 1e-9) + 1) * step
+        if nb > live.target:
+            nb = live.target
+        t = (live.last_t if live.last_t > now else now) + (nb - live.progress) / rate
+        self._seq += 1
+        heapq.heappush(self._heap, (t, _REPORT, self._seq, live.trial_id, live.gen, nb))
+
+    def _next_budget(self, live: _Live) -> float:
+        step = self.report_every
+        return min((math.floor(live.progress / step + 1e-9) + 1) * step, live.target)
 
     # ------------------------------------------------------------ commands
     def _execute(self, cmds: Iterable[Command]) -> None:

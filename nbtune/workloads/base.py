@@ -75,8 +75,18 @@ class WorkloadModel:
         gpus: Mapping[int, GPU],
         neighbors: Sequence[Neighbor] = (),
     ) -> float:
-        """Budget units per second on ``placement`` (default: Fluid's overhead model)."""
+        """Budget units per second on ``placement`` (default: Fluid's overhead model).
+
+        A fraction of one GPU is measured against the trial's compute demand: a
+        lightweight trial (demand c < 1) holding share s ≥ c has all it uses and
+        runs at full speed; only s < c pays Fluid's packing overhead, at width
+        s / c. With the default demand (c = 1) this is Fluid's h(i, w) unchanged.
+        """
         w = sum(s for _, s in placement)
+        if w < 1.0:
+            c = self.demand(trial_id, config).compute
+            if 0 < c < 1.0:
+                w = min(1.0, w / c)
         speed = min(gpus[g].speed for g, _ in placement)
         return speed / (self.unit_time(trial_id, config) * self.overhead(config).factor(w))
 

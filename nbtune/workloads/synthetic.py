@@ -13,7 +13,7 @@ from typing import Any
 from nbtune.core.resources import Demand
 from nbtune.core.space import validate_space
 from nbtune.workloads.base import OverheadModel, WorkloadModel
-from nbtune.workloads.curves import PowerLawCurve, QualityLandscape
+from nbtune.workloads.curves import PowerLawCurve, QualityLandscape, hashed_uniform
 
 __all__ = ["SyntheticWorkload"]
 
@@ -57,15 +57,11 @@ class SyntheticWorkload(WorkloadModel):
         self.seed = seed
         self.landscape = QualityLandscape(self._space, seed=seed)
         self.curve = PowerLawCurve(noise=noise, seed=seed, tau=max(max_budget_hint / 20, 1.0))
-        self._cache: dict[int, tuple[float, float]] = {}
+        self._cache: dict[int, tuple[dict[str, Any], tuple[float, float]]] = {}
 
     def _rand(self, trial_id: int, salt: int) -> float:
-        # a cheap deterministic hash in [0, 1): keeps per-trial draws independent of event order
-        x = (trial_id * 2654435761 + salt * 40503 + self.seed * 97) & 0xFFFFFFFF
-        x ^= x >> 16
-        x = (x * 0x45D9F3B) & 0xFFFFFFFF
-        x ^= x >> 16
-        return x / 2**32
+        """A per-trial draw that does not depend on the order events were simulated in."""
+        return hashed_uniform(self.seed, trial_id, salt)
 
     def unit_time(self, trial_id: int, config: Cfg) -> float:
         base = self._unit_time(config) if callable(self._unit_time) else float(self._unit_time)
@@ -77,11 +73,11 @@ class SyntheticWorkload(WorkloadModel):
         return self._overhead
 
     def metrics(self, trial_id: int, config: Cfg, budget: float) -> dict[str, float]:
-        key = hash(tuple(sorted((k, repr(v)) for k, v in config.items())))
-        qk = self._cache.get(key)
-        if qk is None:
-            qk = self._cache[key] = self.landscape(config)
-        return {self.metric: self.curve.value(trial_id, qk[0], qk[1], budget)}
+        hit = self._cache.get(trial_id)
+        if hit is None or hit[0] != config:  # PBT may hand a trial a new config
+            hit = self._cache[trial_id] = (dict(config), self.landscape(config))
+        q, kappa = hit[1]
+        return {self.metric: self.curve.value(trial_id, q, kappa, budget)}
 
     def demand(self, trial_id: int, config: Cfg) -> Demand:
         return self._demand(config) if callable(self._demand) else self._demand

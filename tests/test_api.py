@@ -1,0 +1,112 @@
+"""nbtune.tune end to end on the simulator: every algorithm, the result frames, bad input."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import nbtune
+from nbtune import SimRuntime, SyntheticWorkload, choice, grid, loguniform, uniform
+from nbtune.algorithms import ALGORITHMS, AlgorithmError
+
+SPACE = {"lr": loguniform(1e-4, 1e-1), "x": uniform(0, 1), "opt": choice(["sgd", "adam"])}
+
+
+def workload(**kw):
+    return SyntheticWorkload(SPACE, unit_time=lambda c: 2 + 4 * c["x"], launch_overhead=1.0, **kw)
+
+
+@pytest.mark.parametrize("algorithm", sorted(n for n in ALGORITHMS if n != "grid"))
+def test_every_algorithm_runs_through_tune_on_the_simulator(algorithm):
+    exp = nbtune.tune(workload(), algorithm=algorithm, metric="loss", max_budget=9,
+                      num_trials=12, seed=3, validate=True, runtime=SimRuntime(cluster=3))
+    res = exp.results()
+    assert len(res) == 12 and exp.done
+    assert set(res["state"]) <= {"completed", "stopped"}
+    assert exp.makespan > 0 and exp.best is not None
+    assert exp.best["loss"] == res["loss"].min() or exp.best["budget_used"] == 9
+
+
+def test_grid_search_over_grid_domains():
+    space = {"lr": grid([0.1, 0.01, 0.001]), "bs": grid([32, 64])}
+    wl = SyntheticWorkload(space, unit_time=1.0)
+    exp = nbtune.tune(wl, algorithm="grid", metric="loss", max_budget=3, validate=True)
+    res = exp.results()
+    assert len(res) == 6
+    assert set(zip(res["config/lr"], res["config/bs"], strict=True)) == {
+        (lr, bs) for lr in (0.1, 0.01, 0.001) for bs in (32, 64)}
+
+
+def test_results_frame_has_the_documented_columns():
+    exp = nbtune.tune(workload(), algorithm="asha", metric="loss", max_budget=9, num_trials=10,
+                      seed=1, validate=True)
+    res = exp.results()
+    for col in ["trial_id", "config/lr", "config/x", "config/opt", "state", "loss",
+                "budget_used", "gpu_seconds", "start", "end"]:
+        assert col in res.columns
+    assert (res["gpu_seconds"] > 0).all()
+    assert res["end"].max() == pytest.approx(exp.makespan)
+    alloc = exp.allocations()
+    assert set(alloc["trial_id"]) == set(res["trial_id"])
+    util = exp.utilization()
+    assert set(util.columns) >= {"time", "gpu_id", "util"} and util["util"].between(0, 1).all()
+    curves = exp.learning_curves()
+    assert isinstance(curves, pd.DataFrame) and {"trial_id", "budget", "loss"} <= set(curves)
+    assert "best trial" in exp.summary()
+
+
+def test_asha_beats_random_on_gpu_time_for_a_similar_answer():
+    """Early stopping must save GPU time: the reason to tune with ASHA at all."""
+    common = dict(metric="loss", max_budget=27, num_trials=40, seed=5, validate=True)
+    asha = nbtune.tune(workload(), algorithm="asha", **common)
+    rand = nbtune.tune(workload(), algorithm="random", **common)
+    assert asha.results()["gpu_seconds"].sum() < 0.5 * rand.results()["gpu_seconds"].sum()
+    assert asha.best["loss"] <= rand.results()["loss"].quantile(0.2)
+
+
+def test_seeded_runs_are_identical():
+    a = nbtune.tune(workload(noise=0.05), algorithm="bohb", metric="loss", max_budget=9,
+                    num_trials=15, seed=11)
+    b = nbtune.tune(workload(noise=0.05), algorithm="bohb", metric="loss", max_budget=9,
+                    num_trials=15, seed=11)
+    assert a.results().equals(b.results())
+    assert a.allocations().equals(b.allocations())
+
+
+def test_mode_max_ranks_higher_as_better():
+    wl = SyntheticWorkload(SPACE, metric="loss", unit_time=1.0)
+    lo = nbtune.tune(wl, algorithm="random", metric="loss", mode="min", max_budget=3,
+                     num_trials=8, seed=2)
+    hi = nbtune.tune(wl, algorithm="random", metric="loss", mode="max", max_budget=3,
+                     num_trials=8, seed=2)
+    assert lo.best["loss"] < hi.best["loss"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(algorithm="nope"), AlgorithmError, "unknown algorithm"),
+        (dict(allocator="nope"), ValueError, "unknown allocator"),
+        (dict(runtime="mars"), ValueError, "runtime must be"),
+        (dict(mode="best"), AlgorithmError, "mode must be"),
+        (dict(max_budget=0), AlgorithmError, "max_budget"),
+    ],
+)
+def test_bad_options_fail_early_with_what_to_fix(kwargs, error, message):
+    opts = dict(algorithm="random", metric="loss", max_budget=3, num_trials=2)
+    opts.update(kwargs)
+    with pytest.raises(error, match=message):
+        nbtune.tune(workload(), **opts)
+
+
+def test_simulator_refuses_a_training_function_with_a_hint():
+    def train(config, trial):
+        pass
+
+    with pytest.raises(TypeError, match="runtime='dask'"):
+        nbtune.tune(train, SPACE, metric="loss", max_budget=3, num_trials=2)
+
+
+def test_space_is_required_for_a_function():
+    with pytest.raises(ValueError, match="search space"):
+        nbtune.tune(lambda c, t: None, metric="loss", max_budget=3, num_trials=2)
