@@ -1,0 +1,120 @@
+"""ASHA promotes exactly what Li et al.'s rule allows, and ends cleanly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nbtune.algorithms import ASHA, AlgorithmError
+from nbtune.algorithms.asha import promotable
+from nbtune.core.space import uniform
+from nbtune.core.trial import TrialState
+
+from .driver import Driver, fail_every
+
+SPACE = {"x": uniform(0, 1)}
+
+
+class CheckedASHA(ASHA):
+    """Checks every promotion against the rung results as they were before the ask."""
+
+    def ask(self, max_trials: int):
+        before = [dict(r) for r in self.rung_results]
+        promoted_before = [set(p) for p in self.promoted]
+        paused_before = set(self._paused)
+        groups = super().ask(max_trials)
+        specs = [s for g in groups for s in g.specs]
+        assert len(specs) <= max_trials
+        for spec in specs:
+            if spec.budget == self.rungs[0]:
+                continue
+            k = self.rungs.index(spec.budget) - 1
+            res = before[k]
+            top = sorted(res, key=lambda t: (res[t], t))[: len(res) // self.eta_int]
+            assert spec.trial_id in top, (spec.trial_id, k, res)
+            assert spec.trial_id not in promoted_before[k]
+            assert spec.trial_id in paused_before
+        if len(specs) < max_trials:  # capacity left: nothing promotable may remain
+            assert self.find_promotion() is None
+        return groups
+
+    @property
+    def eta_int(self) -> int:
+        return int(self.eta)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    losses=st.lists(st.floats(0, 1, allow_nan=False), min_size=30, max_size=30),
+    slots=st.integers(1, 12),
+    eta=st.sampled_from([2, 3]),
+    fail=st.booleans(),
+)
+def test_promotion_rule(losses: list[float], slots: int, eta: int, fail: bool) -> None:
+    def metric(space: Any, cfg: Any, budget: float) -> float:
+        # a per-trial loss independent of the config: x is sampled, so key on it
+        return losses[int(cfg["x"] * 1e6) % 30] / budget
+
+    n = 20
+    algo = CheckedASHA(SPACE, metric="loss", max_budget=eta**3, num_trials=n, eta=eta, seed=1)
+    res = Driver(algo, slots=slots, metric_fn=metric, fail=fail_every(4) if fail else None).run()
+    assert len(res.trials) == n
+    assert algo.finished
+    # a trial in rung k+1 was promoted from rung k
+    for k in range(1, len(algo.rungs)):
+        assert set(algo.rung_results[k]) <= algo.promoted[k - 1]
+
+
+@given(st.dictionaries(st.integers(0, 100), st.floats(allow_nan=False), max_size=40),
+       st.sampled_from([2, 3, 4]))
+def test_promotable_is_top_fraction(results: dict[int, float], eta: int) -> None:
+    top = promotable(results, eta)
+    assert len(top) == len(results) // eta
+    worst_top = max((results[t] for t in top), default=None)
+    for t in set(results) - set(top):
+        assert worst_top is None or results[t] >= worst_top
+
+
+def test_first_promotion_after_eta_results() -> None:
+    algo = ASHA(SPACE, metric="loss", max_budget=9, num_trials=9, eta=3, seed=0)
+    (g,) = algo.ask(3)
+    ids = [s.trial_id for s in g.specs]
+    for t, loss in zip(ids, [5.0, 1.0, 3.0], strict=True):
+        algo.on_report(t, 1, {"loss": loss})
+        algo.on_segment_end(t, 1)
+    (g,) = algo.ask(1)
+    assert [(s.trial_id, s.budget) for s in g.specs] == [(ids[1], 3.0)]
+    (g,) = algo.ask(1)  # nothing else in the top third: a new config
+    assert g.specs[0].trial_id not in ids and g.specs[0].budget == 1.0
+
+
+def test_leftovers_retired_when_exhausted() -> None:
+    algo = ASHA(SPACE, metric="loss", max_budget=9, num_trials=2, eta=3, seed=0)
+    (g,) = algo.ask(5)
+    assert len(g) == 2
+    for s in g.specs:
+        algo.on_report(s.trial_id, 1, {"loss": 1.0})
+        algo.on_segment_end(s.trial_id, 1)
+    # 2 results at rung 0: floor(2/3) = 0 promotions, no configs left -> done
+    assert algo.finished
+    assert sorted(algo.pop_retired()) == sorted(s.trial_id for s in g.specs)
+    assert algo.ask(5) == []
+
+
+def test_engine_pause_before_rung_is_ignored() -> None:
+    algo = ASHA(SPACE, metric="loss", max_budget=9, num_trials=3, eta=3, seed=0)
+    (g,) = algo.ask(1)
+    t = g.specs[0].trial_id
+    algo.on_report(t, 0.5, {"loss": 1.0})
+    algo.on_segment_end(t, 0.5)  # not a rung result: still counted as running
+    assert algo.rung_results[0] == {}
+    algo.on_trial_end(t, TrialState.ERROR)
+    assert not algo.finished
+
+
+def test_needs_num_trials() -> None:
+    with pytest.raises(AlgorithmError, match="num_trials"):
+        ASHA(SPACE, metric="loss", max_budget=9)

@@ -1,0 +1,105 @@
+"""BOHB: random until the model has enough points, then samples concentrate on good regions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nbtune.algorithms import BOHB, AlgorithmError, SyncBOHB
+from nbtune.algorithms.bohb import KDEModel
+from nbtune.core.space import choice, uniform
+
+from .driver import Driver
+
+OPT = np.array([0.2, 0.7])
+
+
+def quad(x: np.ndarray) -> float:
+    return float(((x - OPT) ** 2).sum())
+
+
+def fill(model: KDEModel, n: int, budget: float, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        x = rng.random(model.dim)
+        model.add(budget, i, list(x), quad(x))
+
+
+def test_random_until_enough_points() -> None:
+    model = KDEModel(2, random_fraction=0.0)
+    assert model.min_points == 3  # d + 1
+    rng = np.random.default_rng(0)
+    fill(model, model.min_points + 1, budget=9)
+    assert model.model_budget() is None
+    assert all(model.propose(rng) is None for _ in range(20))
+    fill(model, model.min_points + 2, budget=9)
+    assert model.model_budget() == 9
+    assert all(model.propose(rng) is not None for _ in range(20))
+
+
+def test_model_uses_largest_budget_with_enough_points() -> None:
+    model = KDEModel(2, random_fraction=0.0)
+    fill(model, 20, budget=1)
+    fill(model, 4, budget=9)
+    assert model.model_budget() == 1
+    fill(model, 5, budget=9)
+    assert model.model_budget() == 9
+
+
+def test_samples_concentrate_near_the_optimum() -> None:
+    model = KDEModel(2, random_fraction=0.0)
+    fill(model, 60, budget=3)
+    rng = np.random.default_rng(1)
+    proposed = np.array([model.propose(rng) for _ in range(100)])
+    random = rng.random((100, 2))
+    d_model = np.linalg.norm(proposed - OPT, axis=1).mean()
+    d_random = np.linalg.norm(random - OPT, axis=1).mean()
+    assert d_model < 0.5 * d_random
+    assert ((proposed >= 0) & (proposed <= 1)).all()
+
+
+def test_random_fraction_respected() -> None:
+    model = KDEModel(2, random_fraction=1 / 3)
+    fill(model, 30, budget=1)
+    rng = np.random.default_rng(0)
+    n_random = sum(model.propose(rng) is None for _ in range(600))
+    assert 150 < n_random < 250
+
+
+def test_degenerate_observations_do_not_crash() -> None:
+    """Identical configs (e.g. one categorical value) make a singular covariance."""
+    model = KDEModel(3, random_fraction=0.0)
+    for i in range(12):
+        model.add(1, i, [0.5, 0.25, 0.1 * (i % 2)], float(i))
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        u = model.propose(rng)
+        assert u is None or (np.isfinite(u).all() and u.shape == (3,))
+
+
+def test_bad_options() -> None:
+    with pytest.raises(AlgorithmError):
+        KDEModel(3, min_points_in_model=2)
+    with pytest.raises(AlgorithmError):
+        KDEModel(3, random_fraction=1.5)
+    with pytest.raises(AlgorithmError):
+        KDEModel(3, num_samples=0)
+
+
+@pytest.mark.parametrize("cls", [BOHB, SyncBOHB])
+def test_algorithm_switches_from_random_to_model(cls) -> None:
+    space = {"x": uniform(0, 1), "y": uniform(0, 1), "c": choice(["a", "b"]), "k": 3}
+
+    def metric(sp, cfg, budget):
+        return quad(np.array([cfg["x"], cfg["y"]])) + (cfg["c"] == "b") + 1 / budget
+
+    algo = cls(space, metric="loss", max_budget=9, num_trials=60, seed=0, random_fraction=0.0)
+    Driver(algo, slots=4, metric_fn=metric).run()
+    src = algo.sample_sources
+    assert len(src) == 60
+    n_min = algo.model.min_points
+    assert src[: n_min + 2] == ["random"] * (n_min + 2)  # no rung has enough points yet
+    assert "model" in src
+    late = [algo.configs[t] for t in range(40, 60) if src[t] == "model"]
+    assert late
+    assert np.mean([c["c"] == "a" for c in late]) > 0.7
