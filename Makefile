@@ -1,0 +1,135 @@
+# nbtune developer entry points. A newcomer needs two: `make demo` and `make test`.
+#
+# Everything lives in ./.venv. Stamp files inside it record what was installed,
+# so re-runs are fast and a change to pyproject.toml reinstalls.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_VERSION ?= 2.13.0
+# Browser (Playwright + Debian chromium + the built lab extension) tests: on
+# when tests/browser/ exists, off otherwise. Force with BROWSER_TESTS=0 or 1.
+BROWSER_TESTS ?= $(if $(wildcard tests/browser),1,0)
+
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+PIP := $(PY) -m pip
+PIP_FLAGS ?= $(if $(CI),--progress-bar off,)
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+STAMP_VENV := $(VENV)/.stamp-venv
+STAMP_TORCH := $(VENV)/.stamp-torch
+STAMP_INSTALL := $(VENV)/.stamp-install
+STAMP_DEV := $(VENV)/.stamp-install-dev
+STAMP_DOCS := $(VENV)/.stamp-docs
+
+LABEXT_DIR := labextension
+LABEXT_OUT := nbtune/labextension/package.json
+LABEXT_NODE := $(LABEXT_DIR)/node_modules/.stamp-npm-ci
+LABEXT_SRC := $(shell find $(LABEXT_DIR)/src $(LABEXT_DIR)/style -type f 2>/dev/null) \
+	$(wildcard $(LABEXT_DIR)/package.json $(LABEXT_DIR)/tsconfig.json)
+
+ifneq ($(BROWSER_TESTS),0)
+TEST_SYSDEPS := sysdeps labext
+endif
+
+.DEFAULT_GOAL := help
+.PHONY: help venv torch install install-dev demo test lint bench docs labext sysdeps clean distclean
+
+help:
+	@echo "make demo     create .venv, install nbtune, run a simulated tuning job"
+	@echo "make test     create .venv, install nbtune[dev], run ruff and the test suite"
+	@echo "make lint     ruff check"
+	@echo "make bench    run every benchmarks/*.py (results: benchmarks/RESULTS.md)"
+	@echo "make docs     build the Sphinx docs into docs/_build/html (warnings are errors)"
+	@echo "make labext   build the JupyterLab extension into nbtune/labextension (needs npm)"
+	@echo "make sysdeps  install Debian's chromium for browser tests (root only)"
+	@echo "make clean    remove build outputs and caches; distclean also removes .venv"
+
+# --- environment --------------------------------------------------------------
+
+venv: $(STAMP_VENV)
+$(STAMP_VENV):
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@touch $@
+
+# Torch first: without an NVIDIA GPU, pin the CPU build so pip takes the wheel on
+# disk instead of resolving `torch>=2.4` to a multi-GB CUDA build. With a GPU,
+# the project's own dependency pulls the CUDA build.
+torch: $(STAMP_TORCH)
+$(STAMP_TORCH): $(STAMP_VENV)
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		echo "NVIDIA GPU found: torch comes with the project's dependencies (CUDA build)"; \
+	else \
+		echo "no NVIDIA GPU: installing torch==$(TORCH_VERSION) (CPU build)"; \
+		$(PIP) install $(PIP_FLAGS) 'torch==$(TORCH_VERSION)'; \
+	fi
+	@touch $@
+
+install: $(STAMP_INSTALL)
+$(STAMP_INSTALL): pyproject.toml $(STAMP_TORCH)
+	$(PIP) install $(PIP_FLAGS) -e .
+	@touch $@
+
+install-dev: $(STAMP_DEV)
+$(STAMP_DEV): pyproject.toml $(STAMP_TORCH)
+	$(PIP) install $(PIP_FLAGS) -e '.[dev]'
+	@touch $@ $(STAMP_INSTALL)
+
+# --- the two commands ---------------------------------------------------------
+
+demo: install
+	$(BIN)/nbtune demo
+
+test: install-dev $(TEST_SYSDEPS)
+	$(BIN)/ruff check nbtune tests benchmarks
+	$(BIN)/pytest -q
+
+# --- everything else ----------------------------------------------------------
+
+lint: install-dev
+	$(BIN)/ruff check nbtune tests benchmarks
+
+bench: install-dev
+	@set -e; for f in benchmarks/*.py; do \
+		[ -e "$$f" ] || continue; \
+		case "$$(basename $$f)" in _*|conftest.py) continue;; esac; \
+		echo "== $$f"; $(PY) $$f; \
+	done
+
+docs: $(STAMP_DOCS)
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
+$(STAMP_DOCS): $(STAMP_INSTALL)
+	$(PIP) install $(PIP_FLAGS) sphinx myst-parser
+	@touch $@
+
+# The JupyterLab extension: TypeScript in labextension/, built into
+# nbtune/labextension (what the wheel ships and the browser tests load).
+labext: $(LABEXT_OUT)
+$(LABEXT_OUT): $(LABEXT_NODE) $(LABEXT_SRC)
+	cd $(LABEXT_DIR) && npm run build:prod
+	@test -f $@ && touch $@
+
+$(LABEXT_NODE): $(LABEXT_DIR)/package-lock.json
+	cd $(LABEXT_DIR) && npm ci --no-audit --no-fund
+	@touch $@
+
+# Debian's chromium for browser tests; Playwright is pointed at /usr/bin/chromium
+# (its own browser download cannot be used here).
+sysdeps:
+	@if [ -x /usr/bin/chromium ]; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; \
+	else \
+		echo "sysdeps: /usr/bin/chromium is missing and we are not root;" \
+		     "run: sudo apt-get install chromium" >&2; \
+	fi
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis docs/_build
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,72 @@
+"""The ``nbtune`` command line: ``demo`` and ``version``, in-process."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+import nbtune
+from nbtune.cli import main
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["version"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("nbtune ")
+    assert nbtune.__version__ in out
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert "demo" in out and "version" in out
+
+
+def test_unknown_command_exits_with_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["frobnicate"])
+    assert exc.value.code == 2
+
+
+def test_demo_prints_summary_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+
+    m = re.search(r"^best loss\s+(\d+\.\d+) \(trial (\d+), budget ([\d.]+)\)", out, re.M)
+    assert m, out
+    assert float(m.group(1)) >= 0.0
+    assert re.search(r"^best config\s+lr=\S+, batch_size=\d+, dropout=\S+$", out, re.M), out
+
+    trials = re.search(r"^trials\s+(\d+) \(", out, re.M)
+    assert trials and int(trials.group(1)) > 0, out
+    makespan = re.search(r"^makespan\s+([\d,]+\.\d) s simulated", out, re.M)
+    assert makespan and float(makespan.group(1).replace(",", "")) > 0, out
+    util = re.search(r"^GPU utilization\s+mean (\d+\.\d)%", out, re.M)
+    assert util and 0.0 < float(util.group(1)) <= 100.0, out
+
+
+def test_demo_is_deterministic_under_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    def run() -> list[str]:
+        assert main(["demo", "--gpus", "2", "--seed", "3"]) == 0
+        out = capsys.readouterr().out
+        return [line for line in out.splitlines() if not line.startswith("wall time")]
+
+    assert run() == run()
+
+
+def test_python_dash_m(tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nbtune", "version"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("nbtune ")
+
+
+def test_demo_bad_allocator_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--allocator", "no-such-allocator"]) == 2
+    err = capsys.readouterr().err
+    assert "no-such-allocator" in err
