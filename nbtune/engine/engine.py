@@ -101,7 +101,7 @@ class Engine:
             self._schedule(cmds)
         if self.validate:
             self.check()
-        for sub in self._subscribers:
+        for sub in list(self._subscribers):  # a subscriber may unsubscribe while called
             sub(events, cmds)
         return cmds
 

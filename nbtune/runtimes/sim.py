@@ -156,7 +156,7 @@ class SimRuntime:
                     execute(cmds)
             if waiting:
                 self._schedule_waiting()
-            if self.events_processed > self.max_events:
+            if self.events_processed > self.max_events and not engine.done:
                 raise SimulationError(f"more than {self.max_events} events: runaway simulation")
         if not engine.done:
             raise SimulationError(

@@ -1,0 +1,97 @@
+"""Resume on the real Dask runtime: the kernel dies mid-run, a new one continues from checkpoints.
+
+A LocalCluster of two workers (no mocks standing in for Dask). The "crash"
+drops the recorder's unflushed buffer and kills the runtime with its trial
+processes, which is what a dead kernel leaves behind; the new runtime's wall
+clock starts again at 0 and the engine carries on the experiment's timeline.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+import nbtune
+from nbtune.core.space import uniform
+from nbtune.store import Store
+
+distributed = pytest.importorskip("distributed")
+cloudpickle = pytest.importorskip("cloudpickle")
+
+from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
+
+pytestmark = pytest.mark.integration
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def train_counting(config, trial):
+    """Checkpoints every step, so a restart continues where the last checkpoint is."""
+    state = trial.restore() or {"w": 0.0}
+    for step in trial.steps():
+        time.sleep(0.25)
+        state["w"] += config["lr"]
+        trial.report(step=step, loss=1.0 / (1.0 + state["w"]), restored=trial.restore_step or 0.0)
+        trial.checkpoint(state)
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+        dashboard_address=None, resources={"GPU": 1},
+    )
+    c = distributed.Client(cluster, set_as_default=False)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def runtime(client):
+    return DaskRuntime(client, preload=(), sample_interval=0.25, warm_processes=1)
+
+
+def test_a_dead_kernel_resumes_from_checkpoints_without_rerunning(client, tmp_path):
+    rt = runtime(client)
+    exp = nbtune.tune(train_counting, {"lr": uniform(0.1, 1.0)}, algorithm="random",
+                      metric="loss", max_budget=6, num_trials=4, runtime=rt,
+                      store=tmp_path / "st", name="dead", seed=1)
+    assert rt.checkpoint_dir == tmp_path / "st" / "checkpoints" / "dead"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        df = exp.results()
+        running = df[df["state"] == "running"]
+        if (df["state"] == "completed").any() and (running["budget_used"] >= 1).any():
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("no trial completed while another had reported in 90 s")
+    exp.recorder.abandon()  # the kernel dies: whatever was not committed is gone
+    rt.close()
+
+    st = Store(tmp_path / "st")
+    assert st.experiment("dead").trainable == f"{__name__}:train_counting"
+    log = st.event_log("dead")
+    crash_time = max(e.time for events, _ in log for e in events)
+    rt2 = runtime(client)
+    again = nbtune.resume("dead", store=tmp_path / "st", runtime=rt2, validate=True)
+    try:
+        assert again.wait(120)
+    finally:
+        rt2.close()
+    assert again.engine.time_offset >= crash_time > 0  # the new wall clock started at 0
+    res = again.results()
+    assert set(res["state"]) == {"completed"} and (res["budget_used"] == 6).all()
+    curves = again.learning_curves()
+    for _, g in curves.groupby("trial_id"):
+        # nothing went back to the start; a step whose report landed but whose checkpoint
+        # had not when the kernel died is trained once more, hence not strictly increasing
+        assert g["budget"].is_monotonic_increasing
+    restarted = curves[(curves["time"] > crash_time) & (curves["restored"] > 0)]
+    assert not restarted.empty, "no trial continued from its checkpoint"
+    before = {tid for events, _ in log for e in events if type(e).__name__ == "TrialReported"
+              for tid in [e.trial_id]}
+    assert set(restarted["trial_id"]) <= before
+    assert st.experiment("dead").state == "done"
+    assert st.checkpoint("dead", int(res["trial_id"].iloc[0])) is not None
