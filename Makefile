@@ -15,6 +15,9 @@ PY := $(BIN)/python
 PIP := $(PY) -m pip
 PIP_FLAGS ?= $(if $(CI),--progress-bar off,)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# `pip install -e` must not run npm (pyproject's jupyter-builder hook): under make
+# the `labext` target builds the lab extension, once, cached by its stamps.
+export HATCH_JUPYTER_BUILDER_SKIP_NPM := 1
 
 STAMP_VENV := $(VENV)/.stamp-venv
 STAMP_TORCH := $(VENV)/.stamp-torch
@@ -29,7 +32,8 @@ LABEXT_SRC := $(shell find $(LABEXT_DIR)/src $(LABEXT_DIR)/style -type f 2>/dev/
 	$(wildcard $(LABEXT_DIR)/package.json $(LABEXT_DIR)/tsconfig.json)
 
 ifneq ($(BROWSER_TESTS),0)
-TEST_SYSDEPS := sysdeps labext
+# without npm the extension cannot be built: the browser tests then skip, saying why
+TEST_SYSDEPS := sysdeps $(if $(shell command -v npm 2>/dev/null),labext,)
 endif
 
 .DEFAULT_GOAL := help
@@ -82,7 +86,7 @@ demo: install
 
 test: install-dev $(TEST_SYSDEPS)
 	$(BIN)/ruff check nbtune tests benchmarks
-	$(BIN)/pytest -q
+	.ci/with-postgres $(BIN)/pytest -q
 
 # --- everything else ----------------------------------------------------------
 
@@ -106,13 +110,20 @@ $(STAMP_DOCS): $(STAMP_INSTALL)
 
 # The JupyterLab extension: TypeScript in labextension/, built into
 # nbtune/labextension (what the wheel ships and the browser tests load).
-labext: $(LABEXT_OUT)
+# `labext` also copies it to .venv/share/jupyter/labextensions, where `jupyter lab`
+# from .venv finds it (an editable install copied whatever was built back then).
+LABEXT_VENV := $(VENV)/share/jupyter/labextensions/nbtune
+labext: $(LABEXT_OUT) $(STAMP_VENV)
+	@rm -rf $(LABEXT_VENV) && mkdir -p $(dir $(LABEXT_VENV))
+	@cp -R nbtune/labextension $(LABEXT_VENV) && cp $(LABEXT_DIR)/install.json $(LABEXT_VENV)/
 $(LABEXT_OUT): $(LABEXT_NODE) $(LABEXT_SRC)
 	cd $(LABEXT_DIR) && npm run build:prod
 	@test -f $@ && touch $@
 
-$(LABEXT_NODE): $(LABEXT_DIR)/package-lock.json
-	cd $(LABEXT_DIR) && npm ci --no-audit --no-fund
+# `npm install` (it keeps package-lock.json's versions), not `npm ci`: npm 11's ci
+# rejects this lock file for lacking rspack's other-platform optional binaries.
+$(LABEXT_NODE): $(LABEXT_DIR)/package-lock.json $(LABEXT_DIR)/package.json
+	cd $(LABEXT_DIR) && npm install --no-audit --no-fund
 	@touch $@
 
 # Debian's chromium for browser tests; Playwright is pointed at /usr/bin/chromium
