@@ -1,0 +1,39 @@
+/**
+ * nbtune's JupyterLab plugin: a left-sidebar experiment list and a status-bar
+ * summary, both fed by the nbtune server extension (GET /nbtune/api/experiments).
+ */
+import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { IStatusBar } from '@jupyterlab/statusbar';
+
+import { nbtuneIcon } from './icon';
+import { ExperimentsModel } from './model';
+import { ExperimentsPanel } from './sidebar';
+import { StatusItem } from './statusbar';
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: 'nbtune:plugin',
+  description: 'Lists nbtune experiments in the left sidebar and sums running trials in the status bar.',
+  autoStart: true,
+  optional: [IStatusBar],
+  activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null) => {
+    const model = new ExperimentsModel();
+    const panel = new ExperimentsPanel(model);
+    panel.title.icon = nbtuneIcon;
+    app.shell.add(panel, 'left', { rank: 600 });
+
+    if (statusBar) {
+      statusBar.registerStatusItem('nbtune:status', {
+        item: new StatusItem(model, () => app.shell.activateById(panel.id)),
+        align: 'left',
+        rank: 100
+      });
+    }
+    app.commands.addCommand('nbtune:refresh', {
+      label: 'Refresh nbtune experiments',
+      execute: () => model.refresh()
+    });
+    model.start();
+  }
+};
+
+export default plugin;

@@ -1,0 +1,131 @@
+/**
+ * The client side of the nbtune server extension's REST endpoint.
+ *
+ * One model is shared by the sidebar and the status bar so the store is read
+ * once per poll, whatever number of views show it. Polling (rather than a
+ * websocket) keeps the server side a plain authenticated GET that any Jupyter
+ * deployment (JupyterHub, a proxy) passes through.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+import { ISignal, Signal } from '@lumino/signaling';
+
+/** One experiment as the server summarizes it (see nbtune/server/summary.py). */
+export interface IExperimentSummary {
+  name: string;
+  state: string;
+  algorithm: string;
+  metric: string;
+  mode: string;
+  trials_total: number;
+  trials_running: number;
+  best: number | null;
+  best_trial: number | null;
+  gpus_in_use: number;
+  updated: string | null;
+}
+
+/** The whole answer of GET /nbtune/api/experiments. */
+export interface IExperimentsReply {
+  store: string;
+  available: boolean;
+  experiments: IExperimentSummary[];
+  totals: { experiments: number; trials_running: number; gpus_in_use: number };
+}
+
+export const ENDPOINT = 'nbtune/api/experiments';
+
+/** GET the experiment list; throws a readable Error on a network or HTTP failure. */
+export async function fetchExperiments(
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<IExperimentsReply> {
+  const url = URLExt.join(settings.baseUrl, ENDPOINT);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, {}, settings);
+  } catch (error) {
+    throw new ServerConnection.NetworkError(error as TypeError);
+  }
+  const text = await response.text();
+  if (!response.ok) {
+    let message = text;
+    try {
+      message = JSON.parse(text).message || text;
+    } catch {
+      // not JSON: keep the raw body
+    }
+    throw new Error(`nbtune server extension: HTTP ${response.status}: ${message}`);
+  }
+  return JSON.parse(text) as IExperimentsReply;
+}
+
+/** Polls the endpoint every `intervalMs` and tells listeners when the reply changes. */
+export class ExperimentsModel {
+  constructor(intervalMs = 3000) {
+    this._intervalMs = intervalMs;
+  }
+
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  get reply(): IExperimentsReply | null {
+    return this._reply;
+  }
+
+  get error(): string | null {
+    return this._error;
+  }
+
+  start(): void {
+    if (this._timer === null) {
+      void this.refresh();
+      // a hidden browser tab does not poll; it refreshes as soon as it is shown again
+      this._timer = window.setInterval(() => {
+        if (document.visibilityState !== 'hidden') {
+          void this.refresh();
+        }
+      }, this._intervalMs);
+      document.addEventListener('visibilitychange', this._onVisible);
+    }
+  }
+
+  dispose(): void {
+    if (this._timer !== null) {
+      window.clearInterval(this._timer);
+      this._timer = null;
+      document.removeEventListener('visibilitychange', this._onVisible);
+    }
+    Signal.clearData(this);
+  }
+
+  async refresh(): Promise<void> {
+    let reply: IExperimentsReply | null = null;
+    let error: string | null = null;
+    try {
+      reply = await fetchExperiments();
+    } catch (e) {
+      error = (e as Error).message;
+    }
+    const key = JSON.stringify([reply, error]);
+    if (key !== this._lastKey) {
+      this._lastKey = key;
+      this._reply = reply ?? this._reply;
+      this._error = error;
+      this._changed.emit();
+    }
+  }
+
+  private _onVisible = (): void => {
+    if (document.visibilityState === 'visible') {
+      void this.refresh();
+    }
+  };
+
+  private _intervalMs: number;
+  private _timer: number | null = null;
+  private _reply: IExperimentsReply | null = null;
+  private _error: string | null = null;
+  private _lastKey = '';
+  private _changed = new Signal<this, void>(this);
+}

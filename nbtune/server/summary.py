@@ -1,0 +1,150 @@
+"""What the JupyterLab sidebar shows: a JSON summary of every experiment in a store.
+
+Kept apart from the tornado handler so it is plain, synchronous and testable
+on its own; the handler runs it in a thread. It reads only through
+:class:`nbtune.store.Store`'s public methods, so the sidebar sees exactly what
+``nbtune.Store(...).results(name)`` shows in a notebook.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from nbtune.store import DEFAULT_DIR, DEFAULT_FILE, Store
+
+__all__ = ["resolve_location", "summarize", "empty_reply", "display_location"]
+
+
+def resolve_location(spec: str, root_dir: str | os.PathLike[str]) -> str:
+    """Where the store is: an SQLAlchemy URL as given, or an absolute SQLite file path.
+
+    Follows ``tune(store=...)``'s rules (a directory or a suffix-less path means
+    ``<dir>/nbtune.db``) with relative paths taken from the server's root
+    directory, because that is where notebooks run ``tune(store=True)``.
+    An empty spec means the default, ``<root_dir>/nbtune-store/nbtune.db``.
+    """
+    text = (spec or "").strip()
+    if "://" in text:
+        return text
+    path = Path(text or DEFAULT_DIR).expanduser()
+    if not path.is_absolute():
+        path = Path(root_dir).expanduser() / path
+    if path.is_dir() or (not path.exists() and path.suffix == ""):
+        path = path / DEFAULT_FILE
+    return str(path.resolve())
+
+
+def display_location(location: str) -> str:
+    """The location as the sidebar may show it: never a database password."""
+    if "://" not in location:
+        return location
+    from sqlalchemy.engine import make_url
+
+    return make_url(location).render_as_string(hide_password=True)
+
+
+def empty_reply(location: str, *, available: bool) -> dict[str, Any]:
+    """The answer for a store with no experiments (or no store file yet)."""
+    return {
+        "store": display_location(location),
+        "available": available,
+        "experiments": [],
+        "totals": {"experiments": 0, "trials_running": 0, "gpus_in_use": 0},
+    }
+
+
+def _number(x: Any) -> float | None:
+    """A JSON-safe float: NaN/inf (a diverged loss) and missing values become ``None``."""
+    if x is None:
+        return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _summarize_one(store: Store, row: dict[str, Any]) -> dict[str, Any]:
+    name, metric, mode = str(row["name"]), str(row["metric"]), str(row["mode"])
+    trials = store.results(name)
+    running_ids: set[int] = set()
+    best: float | None = None
+    best_trial: int | None = None
+    if not trials.empty:
+        running_ids = {int(t) for t in trials.loc[trials["state"] == "running", "trial_id"]}
+        for tid, value in zip(trials["trial_id"], trials[metric], strict=True):
+            v = _number(value)
+            if v is not None and (best is None or (v < best if mode == "min" else v > best)):
+                best, best_trial = v, int(tid)
+    # A GPU is in use while a running trial holds an open allocation on it.
+    allocs = store.allocations(name)
+    gpus: set[int] = set()
+    if not allocs.empty:
+        open_ = allocs[allocs["end"].isna() & allocs["trial_id"].isin(running_ids)]
+        gpus = {int(g) for g in open_["gpu_id"]}
+    updated = row.get("updated")
+    return {
+        "name": name,
+        "state": str(row["state"]),
+        "algorithm": str(row["algorithm"]),
+        "metric": metric,
+        "mode": mode,
+        "trials_total": len(trials),
+        "trials_running": len(running_ids),
+        "best": best,
+        "best_trial": best_trial,
+        "gpus_in_use": len(gpus),
+        "updated": updated.isoformat() if hasattr(updated, "isoformat") else None,
+    }
+
+
+def _done_key(row: dict[str, Any]) -> tuple[Any, ...] | None:
+    """A cache key for a finished experiment, ``None`` while it can still change.
+
+    ``created`` tells a re-created name apart; ``restarts``/``state`` change on resume.
+    """
+    if row["state"] != "done":
+        return None
+    return (row["name"], str(row["created"]), str(row["updated"]), row["restarts"])
+
+
+def summarize(store: Store, location: str,
+              cache: dict[tuple[Any, ...], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Every experiment of ``store`` with state, trials running/total, best metric, GPUs in use.
+
+    The status bar's totals count distinct GPUs per experiment and add them up:
+    two experiments sharing a GPU fractionally both count it, which is what a
+    user asking "how many GPUs are my jobs holding" expects.
+
+    ``cache`` (kept by the caller across polls) holds finished experiments'
+    summaries, so a poll re-reads only the experiments that can still change
+    rather than every trial table of a long-lived store every few seconds.
+    """
+    reply = empty_reply(location, available=True)
+    frame = store.experiments()
+    experiments = []
+    live_keys = set()
+    for row in frame.to_dict("records"):
+        key = _done_key(row)
+        if key is not None and cache is not None and key in cache:
+            summary = cache[key]
+        else:
+            summary = _summarize_one(store, row)
+            if key is not None and cache is not None:
+                cache[key] = summary
+        if key is not None:
+            live_keys.add(key)
+        experiments.append(summary)
+    if cache is not None:  # forget deleted experiments
+        for stale in set(cache) - live_keys:
+            del cache[stale]
+    reply["experiments"] = experiments
+    reply["totals"] = {
+        "experiments": len(experiments),
+        "trials_running": sum(e["trials_running"] for e in experiments),
+        "gpus_in_use": sum(e["gpus_in_use"] for e in experiments),
+    }
+    return reply

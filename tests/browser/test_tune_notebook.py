@@ -1,0 +1,123 @@
+"""A notebook runs ``%%tune`` on the Dask runtime inside JupyterLab: the live dashboard
+renders and updates, its "Stop trial" button stops one trial, and the lab sidebar
+lists the experiment from the store the magic writes (``--store``).
+
+The trials sleep between reports so the experiment is still running while the
+page is checked; "Stop experiment" ends it before the server is torn down.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from nbtune.store import Store
+from tests.browser.conftest import LabServer
+
+pytestmark = pytest.mark.browser
+
+NAME = "browser-demo"
+SETUP = """\
+%load_ext nbtune
+import time
+import nbtune
+from nbtune.runtimes.dask import DaskRuntime
+space = {"lr": nbtune.loguniform(1e-4, 1e-1)}
+# two CPU workers (one "GPU" each); no warm processes importing torch: start fast
+rt = DaskRuntime(n_workers=2, warm_processes=0, preload=())"""
+TUNE = f"""\
+%%tune space --metric loss --max-budget 100000 --num-trials 2 -a random --runtime rt --name {NAME} --store --seed 0
+for step in trial.steps():
+    time.sleep(0.2)
+    trial.report(step, loss=1.0 / step + config["lr"])"""
+#: Dask workers start inside the kernel; give a loaded 2-core CI machine time
+SLOW = 120_000
+
+
+@pytest.fixture(scope="module")
+def notebook(lab_root: Path) -> Path:
+    nb = nbformat.v4.new_notebook()
+    # without a kernelspec JupyterLab asks "Select Kernel" and nothing runs
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(SETUP), nbformat.v4.new_code_cell(TUNE)]
+    path = lab_root / "tune.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def trial_states(server: LabServer) -> dict[int, str]:
+    db = server.root_dir / "nbtune-store" / "nbtune.db"
+    if not db.exists():
+        return {}
+    store = Store(db)
+    try:
+        if NAME not in store.names():
+            return {}
+        frame = store.results(NAME)
+        return {int(t): str(s) for t, s in zip(frame["trial_id"], frame["state"], strict=True)}
+    finally:
+        store.close()
+
+
+def wait_until(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.5)
+
+
+def test_tune_magic_dashboard_updates_and_stops_a_trial(page, lab_server: LabServer,
+                                                        notebook: Path) -> None:
+    page.goto(lab_server.url(f"lab/tree/{notebook.name}"))
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+    # "Run All Cells" does nothing until the kernel is up
+    page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle$")).wait_for(
+        timeout=60_000)
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-item:not(.lm-mod-disabled) .lm-Menu-itemLabel",
+                 has_text=re.compile(r"^Run All Cells$")).click()
+    page.locator(".jp-InputPrompt", has_text="[1]").wait_for(timeout=60_000)
+
+    # the dashboard renders: controls, status line and the Bokeh figures
+    stop_trial = page.get_by_role("button", name="Stop trial")
+    stop_trial.wait_for(timeout=SLOW)
+    page.locator(".jp-OutputArea-output canvas").filter(visible=True).first.wait_for(
+        timeout=SLOW)
+    status = page.locator(".widget-html-content", has_text="trials settled")
+    # ... and updates: the experiment clock in the status line moves on
+    wait_until(lambda: "best loss" in status.inner_text(), SLOW / 1000, "a first report")
+    t0 = status.inner_text()
+    wait_until(lambda: status.inner_text() != t0, 30, "the status line to update")
+
+    running = wait_until(lambda: [t for t, s in trial_states(lab_server).items()
+                                  if s == "running"], 60, "running trials in the store")
+    victim = running[0]
+    trial_box = page.locator(".widget-text", has=page.locator(".widget-label", has_text="trial"))
+    trial_box.locator("input").fill(str(victim))
+    trial_box.locator("input").press("Enter")
+    stop_trial.click()
+    states = wait_until(lambda: (s := trial_states(lab_server)).get(victim) == "stopped" and s,
+                        60, f"trial {victim} to stop")
+    assert any(s == "running" for t, s in states.items() if t != victim), states
+
+    # the lab sidebar lists it from the store the magic wrote
+    page.locator('.jp-SideBar [data-id="nbtune-experiments"]').click()
+    row = page.locator(f'#nbtune-experiments tr[data-experiment="{NAME}"]')
+    row.wait_for(timeout=15_000)
+    assert row.get_attribute("data-state") == "running"
+    page.locator('#nbtune-experiments tr[data-experiment="browser-demo"] '
+                 'td[data-field="trials"]').filter(has_text="1/2").wait_for(timeout=15_000)
+
+    page.get_by_role("button", name="Stop experiment").click()
+    wait_until(lambda: all(s == "stopped" for s in trial_states(lab_server).values()), 60,
+               "every trial to stop")
+    row.and_(page.locator('[data-state="done"]')).wait_for(timeout=30_000)

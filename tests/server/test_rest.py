@@ -1,0 +1,95 @@
+"""The server extension's REST endpoint, served by a real in-process Jupyter server."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from tests.server.stores import finished_run, interrupted_run
+
+ENABLED = {"ServerApp": {"jpserver_extensions": {"nbtune.server": True}}}
+
+
+@pytest.fixture
+def jp_server_config() -> dict:
+    """Enable the extension; the store is the default one under the server's root dir."""
+    return ENABLED
+
+
+async def test_lists_the_default_store_under_root_dir(jp_fetch, jp_root_dir: Path) -> None:
+    store = jp_root_dir / "nbtune-store"
+    interrupted_run(store, "live", gpus=3)
+    finished_run(store, "done")
+    resp = await jp_fetch("nbtune", "api", "experiments")
+    assert resp.code == 200 and resp.headers["Content-Type"].startswith("application/json")
+    reply = json.loads(resp.body)
+    assert reply["store"] == str((store / "nbtune.db").resolve())
+    assert [e["name"] for e in reply["experiments"]] == ["live", "done"]
+    assert [e["state"] for e in reply["experiments"]] == ["running", "done"]
+    assert reply["totals"] == {"experiments": 2, "trials_running": 3, "gpus_in_use": 3}
+
+
+async def test_missing_store_is_reported_and_not_created(jp_fetch, jp_root_dir: Path) -> None:
+    resp = await jp_fetch("nbtune", "api", "experiments")
+    reply = json.loads(resp.body)
+    assert reply["available"] is False and reply["experiments"] == []
+    assert not (jp_root_dir / "nbtune-store").exists()
+    # the store appears later (a notebook ran tune(store=True)): the next poll sees it
+    finished_run(jp_root_dir / "nbtune-store", "late")
+    reply = json.loads((await jp_fetch("nbtune", "api", "experiments")).body)
+    assert reply["available"] is True and [e["name"] for e in reply["experiments"]] == ["late"]
+    # and it may go away again (rm -rf nbtune-store): reported, not re-created empty
+    shutil.rmtree(jp_root_dir / "nbtune-store")
+    reply = json.loads((await jp_fetch("nbtune", "api", "experiments")).body)
+    assert reply["available"] is False and reply["experiments"] == []
+    assert not (jp_root_dir / "nbtune-store").exists()
+
+
+async def test_requires_jupyter_auth(jp_serverapp, http_server_client, jp_base_url) -> None:
+    with pytest.raises(HTTPClientError) as err:
+        await http_server_client.fetch(f"{jp_base_url}nbtune/api/experiments")
+    assert err.value.code == 403
+
+
+class TestConfiguredStore:
+    """``c.NbtuneServer.store`` (here a relative path) wins over the default location."""
+
+    @pytest.fixture
+    def jp_server_config(self) -> dict:
+        return {**ENABLED, "NbtuneServer": {"store": "runs/custom.db"}}
+
+    async def test_configured_store(self, jp_fetch, jp_root_dir: Path) -> None:
+        finished_run(jp_root_dir / "runs" / "custom.db", "custom")
+        reply = json.loads((await jp_fetch("nbtune", "api", "experiments")).body)
+        assert reply["store"] == str((jp_root_dir / "runs" / "custom.db").resolve())
+        assert [e["name"] for e in reply["experiments"]] == ["custom"]
+
+
+@pytest.fixture
+def env_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """NBTUNE_STORE is read when the extension loads, so it is set before the server starts."""
+    store = tmp_path / "env-store"
+    finished_run(store, "from-env")
+    monkeypatch.setenv("NBTUNE_STORE", str(store))
+    return store
+
+
+async def test_env_var_names_the_store(env_store: Path, jp_fetch) -> None:
+    reply = json.loads((await jp_fetch("nbtune", "api", "experiments")).body)
+    assert reply["store"] == str(env_store / "nbtune.db")
+    assert [e["name"] for e in reply["experiments"]] == ["from-env"]
+
+
+async def test_unreadable_store_is_a_json_error_naming_it(jp_fetch, jp_root_dir: Path) -> None:
+    bad = jp_root_dir / "nbtune-store" / "nbtune.db"
+    bad.parent.mkdir()
+    bad.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("nbtune", "api", "experiments")
+    assert err.value.code == 500
+    reply = json.loads(err.value.response.body)
+    assert reply["message"].startswith(f"nbtune cannot read the store at {bad}")

@@ -1,0 +1,102 @@
+"""The JSON the sidebar shows, computed from real stores written by simulated runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from nbtune.server.summary import display_location, resolve_location, summarize
+from nbtune.store import Store
+from nbtune.store.batch import WriteBatch
+from tests.server.stores import finished_run, interrupted_run
+
+
+def test_resolve_location_follows_tune_store_rules(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    assert resolve_location("", root) == str(root / "nbtune-store" / "nbtune.db")
+    assert resolve_location("runs.db", root) == str(root / "runs.db")
+    assert resolve_location("elsewhere", root) == str(root / "elsewhere" / "nbtune.db")
+    (root / "existing.d").mkdir()
+    assert resolve_location("existing.d", root) == str(root / "existing.d" / "nbtune.db")
+    assert resolve_location(str(tmp_path / "abs.db"), root) == str(tmp_path / "abs.db")
+    url = "postgresql+psycopg://me:secret@db.example/nbtune"
+    assert resolve_location(url, root) == url
+
+
+def test_display_location_hides_the_password() -> None:
+    shown = display_location("postgresql+psycopg://me:secret@db.example/nbtune")
+    assert "secret" not in shown and "db.example" in shown
+    assert display_location("/a/b/nbtune.db") == "/a/b/nbtune.db"
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_finished_experiment_matches_the_experiment_object(tmp_path: Path, mode: str) -> None:
+    exp = finished_run(tmp_path, f"done-{mode}", mode=mode)
+    store = Store(tmp_path / "nbtune.db")
+    reply = summarize(store, str(tmp_path / "nbtune.db"))
+    assert reply["available"] is True
+    (row,) = reply["experiments"]
+    assert row["name"] == f"done-{mode}" and row["state"] == "done"
+    assert row["algorithm"] == "asha" and row["metric"] == "loss" and row["mode"] == mode
+    assert row["trials_total"] == len(exp.results()) == 8
+    assert row["trials_running"] == 0 and row["gpus_in_use"] == 0
+    assert exp.best is not None
+    assert row["best_trial"] == exp.best["trial_id"]
+    assert math.isclose(row["best"], exp.best["loss"])
+    assert reply["totals"] == {"experiments": 1, "trials_running": 0, "gpus_in_use": 0}
+
+
+def test_interrupted_run_counts_running_trials_and_busy_gpus(tmp_path: Path) -> None:
+    interrupted_run(tmp_path, "live", gpus=3)
+    finished_run(tmp_path, "other", gpus=2)
+    reply = summarize(Store(tmp_path / "nbtune.db"), str(tmp_path))
+    by_name = {e["name"]: e for e in reply["experiments"]}
+    assert list(by_name) == ["live", "other"]  # store order: oldest first
+    live = by_name["live"]
+    assert live["state"] == "running"
+    # ASHA always has a trial to launch here, so every one of the 3 whole GPUs is busy.
+    assert live["trials_running"] == 3 and live["gpus_in_use"] == 3
+    assert live["trials_total"] > live["trials_running"]
+    assert reply["totals"] == {"experiments": 2, "trials_running": 3, "gpus_in_use": 3}
+
+
+def test_empty_store_lists_nothing(tmp_path: Path) -> None:
+    reply = summarize(Store(tmp_path / "nbtune.db"), str(tmp_path / "nbtune.db"))
+    assert reply["experiments"] == [] and reply["totals"]["experiments"] == 0
+
+
+def test_cache_keeps_only_finished_experiments_and_never_serves_stale(tmp_path: Path) -> None:
+    interrupted_run(tmp_path, "live", gpus=3)
+    finished_run(tmp_path, "again", seed=1)
+    store, cache = Store(tmp_path / "nbtune.db"), {}
+    first = summarize(store, "loc", cache)
+    assert [key[0] for key in cache] == ["again"]  # the running one is re-read every poll
+    assert summarize(store, "loc", cache) == first
+    # the same name re-created with another run: its summary must be the new one
+    store.delete("again")
+    exp = finished_run(tmp_path, "again", seed=5, num_trials=5)
+    rows = {e["name"]: e for e in summarize(store, "loc", cache)["experiments"]}
+    assert rows["again"]["trials_total"] == len(exp.results()) == 5
+    assert rows["again"]["best_trial"] == exp.best["trial_id"]
+    assert len(cache) == 1  # the deleted run's entry is gone
+
+
+def test_a_diverged_trial_is_never_best_and_the_reply_is_strict_json(tmp_path: Path) -> None:
+    exp = finished_run(tmp_path, "nan")
+    store = Store(tmp_path / "nbtune.db")
+    # the best trial and the first one diverge (NaN), as the recorder would write it
+    diverged = {exp.best["trial_id"], 0}
+    eid = store.experiment_id("nan")
+    store.write(eid, WriteBatch(trials={tid: {
+        "experiment_id": eid, "trial_id": tid, "config": exp.engine.trials[tid].config,
+        "state": exp.engine.trials[tid].state.value, "best": float("nan")} for tid in diverged}))
+    reply = summarize(store, "loc")
+    json.dumps(reply, allow_nan=False)  # what the browser's JSON.parse accepts
+    (row,) = reply["experiments"]
+    others = exp.results().query("trial_id not in @diverged")
+    assert row["best_trial"] not in diverged
+    assert math.isclose(row["best"], others["loss"].min())
