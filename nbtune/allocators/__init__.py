@@ -6,11 +6,29 @@ from typing import Any
 
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.fifo import FifoAllocator
+from nbtune.allocators.fluid import DynamicFluidAllocator, StaticFluidAllocator
+from nbtune.allocators.fluid_knapsack import FluidKnapsackAllocator
+from nbtune.allocators.knapsack import (
+    KnapsackAllocator,
+    KnapsackFF,
+    KnapsackFFD,
+    KnapsackWF,
+    KnapsackWFD,
+)
 
 __all__ = ["Allocation", "BaseAllocator", "SchedulingView", "FifoAllocator", "ALLOCATORS",
-           "make_allocator"]
+           "make_allocator", "StaticFluidAllocator", "DynamicFluidAllocator",
+           "KnapsackAllocator", "KnapsackFF", "KnapsackFFD", "KnapsackWF", "KnapsackWFD",
+           "FluidKnapsackAllocator"]
 
 ALLOCATORS: dict[str, type[BaseAllocator]] = {"fifo": FifoAllocator}
+# Fluid = StaticFluid + DynamicFluid: "waterfill" is the dynamic one (it includes static)
+ALLOCATORS["waterfill"] = DynamicFluidAllocator
+ALLOCATORS["waterfill-static"] = StaticFluidAllocator
+# HyperSack's knapsack policies (one trial per GPU share, oversubscription per GPU kind)
+ALLOCATORS.update({"knapsack-ff": KnapsackFF, "knapsack-ffd": KnapsackFFD,
+                   "knapsack-wf": KnapsackWF, "knapsack-wfd": KnapsackWFD,
+                   "fluid+knapsack": FluidKnapsackAllocator})
 
 
 def make_allocator(spec: str | BaseAllocator, **options: Any) -> BaseAllocator:

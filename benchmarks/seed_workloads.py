@@ -1,0 +1,204 @@
+"""Simulated makespan of water-filling (and knapsack) against FIFO one-trial-per-GPU.
+
+Workloads (sources and model parameters in benchmarks/README.md):
+
+* ``cifar10``: Fluid §6.1/6.2's CIFAR-10 AlexNet-variant profile on 8 GPUs,
+  tuned by SyncBOHB and by ASHA (goals: ≥ 2.0x and ≥ 1.3x);
+* ``sp1``: HyperSack's SP1, a 96-job lightweight vision grid on 4 GPUs whose
+  jobs keep a GPU 22–50 % busy (goal ≥ 2.8x), run on the co-location
+  interference model (:mod:`nbtune.workloads.interference`);
+* ``hydro``: the Hydro artifact's real Ray Tune trace (50 ResNet-18 trials,
+  4 GPUs; FIFO reproduces its 3962 s), α calibrated from resnet18_mps.csv.
+
+Run: ``.venv/bin/python benchmarks/seed_workloads.py`` (add ``--quick`` for one seed).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+import nbtune
+from nbtune import SimRuntime, choice, grid, loguniform, uniform
+from nbtune.allocators import DynamicFluidAllocator
+from nbtune.allocators.oversubscription import choose_ratio
+from nbtune.allocators.profiling import fit_alpha, packing_limit
+from nbtune.core.resources import ClusterSpec, Demand
+from nbtune.workloads import SyntheticWorkload, TraceWorkload
+from nbtune.workloads.interference import InterferenceWorkload
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT / ".." / "shared" / "traces" / "hydro-artifact"
+
+# ----------------------------------------------------------------- CIFAR-10 (Fluid §6.1)
+CIFAR_SPACE = {
+    "conv_layers": choice([2, 3, 4]),  # 3 architecture parameters
+    "conv_width": choice([32, 64, 128]),
+    "fc_units": choice([256, 512, 1024]),
+    "lr": loguniform(1e-4, 1e-1),  # 4 training parameters
+    "batch_size": choice([64, 128, 256, 512]),
+    "momentum": uniform(0.5, 0.99),
+    "weight_decay": loguniform(1e-6, 1e-3),
+}
+CIFAR_ALPHA = 1.24  # ResNet-18 under MPS, fitted from resnet18_mps.csv (see README)
+CIFAR_BETA = 1.15  # AlexNet's large FC layers over 10G ethernet; < 1 + 1/d for d = 4
+CIFAR_EPS = 5.0  # seconds per resize: checkpoint a small model, restart workers
+CIFAR_LAUNCH = 5.0
+
+
+def cifar_epoch(cfg: dict[str, Any]) -> float:
+    """Seconds per epoch on one RTX 6000: grows with depth and width, small batches slower."""
+    base = 6.0 * (1 + 0.35 * (cfg["conv_layers"] - 2)) * (cfg["conv_width"] / 64) ** 0.5
+    return base * (128 / cfg["batch_size"]) ** 0.4 * (1 + cfg["fc_units"] / 4096)
+
+
+def cifar10(seed: int) -> SyntheticWorkload:
+    return SyntheticWorkload(CIFAR_SPACE, unit_time=cifar_epoch, unit_time_jitter=0.2,
+                             alpha=CIFAR_ALPHA, beta=CIFAR_BETA, launch_overhead=CIFAR_LAUNCH,
+                             max_budget_hint=27, seed=seed)
+
+
+# ------------------------------------------------------------ SP1 (HyperSack §V-A, Table II)
+SP1_MODELS = {  # model -> (GPU busy fraction at batch 128 on an A100, seconds/epoch at 128)
+    "shufflenet": (0.22, 11.0), "mobilenet": (0.28, 10.0), "vit_tiny": (0.34, 14.0),
+    "deit_tiny": (0.38, 15.0), "resnet18": (0.44, 9.0), "resnet34": (0.50, 13.0),
+}
+SP1_SPACE = {"model": grid(list(SP1_MODELS)), "batch_size": grid([64, 128, 256, 512]),
+             "lr": grid([1e-5, 1e-4, 1e-3, 1e-1])}
+
+
+def sp1_util(cfg: dict[str, Any]) -> float:
+    return min(max(SP1_MODELS[cfg["model"]][0] * (cfg["batch_size"] / 128) ** 0.1, 0.22), 0.5)
+
+
+def sp1() -> InterferenceWorkload:
+    return InterferenceWorkload(
+        SP1_SPACE, rho=1.46, gamma=0.09, alpha=1.0, beta=1.1, launch_overhead=10.0,
+        unit_time=lambda c: SP1_MODELS[c["model"]][1] * (128 / c["batch_size"]) ** 0.5,
+        demand=lambda c: Demand(compute=sp1_util(c), memory_gb=2.0 + c["batch_size"] / 128,
+                                cpus=4.0),
+    )
+
+
+# ----------------------------------------------------------------------------- runner
+def makespan(workload: Any, algorithm: str, allocator: Any, n: int | ClusterSpec, *,
+             seed: int, eps: float, **opts: Any) -> float:
+    exp = nbtune.tune(workload, algorithm=algorithm, metric="loss", allocator=allocator,
+                      runtime=SimRuntime(cluster=n, resize_overhead=eps), seed=seed, **opts)
+    return exp.makespan
+
+
+# HyperSack §V-A: one PowerEdge XE8545 node, 4 A100 80 GB, 88 usable cores
+SP1_NODE = ClusterSpec.homogeneous(4, gpus_per_node=4, kind="A100", memory_gb=80.0,
+                                   cpus_per_node=88.0)
+
+
+def profile_ratio(workload: Any, allocator: str) -> float:
+    """HyperSack §V-D: pick the A100 oversubscription ratio from measured throughput.
+
+    Profiled on half the grid for 4 epochs at r = 1 ... 3, as a user would before
+    the full run (a smaller sample does not fill 4 A100s even at r = 1, so every r
+    looks alike); ``choose_ratio`` keeps the best (the smallest on a plateau).
+    """
+    samples = []
+    for r in (1.0, 1.5, 2.0, 2.5, 3.0):
+        m = makespan(workload, "grid", allocator, SP1_NODE, seed=0, eps=30.0, max_budget=4,
+                     num_trials=48, allocator_options={"oversubscription": {"A100": r}})
+        samples.append((r, 48 * 4 / m))
+    return choose_ratio(samples)
+
+
+def ratio(workload_of, algorithm: str, alloc_of, n: int, seeds, eps: float,
+          **opts: Any) -> tuple[float, float, float]:
+    fifo = [makespan(workload_of(s), algorithm, "fifo", n, seed=s, eps=eps, **opts)
+            for s in seeds]
+    fluid = [makespan(workload_of(s), algorithm, alloc_of(), n, seed=s, eps=eps, **opts)
+             for s in seeds]
+    f, w = statistics.mean(fifo), statistics.mean(fluid)
+    return f, w, f / w
+
+
+def main(quick: bool = False) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    seeds = [0] if quick else [0, 1, 2]
+    figures: dict[str, Any] = {}
+    rows = []
+
+    # c from the marginal benefit of packing at α = 1.24 (profiling.packing_limit): O_th = 0.05
+    # gives 4, O_th = 0.2 gives 2; the smaller c keeps the rungs' critical path short
+    packed = {p: [CIFAR_ALPHA ** (p - 1)] * p for p in range(1, 9)}
+    for th in (0.05, 0.2):
+        c = packing_limit(packed, threshold=th)
+        for algo, opts in (("sync-bohb", dict(max_budget=27, eta=3)),
+                           ("asha", dict(max_budget=27, eta=3, num_trials=64))):
+            f, w, r = ratio(cifar10, algo,
+                            lambda c=c: DynamicFluidAllocator(c=c, d=4, resize_overhead=CIFAR_EPS),
+                            8, seeds, CIFAR_EPS, **opts)
+            figures[f"cifar10_{algo}_c{c}_speedup"] = round(r, 3)
+            key = f"cifar10_{algo}_speedup"
+            figures[key] = max(figures.get(key, 0.0), round(r, 3))
+            rows.append((f"cifar10 {algo} 8 GPUs (O_th {th}: c={c})", "waterfill", f, w, r))
+
+    wl = sp1()
+    fifo = makespan(wl, "grid", "fifo", SP1_NODE, seed=0, eps=30.0, max_budget=15)
+    best = ("waterfill", 0.0)
+    cands: dict[str, tuple[Any, dict[str, Any]]] = {
+        "waterfill": (DynamicFluidAllocator(c=4, d=4, resize_overhead=30.0), {})}
+    for name in ("knapsack-wfd", "knapsack-ffd", "knapsack-wf", "knapsack-ff"):
+        r = profile_ratio(wl, name)
+        figures[f"sp1_{name}_profiled_r"] = r
+        cands[name] = (name, {"oversubscription": {"A100": r}})
+    cands["fluid+knapsack"] = ("fluid+knapsack", {})
+    for name, (alloc, aopts) in cands.items():
+        m = makespan(wl, "grid", alloc, SP1_NODE, seed=0, eps=30.0, max_budget=15,
+                     allocator_options=aopts)
+        rows.append(("sp1 grid 96 jobs 4 A100, 88 cores", name, fifo, m, fifo / m))
+        figures[f"sp1_{name}_speedup"] = round(fifo / m, 3)
+        if fifo / m > best[1]:
+            best = (name, fifo / m)
+    figures["sp1_best_allocator"] = best[0]
+    figures["sp1_speedup"] = round(best[1], 3)
+
+    if TRACES.exists():
+        mps = pd.read_csv(TRACES / "resnet18_mps.csv")
+        alone = pd.read_csv(TRACES / "resnet18_256.csv")
+        t1 = float(alone[(alone.fusion == 1) & (alone.scale == 1)]["speed(s)"].iloc[0])
+        packed = {1: [t1]} | {int(r.MPS): [float(r["speed(s)"])] * int(r.MPS)
+                              for _, r in mps.iterrows()}
+        alpha = fit_alpha(packed)
+        path = TRACES / "ray_trials.csv"
+        hy_fifo = makespan(TraceWorkload.hydro_ray_trials(path, launch_overhead=4.4), "grid",
+                           "fifo", 4, seed=0, eps=10.0, max_budget=50, mode="max")
+        figures.update(hydro_fifo_s=round(hy_fifo, 1), hydro_alpha=round(alpha, 4))
+        for th in (0.05, 0.2):
+            c = packing_limit({p: [t1 * alpha ** (p - 1)] * p for p in range(1, 9)}, th)
+            hy = makespan(TraceWorkload.hydro_ray_trials(path, launch_overhead=4.4, alpha=alpha,
+                                                         beta=1.1),
+                          "grid", DynamicFluidAllocator(c=c, d=4, resize_overhead=10.0), 4,
+                          seed=0, eps=10.0, max_budget=50, mode="max")
+            rows.append((f"hydro ray_trials (alpha {alpha:.3f}, c={c})", "waterfill", hy_fifo,
+                         hy, hy_fifo / hy))
+            figures[f"hydro_waterfill_c{c}_s"] = round(hy, 1)
+            figures[f"hydro_c{c}_speedup"] = round(hy_fifo / hy, 3)
+    else:
+        print(f"  hydro trace skipped: {TRACES} not found")
+
+    print(f"{'workload':44s} {'allocator':15s} {'FIFO s':>10s} {'alloc s':>10s} {'speedup':>8s}")
+    for wname, aname, f, m, r in rows:
+        print(f"{wname:44s} {aname:15s} {f:10.1f} {m:10.1f} {r:8.2f}x")
+    figures["seconds"] = round(time.perf_counter() - t0, 1)
+    goal = {"cifar10_sync-bohb_speedup": 2.0, "cifar10_asha_speedup": 1.3, "sp1_speedup": 2.8}
+    met = all(figures.get(k, 0) >= v for k, v in goal.items())
+    print(json.dumps({"name": "seed_workloads", "figures": figures,
+                      "goal": {k: f">= {v}" for k, v in goal.items()}, "met": met}))
+    return figures
+
+
+if __name__ == "__main__":
+    main(quick="--quick" in sys.argv)

@@ -1,0 +1,136 @@
+"""What a trial needs and how long it will run, as far as an allocator can tell from the view.
+
+Knapsack placement needs each trial's :class:`~nbtune.core.resources.Demand`
+(HyperSack §III: compute share, GPU memory, CPU cores) and, for the
+"decreasing" policies, its expected runtime. Both come from whatever the
+engine was given as hints, in a fixed order so the answer is predictable:
+
+demand:  the job history, ``hints["profiles"]`` (a
+         :class:`~nbtune.allocators.profiling.ProfileStore`, looked up by
+         :func:`~nbtune.allocators.profiling.model_signature` of the config,
+         as HyperSack's Sampler does) → ``hints["workload"].demand`` (the
+         simulator's model; ``None`` means "don't know") → :data:`DEFAULT_DEMAND`.
+runtime: remaining budget × seconds per unit: the unit time the engine
+         measured → the profile's → ``hints["workload"].unit_time`` → 1
+         (then trials are ordered by remaining budget).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nbtune.allocators.base import SchedulingView
+from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
+from nbtune.core.resources import Demand
+
+__all__ = ["DEFAULT_DEMAND", "DemandLookup", "trial_demand", "expected_runtime",
+           "expected_runtimes"]
+
+#: a trial nothing is known about takes a whole GPU, no memory or CPU accounted
+DEFAULT_DEMAND = Demand()
+
+
+def _profile(view: SchedulingView, config: Mapping[str, Any]) -> Profile | None:
+    store = view.hints.get("profiles")
+    if store is None or not isinstance(store, ProfileStore):
+        return None
+    return store.get(model_signature(config))
+
+
+def _valid(d: Any, trial_id: int, source: str) -> Demand:
+    if not isinstance(d, Demand):
+        raise TypeError(
+            f"{source} gave {type(d).__name__} for trial {trial_id}, expected "
+            "nbtune.core.resources.Demand or None"
+        )
+    if not d.compute > 0 or d.memory_gb < 0 or d.cpus < 0:
+        raise ValueError(
+            f"trial {trial_id}: demand {d} from {source} is invalid: compute must be > 0, "
+            "memory_gb and cpus >= 0"
+        )
+    return d
+
+
+def trial_demand(
+    view: SchedulingView,
+    trial_id: int,
+    config: Mapping[str, Any],
+    default: Demand = DEFAULT_DEMAND,
+) -> Demand:
+    """The trial's demand from the first hint source that knows it, else ``default``."""
+    prof = _profile(view, config)
+    if prof is not None:
+        return _valid(prof.demand, trial_id, 'hints["profiles"]')
+    model = view.hints.get("workload")
+    if model is not None:
+        d = model.demand(trial_id, config)
+        if d is not None:
+            return _valid(d, trial_id, 'hints["workload"].demand')
+    return default
+
+
+def expected_runtime(view: SchedulingView, trial_id: int, config: Mapping[str, Any],
+                     budget: float) -> float:
+    """Seconds the trial needs to reach ``budget`` from where it is (for ordering only).
+
+    The measured unit time was taken at whatever width the trial last ran;
+    the "decreasing" policies only compare trials, so it is used as is.
+    """
+    return expected_runtimes(view, [(trial_id, config, budget)])[0]
+
+
+def expected_runtimes(
+    view: SchedulingView, trials: Iterable[tuple[int, Mapping[str, Any], float]]
+) -> list[float]:
+    """:func:`expected_runtime` for many ``(trial_id, config, budget)`` at once (hints read once)."""
+    store = view.hints.get("profiles")
+    if store is not None and not isinstance(store, ProfileStore):
+        store = None
+    model = view.hints.get("workload")
+    out = []
+    for tid, config, budget in trials:
+        remaining = max(budget - view.trial(tid).budget_used, 0.0)
+        measured = view.unit_time(tid)
+        if measured is not None:
+            out.append(remaining * measured[0])
+            continue
+        if store is not None:
+            prof = store.get(model_signature(config))
+            if prof is not None and prof.unit_time:
+                out.append(remaining * prof.unit_time)
+                continue
+        if model is not None:
+            out.append(remaining * float(model.unit_time(tid, config)))
+        else:
+            out.append(remaining)
+    return out
+
+
+class DemandLookup:
+    """:func:`trial_demand` with a memory, for allocators that ask on every engine event.
+
+    A simulator's workload model is deterministic, so a trial's demand is
+    remembered for as long as its config is unchanged (PBT may hand a trial
+    new hyperparameters) and the model is the same object. A profile store
+    can learn at any time, so with ``hints["profiles"]`` every call asks again.
+    """
+
+    def __init__(self, default: Demand = DEFAULT_DEMAND) -> None:
+        self.default = default
+        self._model: Any = None
+        self._memo: dict[int, tuple[Mapping[str, Any], Demand]] = {}
+
+    def __call__(self, view: SchedulingView, trial_id: int, config: Mapping[str, Any]) -> Demand:
+        hints = view.hints
+        if hints.get("profiles") is not None:
+            return trial_demand(view, trial_id, config, self.default)
+        model = hints.get("workload")
+        if model is not self._model:
+            self._model, self._memo = model, {}
+        hit = self._memo.get(trial_id)
+        if hit is not None and (hit[0] is config or hit[0] == config):
+            return hit[1]
+        d = trial_demand(view, trial_id, config, self.default)
+        self._memo[trial_id] = (config, d)
+        return d

@@ -1,0 +1,403 @@
+"""Fluid's allocators (MLSys '21 §4): StaticFluid for new trials, DynamicFluid for freed GPUs.
+
+* :class:`StaticFluidAllocator` (registry ``"waterfill-static"``): new trials
+  are water-filled onto the idle GPUs (Alg. 1): width ∝ remaining work,
+  fractions packed up to ``c`` per GPU, wide trials on up to ``d`` GPUs.
+  Running trials are never touched.
+* :class:`DynamicFluidAllocator` (registry ``"waterfill"``): the same for new
+  trials, and whenever GPUs free up with nothing left to launch (a trial
+  ends, stragglers at a stage barrier, the cluster grows) the plan w' is
+  recomputed over everything running and a trial is resized only where it
+  pays after the resize cost ε (Alg. 2): up if h(w') + ε < h(w), down if
+  w'(h(w') + ε) < w·h(w). Fluid the system is both together, so ``"waterfill"``
+  names this one.
+
+Estimates: h_i1 is remaining budget × seconds per unit on one GPU. Seconds
+per unit come from the engine's measurement (``view.unit_time``, converted
+to width 1 through the overhead model), else a profile in the
+``ProfileStore`` the runtime put in ``view.hints["profiles"]``, else the
+workload prior the simulator puts in ``view.hints["workload"]``, else the
+mean of the other live trials, else 1. Nothing here knows which runtime runs
+it. Deviations from the paper, each for a stated reason: spare GPUs the floor
+leaves are handed out (:func:`~nbtune.allocators.waterfill.fill_leftover`);
+all live trials form one pool (asynchronous algorithms submit one-trial
+groups whose makespans are not independent); a scale-down is applied only
+when a scale-up in the same plan needs what it frees (alone it would pay ε
+to free a GPU nobody takes); fractions whose neighbours left widen to share
+their GPU (1/k each), under the same ε test, instead of idling the rest of it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
+from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
+from nbtune.core.resources import Placement, width
+from nbtune.workloads.base import OverheadModel
+
+__all__ = ["StaticFluidAllocator", "DynamicFluidAllocator", "FluidEstimator"]
+
+_TOL = 1e-9
+
+
+class FluidEstimator:
+    """h_i1 and h_{i,w} for live trials from what a :class:`SchedulingView` offers."""
+
+    def __init__(
+        self,
+        view: SchedulingView,
+        *,
+        alpha: float | None = None,
+        beta: float | None = None,
+        signature_keys: Iterable[str] | None = None,
+    ) -> None:
+        self.view = view
+        self.fixed = None if alpha is None and beta is None else OverheadModel(alpha or 1.0,
+                                                                              beta or 1.0)
+        self.keys = None if signature_keys is None else list(signature_keys)
+        hints = view.hints
+        self.workload = hints.get("workload")
+        store = hints.get("profiles")
+        self.store: ProfileStore | None = store if isinstance(store, ProfileStore) else None
+        self._h1: dict[int, float] = {}
+        self._oh: dict[int, OverheadModel] = {}
+
+    def _profile(self, tid: int) -> Profile | None:
+        if self.store is None:
+            return None
+        try:
+            return self.store.get(model_signature(self.view.trial(tid).config, self.keys))
+        except KeyError:
+            return None
+
+    def overhead(self, tid: int) -> OverheadModel:
+        oh = self._oh.get(tid)
+        if oh is None:
+            prof = self._profile(tid)
+            if self.fixed is not None:
+                oh = self.fixed
+            elif prof is not None:
+                oh = prof.overhead
+            elif self.workload is not None and hasattr(self.workload, "overhead"):
+                oh = self.workload.overhead(self.view.trial(tid).config)
+            else:
+                oh = OverheadModel()
+            self._oh[tid] = oh
+        return oh
+
+    def unit_time(self, tid: int) -> float | None:
+        """Seconds per budget unit alone on one GPU, or None if nothing is known."""
+        seen = self.view.unit_time(tid)
+        if seen is not None and seen[0] > 0 and seen[1] > 0:
+            return seen[0] / self.overhead(tid).factor(seen[1])
+        prof = self._profile(tid)
+        if prof is not None and prof.unit_time:
+            return prof.unit_time
+        if self.workload is not None and hasattr(self.workload, "unit_time"):
+            t = self.view.trial(tid)
+            return float(self.workload.unit_time(tid, t.config))
+        return None
+
+    def remaining(self, tid: int, target: float) -> float:
+        """Budget left to ``target``, counting progress since the last report when it is known."""
+        t = self.view.trial(tid)
+        left = target - t.budget_used
+        seen = self.view.unit_time(tid)
+        pl = self.view.running.get(tid)
+        if seen is not None and pl is not None and t.results and seen[0] > 0:
+            last_t = t.results[-1][0]
+            if last_t >= t.share_since - _TOL and abs(width(pl) - seen[1]) < 1e-6:
+                left -= max(self.view.time - last_t, 0.0) / seen[0]
+        return max(left, 1e-6 * max(target, 1.0))
+
+    def h1(self, targets: Mapping[int, float]) -> dict[int, float]:
+        """Remaining runtime at width 1 for each ``{trial_id: target budget}``."""
+        units = {tid: self.unit_time(tid) for tid in targets}
+        known = [u for u in units.values() if u is not None]
+        fallback = sum(known) / len(known) if known else 1.0
+        out = {}
+        for tid, target in targets.items():
+            u = units[tid] if units[tid] is not None else fallback
+            out[tid] = self._h1[tid] = self.remaining(tid, target) * u
+        return out
+
+    def runtime(self, tid: int, w: float) -> float:
+        """h_{i,w}: remaining time at width ``w`` (call :meth:`h1` first)."""
+        return self._h1[tid] * self.overhead(tid).factor(w)
+
+
+class StaticFluidAllocator(BaseAllocator):
+    """StaticFluid (Alg. 1): water-fill pending trials onto the idle GPUs; never resize.
+
+    ``c``: most trials packed on one GPU; ``d``: most GPUs per trial (both
+    from profiling, :mod:`nbtune.allocators.profiling`). ``alpha``/``beta``
+    override the overhead model for every trial (else profile or workload
+    prior). ``concurrency`` caps live trials (Fluid §6.2.2 runs ASHA at a fixed
+    concurrency regardless of GPUs); by default every free packing slot
+    (``c`` per idle GPU) may start a trial. ``fill`` hands out the GPUs
+    Alg. 1's floor leaves spare. ``profiles`` is a ProfileStore used when the
+    runtime puts none in the hints; ``signature_keys`` name the config entries
+    that identify a model for it.
+    """
+
+    name = "waterfill-static"
+
+    def __init__(
+        self,
+        *,
+        c: int = 4,
+        d: int = 4,
+        alpha: float | None = None,
+        beta: float | None = None,
+        concurrency: int | None = None,
+        fill: bool = True,
+        resize_overhead: float = 0.0,
+        profiles: ProfileStore | None = None,
+        signature_keys: Iterable[str] | None = None,
+    ) -> None:
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise ValueError(f"c (trials per GPU) must be an integer >= 1, got {c!r}")
+        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+            raise ValueError(f"d (GPUs per trial) must be an integer >= 1, got {d!r}")
+        if concurrency is not None and (not isinstance(concurrency, int) or concurrency < 1):
+            raise ValueError(f"concurrency must be an integer >= 1 or None, got {concurrency!r}")
+        if not (resize_overhead >= 0 and math.isfinite(resize_overhead)):
+            raise ValueError(f"resize_overhead (epsilon, seconds) must be >= 0, got "
+                             f"{resize_overhead!r}")
+        for nm, v in (("alpha", alpha), ("beta", beta)):
+            if v is not None and not v >= 1:
+                raise ValueError(f"{nm} must be >= 1 (1 = no overhead), got {v!r}")
+        self.c, self.d = c, d
+        self.alpha, self.beta = alpha, beta
+        self.concurrency = concurrency
+        self.fill = fill
+        self.resize_overhead = float(resize_overhead)
+        self.profiles = profiles
+        self.signature_keys = None if signature_keys is None else list(signature_keys)
+
+    @classmethod
+    def from_profile(cls, profile: Profile, **kwargs: Any) -> StaticFluidAllocator:
+        """An allocator whose c, d, α, β come from a profiling run."""
+        kwargs.setdefault("c", profile.c)
+        kwargs.setdefault("d", profile.d)
+        kwargs.setdefault("alpha", profile.alpha)
+        kwargs.setdefault("beta", profile.beta)
+        return cls(**kwargs)
+
+    # ------------------------------------------------------------ helpers
+    def estimator(self, view: SchedulingView) -> FluidEstimator:
+        if self.profiles is not None and "profiles" not in view.hints:
+            view = _WithHints(view, {**view.hints, "profiles": self.profiles})
+        return FluidEstimator(view, alpha=self.alpha, beta=self.beta,
+                              signature_keys=self.signature_keys)
+
+    def _caps(self, view: SchedulingView) -> dict[int, float]:
+        return {g.gpu_id: self.max_share(view, g.gpu_id) for g in view.cluster.gpus}
+
+    def _limit(self, view: SchedulingView) -> int | None:
+        caps = [x for x in (view.max_concurrent, self.concurrency) if x is not None]
+        return min(caps) if caps else None
+
+    # ------------------------------------------------------------ protocol
+    def capacity(self, view: SchedulingView) -> int:
+        """Free packing slots: ``c`` per idle GPU plus room left on GPUs shared by fractions.
+
+        This is how many trials the algorithm is asked for: asynchronous
+        algorithms (ASHA) then run up to ``c`` times as many trials as GPUs,
+        which is where packing's throughput comes from.
+        """
+        counts: dict[int, int] = {}
+        for pl in view.running.values():
+            for g, _ in pl:
+                counts[g] = counts.get(g, 0) + 1
+        slots = 0
+        for g in view.cluster.gpus:
+            load = view.gpu_load.get(g.gpu_id, 0.0)
+            if load <= _TOL:
+                slots += self.c
+            elif load + 1.0 / self.c <= self.max_share(view, g.gpu_id) + _TOL:
+                slots += max(self.c - counts.get(g.gpu_id, 0), 0)
+        limit = self._limit(view)
+        if limit is not None:
+            slots = min(slots, max(limit - len(view.running), 0))
+        return slots
+
+    def allocate(self, view: SchedulingView) -> Allocation:
+        est = self.estimator(view)
+        return Allocation(launch=self._static(view, est))
+
+    def _static(self, view: SchedulingView, est: FluidEstimator) -> dict[int, Placement]:
+        pending = list(view.pending)
+        limit = self._limit(view)
+        if limit is not None:
+            pending = pending[: max(limit - len(view.running), 0)]
+        if not pending:
+            return {}
+        h1 = est.h1({s.trial_id: s.budget for s in pending})
+        n_idle = len(view.idle_gpus)
+        widths = fluid_widths(h1, n_idle, self.c, self.d)
+        if self.fill:
+            widths = fill_leftover(widths, est.runtime, n_idle, self.c, self.d)
+        return place_widths(widths, view.cluster, view.running, c=self.c,
+                            max_share=self._caps(view), shrink_to_fit=True)
+
+
+class DynamicFluidAllocator(StaticFluidAllocator):
+    """DynamicFluid (Alg. 2) on top of StaticFluid: resize running trials when GPUs free up.
+
+    ``resize_overhead`` is ε in seconds, what one resize costs the trial
+    (checkpoint, restart workers); set it to what the runtime pays.
+    """
+
+    name = "waterfill"
+
+    def allocate(self, view: SchedulingView) -> Allocation:
+        est = self.estimator(view)
+        launch = self._static(view, est)
+        if len(launch) < len(view.pending):
+            return Allocation(launch=launch)  # pending trials first; resize only when none wait
+        return Allocation(launch=launch, resize=self._dynamic(view, est, launch))
+
+    def plan(self, view: SchedulingView, est: FluidEstimator) -> dict[int, float]:
+        """w' for every running trial (Alg. 2 line 4 over the whole cluster, spare GPUs filled)."""
+        targets = {tid: view.trial(tid).target_budget for tid in view.running}
+        h1 = est.h1(targets)
+        n = view.cluster.n_gpus
+        widths = fluid_widths(h1, n, self.c, self.d)
+        if self.fill:
+            widths = fill_leftover(widths, est.runtime, n, self.c, self.d)
+        return widths
+
+    def pays(self, est: FluidEstimator, tid: int, w: float, w_new: float) -> bool:
+        """Alg. 2's test: is resizing from ``w`` to ``w_new`` worth ε?"""
+        eps = self.resize_overhead
+        h_old, h_new = est.runtime(tid, w), est.runtime(tid, w_new)
+        if w_new > w + _TOL:
+            return h_new + eps < h_old - _TOL
+        if w_new < w - _TOL:
+            return w_new * (h_new + eps) < w * h_old - _TOL
+        return False
+
+    def _dynamic(
+        self, view: SchedulingView, est: FluidEstimator, launch: Mapping[int, Placement]
+    ) -> dict[int, Placement]:
+        if not view.running:
+            return {}
+        target = self.plan(view, est)
+        current = {tid: width(pl) for tid, pl in view.running.items()}
+        ups = [t for t, w in target.items() if w > current[t] + _TOL]
+        held: dict[int, Placement] = {**view.running, **launch}
+        caps = self._caps(view)
+        resize: dict[int, Placement] = {}
+        short = self._grow(view, est, ups, target, current, held, caps, resize)
+        shrunk: set[int] = set()
+        if short:  # scale-downs only to feed scale-ups that lack GPUs (alone they free idle GPUs)
+            downs = [t for t, w in target.items() if w < current[t] - _TOL
+                     and self.pays(est, t, current[t], w)]
+            before_held, before_resize = dict(held), dict(resize)
+            for tid in downs:
+                pl = place_widths({tid: target[tid]}, view.cluster, held, c=self.c,
+                                  max_share=caps)[tid]
+                if pl != held[tid]:
+                    held[tid] = resize[tid] = pl
+                    shrunk.add(tid)
+            widths_before = {t: width(held[t]) for t in short}
+            self._grow(view, est, short, target, current, held, caps, resize)
+            if all(abs(width(held[t]) - widths_before[t]) < _TOL for t in short):
+                held, resize, shrunk = before_held, before_resize, set()
+        return self._spread(view, est, held, caps, resize, shrunk)
+
+    def _grow(
+        self,
+        view: SchedulingView,
+        est: FluidEstimator,
+        ups: list[int],
+        target: Mapping[int, float],
+        current: Mapping[int, float],
+        held: dict[int, Placement],
+        caps: Mapping[int, float],
+        resize: dict[int, Placement],
+    ) -> list[int]:
+        """Scale-ups in non-increasing h order (the longest trial chooses first).
+
+        Each takes the widest step toward w' that both fits now and pays after
+        ε; returns the trials still short of w'.
+        """
+        short = []
+        for tid in ups:
+            for w_new in _steps_down(target[tid], current[tid]):
+                if w_new <= width(held[tid]) + _TOL:
+                    break
+                if not self.pays(est, tid, current[tid], w_new):
+                    break  # smaller steps pay even less
+                pl = place_widths({tid: w_new}, view.cluster, held, c=self.c,
+                                  max_share=caps)[tid]
+                if abs(width(pl) - w_new) < 1e-6 and pl != held[tid]:
+                    held[tid] = resize[tid] = pl
+                    break
+            if width(held[tid]) < target[tid] - _TOL:
+                short.append(tid)
+        return short
+
+    def _spread(
+        self,
+        view: SchedulingView,
+        est: FluidEstimator,
+        held: dict[int, Placement],
+        caps: Mapping[int, float],
+        resize: dict[int, Placement],
+        shrunk: Collection[int] = (),
+    ) -> dict[int, Placement]:
+        """Let fractions on a GPU nobody else wants share all of it (1/k each for k of them).
+
+        Trials packed at 1/c stay at 1/c after their neighbours leave; the rest
+        of the GPU then idles while they run α^(c−1) times slower than they
+        could. Each of the k left gets 1/k, where that pays after ε like any
+        scale-up (on the same GPU: nothing moves). Trials scaled down in this
+        round (``shrunk``) are left alone: that would undo a step Alg. 2 took.
+        """
+        on_gpu: dict[int, list[int]] = {}
+        for tid, pl in held.items():
+            for g, _ in pl:
+                on_gpu.setdefault(g, []).append(tid)
+        for g, tids in on_gpu.items():
+            if any(len(held[t]) != 1 or held[t][0][1] >= 1 - _TOL for t in tids):
+                continue  # a whole-GPU trial is there (or a trial spans GPUs)
+            if any(t not in view.running or t in shrunk for t in tids):
+                continue  # just launched or just scaled down: leave it as placed
+            share = min(caps.get(g, 1.0), 1.0) / len(tids)
+            if all(held[t][0][1] >= share - _TOL for t in tids):
+                continue
+            if all(self.pays(est, t, held[t][0][1], share) for t in tids):
+                for t in tids:
+                    held[t] = resize[t] = ((g, share),)
+        # a trial scaled down and spread back to where it was has not moved at all
+        return {t: pl for t, pl in resize.items() if pl != view.running.get(t)}
+
+
+def _steps_down(w_target: float, w_now: float) -> list[float]:
+    """Widths to try for a scale-up, largest first: w', w'−1, …, down to just above ``w_now``."""
+    out = [w_target]
+    k = math.floor(w_target + _TOL) - 1
+    while k > w_now + _TOL and k >= 1:
+        out.append(float(k))
+        k -= 1
+    return out
+
+
+class _WithHints:
+    """A view with extra hints (a ProfileStore given to the allocator rather than the runtime)."""
+
+    def __init__(self, view: SchedulingView, hints: Mapping[str, Any]) -> None:
+        self._view, self._hints = view, hints
+
+    @property
+    def hints(self) -> Mapping[str, Any]:
+        return self._hints
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)

@@ -1,0 +1,279 @@
+"""HyperSack's knapsack allocators: pack pending trials onto GPUs by compute, memory and CPUs.
+
+Each GPU is a knapsack (HyperSack §IV-A). Share semantics, chosen so that the
+engine's own bookkeeping *is* the knapsack's compute constraint: a trial
+placed by these allocators holds ``share = Demand.compute`` of one GPU, and
+:meth:`KnapsackAllocator.max_share` returns the GPU kind's oversubscription
+ratio r, so the engine's ``validate=True`` check (sum of shares ≤ max_share)
+is exactly HyperSack's constraint (2), Σ c_p ≤ r·C. Memory (3) and node CPU
+cores (4) are checked here from the trials' demands. A trial whose share
+covers its demand runs at full speed in the simulator
+(:meth:`nbtune.workloads.base.WorkloadModel.rate` measures Fluid's packing
+overhead against the demand); the slowdown of oversubscription itself is a
+neighbor-sensitive workload's business (``nbtune/workloads/interference.py``).
+
+Demand is per GPU the trial occupies, the same on every GPU kind (HyperSack
+profiles per architecture; a profile hint may later return kind-specific
+numbers). Speed enters through the policies: first fit fills the fastest
+GPUs first, worst fit weighs free compute by speed (see :mod:`.mkp`).
+
+Running trials stay where they are: their shares, memory and CPUs are
+subtracted first and only pending trials are placed (no resizes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.demand import DEFAULT_DEMAND, DemandLookup, expected_runtimes
+from nbtune.allocators.mkp import POLICIES, pack
+from nbtune.allocators.oversubscription import DEFAULT_RATIO
+from nbtune.allocators.swaps import improve_by_swaps
+from nbtune.core.resources import ClusterSpec, Demand
+
+__all__ = [
+    "ClusterRoom",
+    "cluster_room",
+    "KnapsackAllocator",
+    "KnapsackFF",
+    "KnapsackFFD",
+    "KnapsackWF",
+    "KnapsackWFD",
+]
+
+
+@dataclass
+class ClusterRoom:
+    """What is left on each GPU (arrays in ``cluster.gpus`` order) once running trials are counted."""
+
+    gpu_ids: list[int]
+    ratio: np.ndarray  # oversubscription ratio of each GPU
+    compute: np.ndarray  # ratio - placed shares
+    memory: np.ndarray  # GB left
+    gpu_node: np.ndarray  # node index of each GPU
+    node_cpus: np.ndarray  # cores left per node
+    speed: np.ndarray
+    nodes: list[str]
+
+
+def _check_ratios(ratios: Mapping[str, float]) -> dict[str, float]:
+    out = {}
+    for kind, r in ratios.items():
+        if not float(r) > 0:
+            raise ValueError(f"oversubscription ratio for GPU kind {kind!r} must be > 0, got {r}")
+        out[str(kind)] = float(r)
+    return out
+
+
+def cluster_room(
+    view: SchedulingView,
+    ratios: Mapping[str, float],
+    demand_of: DemandLookup | None = None,
+) -> ClusterRoom:
+    """Remaining compute, memory and CPUs per GPU/node after the running trials' demands."""
+    demand_of = demand_of or DemandLookup()
+    cluster: ClusterSpec = view.cluster
+    gpus = cluster.gpus
+    nodes = list(dict.fromkeys(g.node for g in gpus))
+    node_ix = {n: i for i, n in enumerate(nodes)}
+    pos = {g.gpu_id: i for i, g in enumerate(gpus)}
+    ratio = np.array([ratios.get(g.kind, DEFAULT_RATIO) for g in gpus], dtype=float)
+    load = view.gpu_load
+    compute = ratio - np.array([load.get(g.gpu_id, 0.0) for g in gpus], dtype=float)
+    memory = np.array([g.memory_gb for g in gpus], dtype=float)
+    gpu_node = np.array([node_ix[g.node] for g in gpus], dtype=np.int64)
+    node_cpus = np.array([float(cluster.node_cpus.get(n, 0.0)) for n in nodes], dtype=float)
+    for tid, placement in view.running.items():
+        d = demand_of(view, tid, view.trial(tid).config)
+        for g, _ in placement:
+            i = pos.get(g)
+            if i is None:
+                continue
+            memory[i] -= d.memory_gb
+            node_cpus[gpu_node[i]] -= d.cpus
+    speed = np.array([g.speed for g in gpus], dtype=float)
+    return ClusterRoom([g.gpu_id for g in gpus], ratio, compute, memory, gpu_node, node_cpus,
+                       speed, nodes)
+
+
+class KnapsackAllocator(BaseAllocator):
+    """Place pending trials one per GPU share by a HyperSack policy (ff, ffd, wf, wfd).
+
+    ``oversubscription`` maps a GPU kind to its ratio r (pick it from profiling
+    with :func:`nbtune.allocators.oversubscription.choose_ratios`); kinds not
+    listed, and everything when it is None and the engine has no
+    ``hints["oversubscription"]``, get r = 1. ``default_demand`` is assumed
+    for trials no hint knows. ``refine=True`` follows the policy with a swap
+    pass (:mod:`nbtune.allocators.swaps`) that closes most of the gap to the
+    optimal packing, at the cost of the policy's order at the margin.
+    """
+
+    name = "knapsack"
+    policy = "wfd"
+
+    def __init__(
+        self,
+        policy: str | None = None,
+        *,
+        oversubscription: Mapping[str, float] | None = None,
+        default_demand: Demand = DEFAULT_DEMAND,
+        refine: bool = False,
+    ) -> None:
+        if policy is not None:
+            if policy not in POLICIES:
+                raise ValueError(f"unknown knapsack policy {policy!r}; choose one of {POLICIES}")
+            self.policy = policy
+            self.name = f"knapsack-{policy}"
+        self._ratios = None if oversubscription is None else _check_ratios(oversubscription)
+        if not default_demand.compute > 0:
+            raise ValueError(f"default_demand.compute must be > 0, got {default_demand}")
+        self.default_demand = default_demand
+        self.demand_of = DemandLookup(default_demand)
+        self.refine = bool(refine)
+        self._kinds: tuple[ClusterSpec | None, dict[int, str]] = (None, {})
+        self._hinted: tuple[Mapping[str, float] | None, dict[str, float]] = (None, {})
+
+    # ------------------------------------------------------------ helpers
+    def ratios(self, view: SchedulingView) -> dict[str, float]:
+        """The kind -> r mapping in force: the constructor's, else ``hints["oversubscription"]``."""
+        if self._ratios is not None:
+            return self._ratios
+        hinted = view.hints.get("oversubscription")
+        if hinted is None:
+            return {}
+        if self._hinted[0] is not hinted:  # checked once per mapping the engine holds
+            self._hinted = (hinted, _check_ratios(hinted))
+        return self._hinted[1]
+
+    def _kind_of(self, view: SchedulingView, gpu_id: int) -> str:
+        cluster, kinds = self._kinds
+        if cluster is not view.cluster:
+            kinds = {g.gpu_id: g.kind for g in view.cluster.gpus}
+            self._kinds = (view.cluster, kinds)
+        return kinds.get(gpu_id, "")
+
+    def max_share(self, view: SchedulingView, gpu_id: int) -> float:
+        return self.ratios(view).get(self._kind_of(view, gpu_id), DEFAULT_RATIO)
+
+    def _room_for_concurrency(self, view: SchedulingView) -> int | None:
+        if view.max_concurrent is None:
+            return None
+        return max(view.max_concurrent - len(view.running), 0)
+
+    # ------------------------------------------------------------ protocol
+    def capacity(self, view: SchedulingView) -> int:
+        """An estimate of how many trials fit in what is free, sized by the trials known so far.
+
+        Trials the algorithm has not created yet have no demand; the mean of the
+        running and pending trials' demands (or ``default_demand``) stands in.
+        Never less than the number of idle GPUs, so the cluster cannot sit idle.
+        """
+        room = cluster_room(view, self.ratios(view), self.demand_of)
+        known = [self.demand_of(view, s.trial_id, s.config) for s in view.pending] + [
+            self.demand_of(view, tid, view.trial(tid).config) for tid in view.running
+        ]
+        if known:
+            c = float(np.mean([d.compute for d in known]))
+            m = float(np.mean([d.memory_gb for d in known]))
+            q = float(np.mean([d.cpus for d in known]))
+        else:
+            d = self.default_demand
+            c, m, q = d.compute, d.memory_gb, d.cpus
+        per_gpu = np.floor(np.maximum(room.compute, 0.0) / c + 1e-9)
+        if m > 0:
+            per_gpu = np.minimum(per_gpu, np.floor(np.maximum(room.memory, 0.0) / m + 1e-9))
+        est = int(per_gpu.sum())
+        if q > 0:
+            est = min(est, int(np.floor(np.maximum(room.node_cpus, 0.0) / q + 1e-9).sum()))
+        est = max(est, len(view.idle_gpus))
+        cap = self._room_for_concurrency(view)
+        return est if cap is None else min(est, cap)
+
+    def allocate(self, view: SchedulingView) -> Allocation:
+        pending = list(view.pending)
+        cap = self._room_for_concurrency(view)
+        if not pending or cap == 0:
+            return Allocation()
+        room = cluster_room(view, self.ratios(view), self.demand_of)
+        demands = [self.demand_of(view, s.trial_id, s.config) for s in pending]
+        self._check_fits(view, room, pending, demands)
+        runtime = None
+        if self.policy.endswith("d"):
+            runtime = expected_runtimes(view, ((s.trial_id, s.config, s.budget) for s in pending))
+        where = pack(
+            [d.compute for d in demands], [d.memory_gb for d in demands],
+            [d.cpus for d in demands], room.compute, room.memory, room.gpu_node,
+            room.node_cpus, policy=self.policy, runtime=runtime, speed=room.speed,
+        )
+        if self.refine:
+            where = improve_by_swaps(
+                where, [d.compute for d in demands], [d.memory_gb for d in demands],
+                [d.cpus for d in demands], room.compute, room.memory, room.gpu_node,
+                room.node_cpus,
+            )
+        placed = np.flatnonzero(where >= 0)
+        if cap is not None and len(placed) > cap:
+            # keep the first ``cap`` in the order the policy considered them
+            rank = np.empty(len(pending), dtype=np.int64)
+            order = (np.argsort(-np.asarray(runtime), kind="stable") if runtime is not None
+                     else np.arange(len(pending)))
+            rank[order] = np.arange(len(pending))
+            placed = placed[np.argsort(rank[placed], kind="stable")][:cap]
+        launch = {
+            pending[i].trial_id: ((room.gpu_ids[where[i]], demands[i].compute),)
+            for i in placed.tolist()
+        }
+        return Allocation(launch=launch)
+
+    def _check_fits(self, view: SchedulingView, room: ClusterRoom, pending: list,
+                    demands: list[Demand]) -> None:
+        """A trial no empty GPU could ever hold would wait forever: say so now.
+
+        Checked per dimension (the largest ratio, memory and node), which catches
+        the usual mistakes cheaply; a demand that fits each dimension only on a
+        different GPU is left to the engine's "placed none" error.
+        """
+        cluster = view.cluster
+        top_c = float(room.ratio.max())
+        top_m = max(g.memory_gb for g in cluster.gpus)
+        top_q = max((float(cluster.node_cpus.get(n, 0.0)) for n in room.nodes), default=0.0)
+        for spec, d in zip(pending, demands, strict=True):
+            if d.compute > top_c + 1e-9 or d.memory_gb > top_m + 1e-9 or d.cpus > top_q + 1e-9:
+                raise ValueError(
+                    f"trial {spec.trial_id} needs {d}, more than any GPU of this cluster "
+                    f"offers (compute r={top_c:g}, memory {top_m:g} GB, node CPUs "
+                    f"{top_q:g}): lower its demand, raise the oversubscription ratio, or "
+                    "add bigger GPUs"
+                )
+
+
+class KnapsackFF(KnapsackAllocator):
+    """HyperSack first fit."""
+
+    name = "knapsack-ff"
+    policy = "ff"
+
+
+class KnapsackFFD(KnapsackAllocator):
+    """HyperSack first fit, longest expected runtime first."""
+
+    name = "knapsack-ffd"
+    policy = "ffd"
+
+
+class KnapsackWF(KnapsackAllocator):
+    """HyperSack worst fit: the GPU with the most free compute."""
+
+    name = "knapsack-wf"
+    policy = "wf"
+
+
+class KnapsackWFD(KnapsackAllocator):
+    """HyperSack worst fit, longest expected runtime first (the paper's best policy)."""
+
+    name = "knapsack-wfd"
+    policy = "wfd"

@@ -1,0 +1,160 @@
+"""Profiling: c from marginal benefit, d and β from scaling, α from packing, the profile store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nbtune.allocators import StaticFluidAllocator
+from nbtune.allocators.fluid import FluidEstimator
+from nbtune.allocators.profiling import (
+    InMemoryProfileStore,
+    Profile,
+    ProfileStore,
+    fit_alpha,
+    fit_beta,
+    interpolate_latency,
+    marginal_benefit,
+    model_signature,
+    packing_limit,
+    profile_from_measurements,
+    sample_iterations,
+    scaling_limit,
+)
+from nbtune.core.resources import ClusterSpec
+from nbtune.core.trial import Trial, TrialSpec
+from tests.allocators.fluid_views import View
+
+TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "hydro-artifact"
+
+
+def packed_times(alpha: float, pmax: int, t1: float = 0.1) -> dict[int, list[float]]:
+    """Per-iteration times of p trials packed at w = 1/p under h = h1·α^(1/w − 1)."""
+    return {p: [t1 * alpha ** (p - 1)] * p for p in range(1, pmax + 1)}
+
+
+def test_marginal_benefit_formula():
+    # second trial free: O^2 = 1/2; no benefit at all: the pair takes twice as long
+    assert marginal_benefit({1: [1.0], 2: [1.0, 1.0]})[2] == pytest.approx(0.5)
+    assert marginal_benefit({1: [1.0], 2: [2.0, 2.0]})[2] == pytest.approx(0.0)
+    o = marginal_benefit(packed_times(1.24, 5))
+    assert o[3] == pytest.approx(1 - 2 / 3 * 1.24)
+
+
+def test_packing_limit_is_the_inflection_point():
+    # α = 1.24 (ResNet-18 under MPS): O^4 = 0.07 > 0.05, O^5 = 0.008 -> c = 4
+    assert packing_limit(packed_times(1.24, 8), threshold=0.05) == 4
+    assert packing_limit(packed_times(1.24, 8), threshold=0.1) == 3
+    assert packing_limit(packed_times(2.5, 8)) == 1  # packing never pays
+    # a later lucky measurement does not revive packing past the first failure
+    t = packed_times(1.24, 5) | {6: [0.01] * 6}
+    assert packing_limit(t) == 4
+
+
+@given(st.floats(1.0, 2.0), st.integers(2, 10))
+def test_alpha_is_recovered_and_c_matches_the_closed_form(alpha, pmax):
+    t = packed_times(alpha, pmax)
+    assert fit_alpha(t) == pytest.approx(alpha, rel=1e-9)
+    # c is the last p whose O^p = 1 − (p−1)/p·α clears the threshold, as §4.2.2 defines it
+    c = packing_limit(t, 0.05)
+    for p in range(2, c + 1):
+        assert 1 - (p - 1) / p * alpha > 0.05
+    if c < pmax:
+        assert 1 - c / (c + 1) * alpha <= 0.05
+
+
+@given(st.floats(1.0, 1.5), st.sampled_from([[1, 2], [1, 2, 4], [1, 2, 4, 8]]))
+def test_beta_is_recovered(beta, widths):
+    steps = {w: 1.0 / w * beta ** (w - 1) for w in widths}
+    assert fit_beta(steps) == pytest.approx(beta, rel=1e-9)
+
+
+def test_scaling_limit_stops_where_gpus_stop_paying():
+    assert scaling_limit({1: 1.0, 2: 0.55, 4: 0.3, 8: 0.29}) == 4
+    assert scaling_limit({1: 1.0, 2: 0.95}) == 1
+    lat = interpolate_latency({1: 1.0, 2: 0.5, 4: 0.25})
+    assert lat(2.0) == pytest.approx(0.5) and lat(3.0) == pytest.approx(1 / 3, rel=0.05)
+    assert lat(16) == pytest.approx(0.25)
+
+
+def test_sampler_skips_the_first_iteration():
+    assert sample_iterations([9.0] + [1.0] * 10) == pytest.approx(1.0)
+    assert sample_iterations([9.0] + [1.0] * 10 + [50.0]) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="more than 1"):
+        sample_iterations([3.0])
+
+
+def test_bad_measurements_are_refused():
+    with pytest.raises(ValueError, match="alone"):
+        marginal_benefit({2: [1.0, 1.0]})
+    with pytest.raises(ValueError, match="consecutive"):
+        marginal_benefit({1: [1.0], 3: [1.0]})
+    with pytest.raises(ValueError, match="threshold"):
+        packing_limit({1: [1.0]}, threshold=1.5)
+    with pytest.raises(ValueError, match="one worker"):
+        scaling_limit({2: 1.0})
+
+
+def test_signature_ignores_continuous_hyperparameters():
+    a = model_signature({"model": "resnet18", "batch_size": 128, "lr": 0.1})
+    b = model_signature({"model": "resnet18", "batch_size": 128, "lr": 0.01})
+    c = model_signature({"model": "resnet18", "batch_size": 256, "lr": 0.1})
+    assert a == b != c
+    assert model_signature({"m": 1, "x": 2.0}, keys=["x"]) != model_signature({"x": 3.0},
+                                                                               keys=["x"])
+    with pytest.raises(KeyError, match="model"):
+        model_signature({"lr": 0.1}, keys=["model"])
+
+
+def test_profile_from_measurements_and_store_roundtrip():
+    sig = model_signature({"model": "alexnet", "batch_size": 64})
+    prof = profile_from_measurements(
+        sig, iterations_per_unit=100, iteration_times=[0.5] + [0.1] * 10,
+        packing=packed_times(1.24, 6), scaling={1: 0.1, 2: 0.055, 4: 0.03, 8: 0.029},
+        gpu_util=[0.1] + [0.4] * 10, memory_gb=[1.0, 2.0, 2.5],
+    )
+    assert prof.unit_time == pytest.approx(10.0)
+    assert prof.c == 4 and prof.d == 4
+    assert prof.alpha == pytest.approx(1.24, rel=1e-6)
+    assert prof.demand.compute == pytest.approx(0.4) and prof.demand.memory_gb == 2.5
+    store = InMemoryProfileStore()
+    assert isinstance(store, ProfileStore)
+    assert sig not in store
+    store.put(prof)
+    assert store.get(sig) is prof and len(store) == 1
+    with pytest.raises(TypeError):
+        store.put({"c": 4})  # type: ignore[arg-type]
+    alloc = StaticFluidAllocator.from_profile(prof)
+    assert (alloc.c, alloc.d, alloc.alpha) == (4, 4, prof.alpha)
+
+
+def test_a_rerun_reads_the_profile_instead_of_needing_a_prior():
+    """With no measurement and no workload prior, h_i1 comes from the stored profile."""
+    store = InMemoryProfileStore([Profile(model_signature({"model": "a"}), unit_time=7.0,
+                                          alpha=1.2)])
+    trials = {0: Trial(0, {"model": "a", "lr": 0.1}), 1: Trial(1, {"model": "b", "lr": 0.1})}
+    view = View(ClusterSpec.homogeneous(2), trials, {},
+                pending=[TrialSpec(0, trials[0].config, 10.0), TrialSpec(1, trials[1].config,
+                                                                         10.0)])
+    est = StaticFluidAllocator(profiles=store).estimator(view)
+    assert isinstance(est, FluidEstimator)
+    h = est.h1({0: 10.0, 1: 10.0})
+    assert h[0] == pytest.approx(70.0)
+    assert h[1] == pytest.approx(70.0)  # unknown model: the mean of what is known
+    assert est.overhead(0).alpha == 1.2 and est.overhead(1).alpha == 1.0
+
+
+@pytest.mark.skipif(not TRACES.exists(), reason="Hydro artifact traces not found at ../shared")
+def test_alpha_from_the_measured_resnet18_packing():
+    """resnet18_mps.csv: 5 and 10 ResNet-18s on one GPU vs one alone (resnet18_256.csv)."""
+    mps = pd.read_csv(TRACES / "resnet18_mps.csv")
+    alone = pd.read_csv(TRACES / "resnet18_256.csv")
+    t1 = float(alone[(alone.fusion == 1) & (alone.scale == 1)]["speed(s)"].iloc[0])
+    times = {1: [t1]} | {int(r.MPS): [float(r["speed(s)"])] * int(r.MPS)
+                         for _, r in mps.iterrows()}
+    alpha = fit_alpha(times)
+    assert 1.2 < alpha < 1.3
