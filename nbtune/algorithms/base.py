@@ -139,10 +139,15 @@ class BaseAlgorithm:
         return Decision.CONTINUE
 
     def record(self, trial_id: int, budget: float, metrics: Mapping[str, Any]) -> float | None:
-        if self.metric not in metrics:
+        """Keep the result as a loss (lower is better); called once per report, so kept lean."""
+        value = metrics.get(self.metric)
+        if value is None:
             return None
-        loss = self.loss(metrics[self.metric])
-        self.history.setdefault(trial_id, {})[float(budget)] = loss
+        loss = float(value) if self.mode == "min" else -float(value)
+        h = self.history.get(trial_id)
+        if h is None:
+            h = self.history[trial_id] = {}
+        h[float(budget)] = loss
         return loss
 
     def on_segment_end(self, trial_id: int, budget: float) -> None:

@@ -94,6 +94,10 @@ class Trial:
     share_since: float = 0.0
     failures: int = 0
     error: str | None = None
+    #: (time, budget) of the last report or (re)start: the baseline of the next unit time
+    last_mark: tuple[float, float] | None = None
+    #: last measured (seconds per budget unit, width it ran at)
+    unit_time: tuple[float, float] | None = None
 
     def transition(self, new: TrialState) -> None:
         if new == self.state:

@@ -67,8 +67,6 @@ class Engine:
         self.done = False
         self.events_handled = 0
         self.utilization: list[tuple[float, int, float, float]] = []
-        self._unit_time: dict[int, tuple[float, float]] = {}
-        self._last_report: dict[int, tuple[float, float]] = {}
         self._dirty = True
         self._subscribers: list[Subscriber] = []
         self._handlers: dict[type, Callable[[Any, list[Command]], None]] = {
@@ -144,7 +142,8 @@ class Engine:
         return self.groups.get(group_id)
 
     def unit_time(self, trial_id: int) -> tuple[float, float] | None:
-        return self._unit_time.get(trial_id)
+        t = self.trials.get(trial_id)
+        return None if t is None else t.unit_time
 
     # --------------------------------------------------------------- events
     def _on_started(self, e: ev.ExperimentStarted, cmds: list[Command]) -> None:
@@ -163,7 +162,7 @@ class Engine:
     def _on_trial_started(self, e: ev.TrialStarted, cmds: list[Command]) -> None:
         t = self.trials.get(e.trial_id)
         if t is not None and t.state is TrialState.RUNNING:
-            self._last_report[e.trial_id] = (e.time, t.budget_used)
+            t.last_mark = (e.time, t.budget_used)
 
     def _on_reported(self, e: ev.TrialReported, cmds: list[Command]) -> None:
         # the hot path: one call per budget unit of every trial
@@ -173,10 +172,10 @@ class Engine:
             return  # a late report from a trial already stopped: nothing to decide
         b = e.budget
         now = e.time
-        prev = self._last_report.get(tid)
+        prev = t.last_mark
         if prev is not None and b > prev[1] + EPS:
-            self._unit_time[tid] = ((now - prev[0]) / (b - prev[1]), t.share)
-        self._last_report[tid] = (now, b)
+            t.unit_time = ((now - prev[0]) / (b - prev[1]), t.share)
+        t.last_mark = (now, b)
         if b > t.budget_used:
             t.budget_used = b
         metrics = e.metrics
@@ -264,7 +263,7 @@ class Engine:
             t.gpu_seconds += t.share * (self.time - t.share_since)
             self.ledger.release(t.trial_id, self.time)
             t.share = 0.0
-            self._last_report.pop(t.trial_id, None)
+            t.last_mark = None
         self._dirty = True
 
     def _pause(self, t: Trial) -> None:
@@ -406,7 +405,7 @@ class Engine:
             self.ledger.release(tid, self.time)
             self.ledger.place(tid, placement, self.time)
             t.share, t.share_since = width(placement), self.time
-            self._last_report[tid] = (self.time, t.budget_used)
+            t.last_mark = (self.time, t.budget_used)
             cmds.append(Resize(tid, placement))
 
     def _launch(self, spec: TrialSpec, placement: Placement, cmds: list[Command]) -> None:
@@ -416,7 +415,7 @@ class Engine:
         t.share, t.share_since = width(placement), self.time
         if t.start_time is None:
             t.start_time = self.time
-        self._last_report[t.trial_id] = (self.time, t.budget_used)
+        t.last_mark = (self.time, t.budget_used)
         cmds.append(
             Launch(t.trial_id, t.config, t.budget_used, t.target_budget, placement,
                    spec.restore_from)
