@@ -41,7 +41,7 @@ endif
 
 help:
 	@echo "make demo     create .venv, install nbtune, run a simulated tuning job"
-	@echo "make test     create .venv, install nbtune[dev], run ruff and the test suite"
+	@echo "make test     create .venv, install nbtune[dev], run ruff, build the docs (-W), run the test suite"
 	@echo "make lint     ruff check"
 	@echo "make bench    run every benchmarks/*.py (results: benchmarks/RESULTS.md)"
 	@echo "make docs     build the Sphinx docs into docs/_build/html (warnings are errors)"
@@ -84,7 +84,7 @@ $(STAMP_DEV): pyproject.toml $(STAMP_TORCH)
 demo: install
 	$(BIN)/nbtune demo
 
-test: install-dev $(TEST_SYSDEPS)
+test: install-dev $(TEST_SYSDEPS) docs
 	$(BIN)/ruff check nbtune tests benchmarks
 	.ci/with-postgres $(BIN)/pytest -q
 
@@ -104,8 +104,8 @@ docs: $(STAMP_DOCS)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
 
-$(STAMP_DOCS): $(STAMP_INSTALL)
-	$(PIP) install $(PIP_FLAGS) sphinx myst-parser
+$(STAMP_DOCS): pyproject.toml $(STAMP_INSTALL)
+	$(PIP) install $(PIP_FLAGS) -e '.[docs]'
 	@touch $@
 
 # The JupyterLab extension: TypeScript in labextension/, built into
