@@ -15,7 +15,31 @@ from nbtune.workloads import SyntheticWorkload, TraceWorkload
 __version__ = "0.1.0"
 
 __all__ = [
-    "tune", "Experiment", "SimRuntime", "SyntheticWorkload", "TraceWorkload",
+    "tune", "resume", "Experiment", "SimRuntime", "DaskRuntime", "SyntheticWorkload", "TraceWorkload",
     "choice", "grid", "loguniform", "qloguniform", "quniform", "randint", "uniform",
-    "__version__",
+    "__version__", "load_ipython_extension",
 ]
+
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext nbtune``: register ``%%tune`` and the experiment line magics.
+
+    The UI (ipywidgets, Bokeh) is imported here, on demand, never by ``import nbtune``.
+    """
+    from nbtune.ui.magics import load_ipython_extension as load
+
+    load(ipython)
+
+
+def __getattr__(name: str) -> object:
+    # nbtune.resume lives with the store; importing it (SQLAlchemy) on first use keeps
+    # `import nbtune` fast for the many sessions that never persist anything
+    if name == "resume":
+        from nbtune.store.resume import resume
+
+        return resume
+    if name == "DaskRuntime":  # distributed is heavy: import it only when asked for
+        from nbtune.runtimes.dask import DaskRuntime
+
+        return DaskRuntime
+    raise AttributeError(f"module 'nbtune' has no attribute {name!r}")

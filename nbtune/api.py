@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -60,15 +61,26 @@ def tune(
     instances; extra keyword arguments go to the algorithm (``eta=3`` ...).
     The simulator runs to completion before this returns; the Dask runtime
     returns at once (call :meth:`Experiment.wait`).
+
+    ``store`` persists the experiment so :func:`nbtune.resume` can continue it
+    after the kernel dies: ``None`` keeps it in memory, ``True`` uses
+    ``./nbtune-store/nbtune.db``, a directory ``<dir>/nbtune.db``, a file path
+    or SQLAlchemy URL exactly that, or pass a :class:`nbtune.store.Store`. With
+    a store and no ``seed`` a random seed is drawn and stored (replay needs it).
     """
     if space is None:
         space = getattr(trainable, "space", None)
         if space is None:
             raise ValueError("give a search space: tune(train, {'lr': loguniform(1e-4, 1e-1)}, ...)")
-    if store is not None:
-        raise ValueError(
-            "store= needs the persistent store of the Dask runtime; run without store for now"
-        )
+    st = None
+    if store is not None and store is not False:
+        from nbtune.store import open_store  # SQLAlchemy, on demand
+
+        st = open_store(store)
+        if name is not None:
+            st.ensure_new(name)  # a clash fails before anything runs, with the resume hint
+        if seed is None and isinstance(algorithm, str | type):
+            seed = secrets.randbelow(2**31)  # resume replays the same draws: fix the seed now
     rt = _make_runtime(runtime)
     if isinstance(rt, SimRuntime) and not isinstance(trainable, WorkloadModel):
         raise TypeError(
@@ -84,6 +96,25 @@ def tune(
     alloc = make_allocator(allocator, **dict(allocator_options or {}))
     hints = {"workload": trainable} if isinstance(trainable, WorkloadModel) else {}
     engine = Engine(algo, alloc, validate=validate, max_failures=max_failures, hints=hints)
-    exp = Experiment(name or f"experiment-{next(_names)}", engine, rt, trainable)
-    rt.start(engine, trainable)
+    if name is None:
+        name = st.free_name() if st is not None else f"experiment-{next(_names)}"
+    exp = Experiment(name, engine, rt, trainable)
+    if st is not None:
+        from nbtune.store.recorder import runtime_checkpoints, start_recording
+
+        exp.store = st
+        exp.recorder = start_recording(
+            st, name, engine, algorithm=algorithm, algorithm_options=algorithm_options,
+            allocator=allocator, allocator_options=allocator_options, trainable=trainable,
+            runtime=getattr(rt, "name", type(rt).__name__), max_failures=max_failures,
+            checkpoints=runtime_checkpoints(st, name, rt),
+        )
+    try:
+        rt.start(engine, trainable)
+    except BaseException:
+        if exp.recorder is not None:
+            exp.recorder.close()  # an error in this process: keep everything recorded so far
+            if exp.recorder.batches == 0 and st is not None:
+                st.delete(name)  # it never started: leave the name free, not a stub to resume
+        raise
     return exp

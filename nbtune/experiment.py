@@ -17,6 +17,11 @@ __all__ = ["Experiment"]
 class Experiment:
     """Results and controls of one tuning job, whatever runtime runs it."""
 
+    #: the :class:`nbtune.store.Store` recording this experiment (None: kept in memory only)
+    store: Any = None
+    #: the :class:`nbtune.store.Recorder` writing into it
+    recorder: Any = None
+
     def __init__(self, name: str, engine: Engine, runtime: Runtime, trainable: Any) -> None:
         self.name = name
         self.engine = engine
@@ -38,6 +43,24 @@ class Experiment:
 
     def stop_trial(self, trial_id: int) -> None:
         self.runtime.submit(ev.TrialStopRequested(self.runtime.clock.now(), trial_id))
+
+    def pause(self) -> None:
+        """Checkpoint every running trial and free the GPUs until :meth:`unpause`."""
+        self.runtime.submit(ev.ExperimentPauseRequested(self.runtime.clock.now()))
+
+    def unpause(self) -> None:
+        """Continue after :meth:`pause` (paused trials resume from their checkpoints)."""
+        self.runtime.submit(ev.ExperimentResumeRequested(self.runtime.clock.now()))
+
+    def set_concurrency(self, max_concurrent: int | None) -> None:
+        """Run at most ``max_concurrent`` trials at once (``None`` lifts the cap)."""
+        if max_concurrent is not None and (
+            isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int)
+            or max_concurrent < 1
+        ):
+            raise ValueError(f"max_concurrent must be an integer >= 1 or None, "
+                             f"got {max_concurrent!r}")
+        self.runtime.submit(ev.ConcurrencyChanged(self.runtime.clock.now(), max_concurrent))
 
     # ------------------------------------------------------------- results
     @property
@@ -153,3 +176,29 @@ class Experiment:
 
     def trials_in(self, state: TrialState) -> list[int]:
         return [t.trial_id for t in self.engine.trials.values() if t.state is state]
+
+    # ------------------------------------------------------------- notebook
+    # nbtune.ui is imported lazily: the engine, runtimes and plain scripts never load widgets
+    def report(self, path: Any) -> Any:
+        """Write the dashboard's figures to a standalone HTML file (works offline)."""
+        from nbtune.ui.export import export_html
+
+        return export_html(self, path)
+
+    def dashboard(self, **options: Any) -> Any:
+        """The live dashboard (:class:`nbtune.ui.Dashboard`) of this experiment."""
+        from nbtune.ui.dashboard import dashboard_for
+
+        return dashboard_for(self, **options)
+
+    def _ipython_display_(self) -> None:
+        from nbtune.ui.dashboard import show
+
+        show(self)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        # for frontends that render mime bundles but not widgets (nbconvert, renderers)
+        import html
+
+        text = self.summary() if self.engine.ledger.cluster is not None else repr(self)
+        return {"text/plain": text, "text/html": f"<pre>{html.escape(text)}</pre>"}

@@ -1,0 +1,142 @@
+"""The trial process: ``python -m nbtune.runtimes.dask._child <fd> <preload>``.
+
+Started ahead of time by a worker's warm pool (so torch is already imported
+when a trial lands), it waits on a pipe for exactly one job, runs the user's
+training function with a :class:`~nbtune.runtimes.dask.trial_api.Trial`, sends
+an ``exit`` message and quits: on GPUs one trial per process, so the CUDA
+context, the MPS thread percentage and the memory go away with it. On CPU
+workers a process that ended cleanly (no error, no stray threads) is
+handed back to the pool and serves the next trial without re-importing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = ["main"]
+
+
+class PipeChannel:
+    """Trial <-> relay over the inherited pipe; a closed pipe means the worker is gone."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+
+    def send(self, msg: dict[str, Any]) -> None:
+        msg.setdefault("t", time.time())
+        try:
+            with self.lock:
+                self.conn.send(msg)
+        except (BrokenPipeError, EOFError, OSError):
+            os._exit(3)
+
+    def poll_control(self) -> list[dict[str, Any]]:
+        out = []
+        try:
+            with self.lock:
+                while self.conn.poll(0):
+                    out.append(self.conn.recv())
+        except (BrokenPipeError, EOFError, OSError):
+            os._exit(3)
+        return out
+
+
+def _watch_parent() -> None:
+    """Exit if the worker dies: an orphaned trial must not keep a GPU (or a CPU) busy."""
+    parent = os.getppid()
+
+    def loop() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=loop, name="nbtune-parent-watch", daemon=True).start()
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    name = type(exc).__name__
+    return name == "OutOfMemoryError" or "out of memory" in str(exc).lower()
+
+
+def run_job(job: dict[str, Any], channel: PipeChannel) -> dict[str, Any]:
+    """Run one training function; return the exit message (never raises)."""
+    import cloudpickle
+
+    from nbtune.runtimes.dask import ddp
+    from nbtune.runtimes.dask.trial_api import Trial, TrialInterrupted
+
+    for p in job.get("sys_path", ()):
+        if p not in sys.path:
+            sys.path.append(p)
+    os.environ.update({k: str(v) for k, v in job.get("env", {}).items()})
+    threads = job.get("threads")
+    if threads and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(threads))
+    trial = Trial(job, channel)
+    out: dict[str, Any] = {"k": "exit", "ok": True}
+    grouped = False
+    try:
+        fn = cloudpickle.loads(job["fn"])
+        if trial.world_size > 1:
+            ddp.init_group(job)
+            grouped = True
+        channel.send({"k": "started", "pid": os.getpid()})
+        fn(trial.config, trial)
+    except TrialInterrupted:
+        pass
+    except BaseException as exc:  # the user's error, whatever it is, becomes TrialFailed
+        out = {"k": "exit", "ok": False, "error": traceback.format_exc(), "oom": _is_oom(exc)}
+    finally:
+        if grouped:
+            with contextlib.suppress(Exception):
+                ddp.destroy_group()
+    out.update(step=trial.step, reason=trial.stop_reason)
+    return out
+
+
+def main(argv: list[str]) -> None:
+    fd = int(argv[1])
+    preload = [m for m in (argv[2].split(",") if len(argv) > 2 else []) if m]
+    _watch_parent()
+    conn = Connection(fd)
+    for mod in preload:
+        with contextlib.suppress(ImportError):
+            __import__(mod)
+    channel = PipeChannel(conn)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)
+        if job.get("k") == "stop":
+            continue  # addressed to the previous trial, which had already returned
+        if job.get("k") != "job":
+            os._exit(0)
+        saved_env = dict(os.environ)
+        out = run_job(job, channel)
+        # a CPU trial process may serve the next trial (no re-import); a GPU one never
+        # does (its CUDA context and MPS share are fixed), nor one that left threads behind
+        out["reusable"] = bool(job.get("reuse")) and out["ok"] and threading.active_count() <= 2
+        channel.send(out)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if not out["reusable"]:
+            conn.close()
+            os._exit(0)  # user threads (data loaders) must not keep the process alive
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

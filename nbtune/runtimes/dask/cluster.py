@@ -1,0 +1,164 @@
+"""Cluster setup and the map between the engine's GPU ids and Dask workers.
+
+The engine schedules GPUs by integer id; Dask runs tasks on workers by
+address. :class:`Inventory` keeps that map: every worker contributes one
+*slot* per GPU it owns (GPU mode: the devices in its ``CUDA_VISIBLE_DEVICES``;
+CPU mode: its ``GPU`` resource, default one). Ids are keyed by the worker's
+*name*, so a worker the nanny restarts after a crash gets its old GPU id back
+and the engine sees the cluster shrink and then grow to what it was.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from nbtune.core.resources import GPU, ClusterSpec
+
+__all__ = ["Slot", "Inventory", "connect", "probe_worker"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One GPU (or CPU stand-in) as the engine sees it, and where it lives."""
+
+    gpu_id: int
+    worker: str
+    index: int  # slot number on its worker
+    node: str
+    device: str | None  # the GPU's UUID, for the trial's CUDA_VISIBLE_DEVICES (GPU mode)
+    threads: float  # CPU cores this slot stands for (thread limits for packed CPU trials)
+    kind: str = "cpu"
+    memory_gb: float = 16.0
+
+
+def probe_worker(gpus: bool, dask_worker: Any = None) -> dict[str, Any]:
+    """Run on each worker (``client.run``): what it is and what it owns."""
+    from nbtune.runtimes.dask import gpu as gpu_mod
+
+    host = dask_worker.address.split("://")[-1].rsplit(":", 1)[0]
+    state = dask_worker.state
+    return {
+        "name": str(dask_worker.name),
+        "host": host,
+        "nthreads": int(state.nthreads),
+        "memory_limit": float(dask_worker.memory_manager.memory_limit or 0),
+        "resources": {k: float(v) for k, v in state.total_resources.items()},
+        "devices": gpu_mod.nvml_devices(gpu_mod.worker_devices(dict(state.total_resources)))
+        if gpus else [],
+    }
+
+
+class Inventory:
+    """GPU id <-> (worker, slot), stable across worker restarts."""
+
+    def __init__(self, gpus: bool) -> None:
+        self.gpus = gpus
+        self._ids: dict[tuple[str, int], int] = {}
+        self.slots: dict[int, Slot] = {}
+        self.workers: dict[str, dict[str, Any]] = {}
+
+    def refresh(self, client: Any, workers: list[str] | None = None) -> bool:
+        """Probe all workers (or just the named new ones); True if the set of GPUs changed.
+
+        Probing only the newcomers matters: a broadcast that includes a worker
+        which died a moment ago waits out a 30 s connect timeout.
+        """
+        info = client.run(probe_worker, self.gpus, workers=workers, on_error="ignore")
+        info = {a: w for a, w in info.items() if isinstance(w, dict)}
+        if workers is None:
+            return self.adopt(info)
+        return self.adopt({**self.workers, **info})
+
+    def adopt(self, info: dict[str, dict[str, Any]]) -> bool:
+        """Rebuild the slots from ``address -> probe`` of every current worker."""
+        from nbtune.runtimes.dask.sampling import cpu_slots
+
+        slots: dict[int, Slot] = {}
+        for addr, w in sorted(info.items(), key=lambda kv: (kv[1]["host"], kv[1]["name"])):
+            if self.gpus:
+                devs = w["devices"]
+                entries = [(d["uuid"], d["name"], d["memory_gb"]) for d in devs]
+            else:
+                n = cpu_slots(w["resources"])
+                mem = (w["memory_limit"] or 16e9) / 1e9 / n
+                entries = [(None, "cpu", mem)] * n
+            threads = max(w["nthreads"] / max(len(entries), 1), 1.0)
+            for k, (dev, kind, mem_gb) in enumerate(entries):
+                key = (w["name"], k)
+                if key not in self._ids:
+                    self._ids[key] = len(self._ids)
+                gid = self._ids[key]
+                slots[gid] = Slot(gid, addr, k, w["host"], dev, threads, kind, float(mem_gb))
+        changed = set(slots) != set(self.slots) or any(
+            slots[g].worker != self.slots[g].worker for g in slots if g in self.slots)
+        self.slots, self.workers = slots, dict(info)
+        return changed
+
+    def drop_worker(self, address: str) -> bool:
+        """Forget a worker the scheduler removed; True if it held GPUs."""
+        if address not in self.workers:
+            return False
+        before = set(self.slots)
+        self.adopt({a: w for a, w in self.workers.items() if a != address})
+        return set(self.slots) != before
+
+    def spec(self) -> ClusterSpec:
+        gpus = [GPU(s.gpu_id, s.node, s.kind, 1.0, s.memory_gb)
+                for s in sorted(self.slots.values(), key=lambda s: s.gpu_id)]
+        cpus: dict[str, float] = {}
+        for w in self.workers.values():
+            cpus[w["host"]] = cpus.get(w["host"], 0.0) + float(w["nthreads"])
+        return ClusterSpec(tuple(gpus), cpus)
+
+
+def connect(
+    cluster: Any,
+    *,
+    gpus: bool,
+    n_workers: int | None,
+    threads_per_worker: int,
+    host: str,
+    dashboard_address: str | None,
+    memory_limit: Any,
+) -> tuple[Any, Any | None, bool]:
+    """Return ``(client, cluster we created or None, whether we own the client)``."""
+    from distributed import Client
+
+    if cluster is None:
+        if gpus:
+            from nbtune.runtimes.dask.gpu import make_cuda_cluster
+
+            made = make_cuda_cluster(
+                host, dashboard_address, memory_limit=memory_limit,
+                threads_per_worker=threads_per_worker,
+                scheduler_kwargs=None if dashboard_address else {"dashboard_address": ":0"},
+            )
+        else:
+            from distributed import LocalCluster
+
+            n = n_workers or max((os.cpu_count() or 1) // max(threads_per_worker, 1), 1)
+            made = LocalCluster(
+                n_workers=n, threads_per_worker=threads_per_worker, processes=True, host=host,
+                dashboard_address=dashboard_address, resources={"GPU": 1},
+                memory_limit=memory_limit,
+                # no dashboard still means an HTTP server: on a free port, never 8787's owner's
+                scheduler_kwargs=None if dashboard_address else {"dashboard_address": ":0"},
+            )
+        return Client(made, set_as_default=False), made, True
+    if isinstance(cluster, Client):
+        return cluster, None, False
+    if isinstance(cluster, str):
+        if "://" not in cluster and ":" not in cluster:
+            raise ValueError(
+                f"cluster={cluster!r} is not a scheduler address; give 'tcp://host:port', "
+                "a distributed.Client, a Cluster object, or None for a local cluster"
+            )
+        return Client(cluster, set_as_default=False), None, True
+    if hasattr(cluster, "scheduler_address"):
+        return Client(cluster, set_as_default=False), None, True
+    raise TypeError(
+        f"cluster must be None, a scheduler address, a distributed.Client or a Cluster, "
+        f"got {type(cluster).__name__}"
+    )

@@ -1,0 +1,414 @@
+"""The driver's bookkeeping: engine events from what the workers say, commands to tasks.
+
+Kept apart from :mod:`.runtime` (the public class, the thread and the
+cluster's life cycle) so each file stays readable. Everything here runs on
+the driver thread only, which is what makes it safe to touch the engine.
+
+A *run* is one process group (one task per rank) training one trial from
+``start_step`` toward ``budget``. A trial has at most one live run; a Launch
+for a trial whose previous run is still writing its last checkpoint waits
+(``_deferred``) until that run exits, and a resize relaunches the trial on
+the engine's current placement from its newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nbtune.core import events as ev
+from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
+from nbtune.core.resources import Placement
+from nbtune.core.trial import TrialState
+from nbtune.runtimes.dask import checkpoints as ck
+
+if TYPE_CHECKING:
+    from nbtune.engine.engine import Engine
+    from nbtune.runtimes.dask.cluster import Inventory, Slot
+
+__all__ = ["RunDriver", "rank_env"]
+
+log = logging.getLogger("nbtune.dask")
+EPS = 1e-9
+EXIT_GRACE = 2.0  # seconds a finished task may precede its exit message
+
+
+@dataclass
+class _Rank:
+    worker: str
+    key: str
+    future: Any = None
+    exited: bool = False
+    returned_at: float | None = None
+    result: dict[str, Any] | None = None
+
+
+@dataclass
+class _Run:
+    """One process group running one trial from ``start_step`` toward ``budget``."""
+
+    trial_id: int
+    run_id: int
+    run_key: str
+    config: dict[str, Any]
+    placement: Placement
+    start_step: float
+    budget: float
+    ranks: list[_Rank] = field(default_factory=list)
+    cancelled: str | None = None  # "stop" | "pause" | "lost" | "killed"
+    resize: bool = False
+    last_step: float = 0.0
+    started: bool = False
+    error: dict[str, Any] | None = None
+
+
+class RunDriver:
+    """Mixin of :class:`~nbtune.runtimes.dask.DaskRuntime`: the per-run state machine."""
+
+    client: Any
+    inventory: Inventory | None
+    checkpoints: dict[int, tuple[float, str]]
+    checkpoint_dir: Path | None
+    gpus: bool | None
+    mps: bool | None
+    reuse_processes: bool | None
+    trial_memory_limit: int | None
+    shutdown_grace: float
+    _engine: Engine | None
+    _clock: Any
+    _local: list[ev.Event]
+    _runs: dict[int, _Run]
+    _by_id: dict[int, _Run]
+    _deferred: dict[int, Launch]
+    _run_ids: Any
+    _finish_at: float | None
+    _paused_empty: bool
+    _topic: str
+    _fn: bytes
+    _inbox: Any
+
+    def _translate(self, kind: str, payload: Any) -> list[ev.Event]:
+        now = self._clock.now()
+        if kind == "event":
+            return [payload]
+        if kind == "msgs":
+            out: list[ev.Event] = []
+            for m in payload:
+                out.extend(self._on_msg(m, now))
+            return out
+        if kind == "future":
+            return self._on_future(*payload, now)
+        if kind == "lost":
+            return self._on_lost(payload, now)
+        if kind == "joined":
+            return self._on_joined(payload, now)
+        raise AssertionError(f"unknown inbox item {kind!r}")
+
+    def _on_msg(self, m: dict[str, Any], now: float) -> list[ev.Event]:
+        k = m.get("k")
+        if k == "util":
+            return self._on_util(m, now)
+        if k == "ckpt":
+            tid = int(m["trial"])
+            prev = self.checkpoints.get(tid)
+            if prev is None or m["step"] >= prev[0] - EPS:
+                self.checkpoints[tid] = (float(m["step"]), str(m["path"]))
+            return []
+        run = self._by_id.get(int(m.get("run", -1)))
+        if run is None:
+            return []
+        if k == "started":
+            if int(m["rank"]) == 0 and not run.started and run.cancelled is None:
+                run.started = True
+                return [ev.TrialStarted(now, run.trial_id)]
+            return []
+        if k == "report":
+            if run.cancelled is not None:
+                return []  # the engine already stopped or paused it: later progress is not counted
+            run.last_step = max(run.last_step, float(m["step"]))
+            return [ev.TrialReported(now, run.trial_id, float(m["step"]), dict(m["metrics"]))]
+        if k == "exit":
+            return self._rank_exited(run, int(m["rank"]), m, now)
+        return []
+
+    def _on_util(self, m: dict[str, Any], now: float) -> list[ev.Event]:
+        assert self.inventory is not None
+        ids = {s.index: s.gpu_id for s in self.inventory.slots.values() if s.worker == m["worker"]}
+        util = {ids[i]: float(u) for i, u in enumerate(m["util"]) if i in ids}
+        mem = {ids[i]: float(x) for i, x in enumerate(m["mem"]) if i in ids}
+        return [ev.UtilizationSampled(now, util, mem)] if util else []
+
+    def _on_future(self, run_id: int, rank: int, fut: Any, now: float) -> list[ev.Event]:
+        run = self._by_id.get(run_id)
+        if run is None or run.ranks[rank].exited:
+            return []
+        r = run.ranks[rank]
+        if fut.status == "finished":
+            r.returned_at = time.monotonic()
+            try:
+                r.result = fut.result(timeout=5)
+            except Exception:
+                r.result = None
+            return []
+        if fut.status == "cancelled" and run.cancelled in ("lost", "killed"):
+            return []
+        try:
+            exc = fut.exception(timeout=5)
+        except Exception as e:  # cancelled futures raise here
+            exc = e
+        return self._rank_exited(
+            run, rank, {"ok": False, "oom": False, "error": f"the Dask task failed: {exc!r}"}, now)
+
+    def _housekeeping(self) -> list[ev.Event]:
+        out: list[ev.Event] = []
+        now_m = time.monotonic()
+        for run in list(self._runs.values()):
+            for i, r in enumerate(run.ranks):
+                if not r.exited and r.returned_at is not None and now_m - r.returned_at > EXIT_GRACE:
+                    out.extend(self._rank_exited(run, i, r.result or {"ok": True}, self._clock.now()))
+        if self._finish_at is not None and now_m > self._finish_at:
+            for run in list(self._runs.values()):
+                if run.cancelled != "killed":
+                    run.cancelled = "killed"
+                    self._signal(run, {"k": "kill", "reason": "still running after Finish"})
+            self._finish_at = now_m + self.shutdown_grace
+        return out
+
+    # ------------------------------------------------------------ run ends
+    def _rank_exited(self, run: _Run, rank: int, m: dict[str, Any], now: float) -> list[ev.Event]:
+        r = run.ranks[rank]
+        if r.exited:
+            return []
+        r.exited = True
+        r.future = None
+        if not m.get("ok", True) and run.error is None and not m.get("killed"):
+            run.error = m
+            if len(run.ranks) > 1:  # the others would hang in a collective
+                self._signal(run, {"k": "kill", "reason": f"rank {rank} failed"})
+        if all(x.exited for x in run.ranks):
+            return self._finalize(run, now)
+        return []
+
+    def _finalize(self, run: _Run, now: float) -> list[ev.Event]:
+        assert self._engine is not None
+        tid = run.trial_id
+        if self._runs.get(tid) is run:
+            del self._runs[tid]
+        self._by_id.pop(run.run_id, None)
+        t = self._engine.trials.get(tid)
+        running = t is not None and t.state is TrialState.RUNNING
+        if run.cancelled is not None:
+            failure = None
+        elif run.error is not None:
+            failure = ev.TrialFailed(now, tid, error=str(run.error.get("error", "trial failed")),
+                                     out_of_memory=bool(run.error.get("oom")))
+        elif tid in self._deferred or run.resize or run.last_step >= run.budget - EPS:
+            failure = None
+        else:
+            failure = ev.TrialFailed(now, tid, error=(
+                f"the training function returned at step {run.last_step:g} before reaching the "
+                f"budget {run.budget:g} it was launched for; loop until trial.report() returns "
+                "True (e.g. `for step in trial.steps(): ...`)"))
+        if failure is not None:
+            self._deferred.pop(tid, None)
+            return [failure] if running else []
+        if run.cancelled in ("lost", "killed"):
+            return []  # the engine requeues (lost) or the experiment is over (killed)
+        launch = self._deferred.pop(tid, None)
+        if not running or tid not in self._engine.running:
+            return []
+        placement = self._engine.running[tid]
+        if launch is not None:
+            self._start_run(tid, launch.config, launch.start_budget, launch.budget, placement,
+                            launch.restore_from)
+        elif run.resize and run.last_step < run.budget - EPS:
+            self._start_run(tid, run.config, run.last_step, run.budget, placement, None)
+        return []
+
+    def _on_lost(self, address: str, now: float) -> list[ev.Event]:
+        assert self.inventory is not None and self._engine is not None
+        if self._finish_at is not None:
+            self.inventory.drop_worker(address)
+            return []
+        out: list[ev.Event] = []
+        for run in list(self._runs.values()):
+            hit = [i for i, r in enumerate(run.ranks) if r.worker == address]
+            if not hit:
+                continue
+            t = self._engine.trials.get(run.trial_id)
+            if run.cancelled is None and t is not None and t.state is TrialState.RUNNING:
+                out.append(ev.TrialFailed(now, run.trial_id, worker_lost=True,
+                                          error=f"worker {address} was lost"))
+                self._deferred.pop(run.trial_id, None)
+            run.cancelled = "lost"
+            for i in hit:
+                fut = run.ranks[i].future
+                if fut is not None:
+                    fut.cancel()
+                run.ranks[i].exited = True
+            self._signal(run, {"k": "kill", "reason": f"worker {address} was lost"})
+            if all(r.exited for r in run.ranks):
+                out.extend(self._finalize(run, now))
+        if self.inventory.drop_worker(address):
+            out.extend(self._cluster_changed(now))
+        return out
+
+    def _on_joined(self, address: str, now: float) -> list[ev.Event]:
+        assert self.inventory is not None
+        if self._finish_at is None and self.inventory.refresh(self.client, [address]):
+            return self._cluster_changed(now)
+        return []
+
+    def _cluster_changed(self, now: float) -> list[ev.Event]:
+        """ResourcesChanged; with no GPU left, pause the experiment until a worker returns.
+
+        An engine cannot schedule onto an empty cluster (it would report the
+        pending trials as unplaceable), and a nanny usually restarts a dead
+        worker within seconds.
+        """
+        assert self.inventory is not None
+        if not self.inventory.slots:
+            if self._paused_empty:
+                return []
+            self._paused_empty = True
+            log.warning("no Dask worker left: the experiment waits for one to join")
+            return [ev.ExperimentPauseRequested(now)]
+        out: list[ev.Event] = [ev.ResourcesChanged(now, self.inventory.spec())]
+        if self._paused_empty:
+            self._paused_empty = False
+            out.append(ev.ExperimentResumeRequested(now))
+        return out
+
+    # ------------------------------------------------------------ commands
+    def _execute(self, cmds: list[Command]) -> None:
+        for c in cmds:
+            if isinstance(c, Launch):
+                if c.trial_id in self._runs:
+                    self._deferred[c.trial_id] = c  # after the previous process exits
+                else:
+                    self._start_run(c.trial_id, c.config, c.start_budget, c.budget, c.placement,
+                                    c.restore_from)
+            elif isinstance(c, Resize):
+                run = self._runs.get(c.trial_id)
+                if run is not None and run.cancelled is None and not run.resize:
+                    run.resize = True
+                    self._signal(run, {"k": "stop", "reason": "resize"})
+            elif isinstance(c, Pause | Stop):
+                self._deferred.pop(c.trial_id, None)
+                run = self._runs.get(c.trial_id)
+                if run is not None and run.cancelled is None:
+                    reason = "pause" if isinstance(c, Pause) else "stop"
+                    run.cancelled, run.resize = reason, False
+                    self._signal(run, {"k": "stop", "reason": reason})
+            elif isinstance(c, Finish):
+                self._finish_at = time.monotonic() + self.shutdown_grace
+
+    def _start_run(self, tid: int, config: dict[str, Any], start: float, budget: float,
+                   placement: Placement, restore_from: int | None) -> None:
+        from nbtune.runtimes.dask.executor import run_trial
+
+        assert self.inventory is not None and self.checkpoint_dir is not None
+        slots = [self.inventory.slots.get(g) for g, _ in placement]
+        if any(s is None for s in slots):
+            missing = [g for (g, _), s in zip(placement, slots, strict=True) if s is None]
+            self._local.append(ev.TrialFailed(self._clock.now(), tid, worker_lost=True,
+                                              error=f"GPU(s) {missing} left the cluster"))
+            return
+        found = self._restore_point(tid, start, restore_from)
+        run_id = next(self._run_ids)
+        run = _Run(tid, run_id, f"{self._topic}-{tid}-{run_id}", dict(config), placement,
+                   float(start), float(budget), last_step=float(start))
+        world = len(placement)
+        for rank, ((_g, share), slot) in enumerate(zip(placement, slots, strict=True)):
+            assert slot is not None
+            threads, env = rank_env(tid, slot, share, gpus=bool(self.gpus), mps=bool(self.mps))
+            job = {
+                "topic": self._topic, "run_key": run.run_key, "run_id": run_id, "trial_id": tid,
+                "rank": rank, "world_size": world, "slot": slot.index, "config": dict(config),
+                "start_step": float(start), "budget": float(budget), "fn": self._fn,
+                "checkpoint_dir": str(self.checkpoint_dir), "env": env, "threads": threads,
+                "restore_path": None if found is None else str(found[1]),
+                "restore_step": None if found is None else found[0],
+                "device": "cuda" if self.gpus else "cpu", "sys_path": list(sys.path),
+                "memory_limit": self.trial_memory_limit,
+                "reuse": not self.gpus if self.reuse_processes is None else self.reuse_processes,
+            }
+            key = f"nbtune-{run.run_key}-r{rank}"
+            r = _Rank(slot.worker, key)
+            run.ranks.append(r)
+            r.future = self.client.submit(run_trial, job, key=key, workers=[slot.worker],
+                                          allow_other_workers=False, pure=False, retries=0)
+            r.future.add_done_callback(
+                lambda f, rid=run_id, rk=rank: self._inbox.put(("future", (rid, rk, f))))
+        self._runs[tid] = run
+        self._by_id[run_id] = run
+
+    def _restore_point(self, tid: int, start: float,
+                       restore_from: int | None) -> tuple[float, Path] | None:
+        """The checkpoint a launch at ``start`` resumes from, or None for a fresh start.
+
+        A trial cloned from another (PBT's exploit, ``restore_from``) gets a
+        copy of the donor's checkpoint filed as its own, and its own newer
+        files are dropped: every later relaunch (resize, lost worker, resume)
+        then finds the cloned lineage, never the state it had before.
+        """
+        assert self.checkpoint_dir is not None
+        if restore_from is not None and restore_from != tid:
+            donor = ck.latest_checkpoint(self.checkpoint_dir, restore_from, start)
+            if donor is None:
+                return None
+            return donor[0], ck.adopt_checkpoint(donor[1], self.checkpoint_dir, tid, donor[0])
+        if start <= EPS:
+            return None
+        return ck.latest_checkpoint(self.checkpoint_dir, tid, start)
+
+    def _signal(self, run: _Run, msg: dict[str, Any]) -> None:
+        """Send a control message to every live rank of ``run``; never blocks the driver.
+
+        ``client.run`` is issued asynchronously on the client's event loop: a
+        worker that died but is not yet removed costs the scheduler a connect
+        timeout (30 s), which must not stall every other trial.
+        """
+        from nbtune.runtimes.dask.executor import deliver
+
+        by_worker: dict[str, list[str]] = {}
+        for i, r in enumerate(run.ranks):
+            if not r.exited:
+                by_worker.setdefault(r.worker, []).append(f"{run.run_key}/{i}")
+        for worker, keys in by_worker.items():
+            try:
+                coro = self.client.run(deliver, keys, msg, workers=[worker], wait=False,
+                                       on_error="ignore", asynchronous=True)
+                fut = asyncio.run_coroutine_threadsafe(coro, self.client.loop.asyncio_loop)
+                fut.add_done_callback(_log_failure)
+            except Exception as exc:  # the client may be closing; the worker's loss is handled
+                log.debug("control to %s failed: %r", worker, exc)
+
+
+def rank_env(tid: int, slot: Slot, share: float, *, gpus: bool,
+             mps: bool) -> tuple[int, dict[str, str]]:
+    """Thread count and environment of one rank's process.
+
+    CPU threads follow the share of the slot's cores (at least one), so
+    packed CPU trials do not oversubscribe. On GPUs the process sees only its
+    GPU (by UUID); a packed rank under MPS gets the matching
+    ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``.
+    """
+    threads = max(int(round(slot.threads * min(share, 1.0))), 1)
+    env = {"NBTUNE_TRIAL_ID": str(tid), "OMP_NUM_THREADS": str(threads),
+           "MKL_NUM_THREADS": str(threads)}
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = str(slot.device)
+        if mps and share < 1.0 - EPS:
+            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(int(round(share * 100)), 1))
+    return threads, env
+
+
+def _log_failure(fut: Any) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.debug("control delivery failed: %r", fut.exception())

@@ -1,0 +1,412 @@
+"""The Dask runtime: the engine's commands carried out on a real Dask cluster.
+
+One background *driver* thread owns the :class:`~nbtune.engine.Engine`. It
+takes everything that happens from one inbox, in arrival order (trial
+messages streamed by the workers' ``log_event``, worker arrivals and losses
+from the scheduler's ``all`` topic, finished Dask futures, events a person
+submits), turns the batch into engine events, calls ``engine.handle`` once
+and carries out the commands:
+
+* Launch: one pinned task per rank on the worker owning each GPU of the
+  placement (see :mod:`.executor`); a trial whose previous process is still
+  writing its last checkpoint is launched when that process exits.
+* Stop / Pause / Resize: a control message to each rank; the trial leaves at
+  its next ``report`` boundary. After a resize the driver relaunches it on the
+  engine's new placement from its checkpoint.
+* Finish: wait for the last processes to leave, then the experiment is done.
+
+Faults: a trial that raises becomes ``TrialFailed(error=traceback)``; a dead
+worker becomes ``TrialFailed(worker_lost=True)`` for each trial on it followed
+by ``ResourcesChanged``; a trial past ``trial_memory_limit`` (or killed by
+the kernel) fails with ``out_of_memory=True``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import itertools
+import logging
+import queue
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from nbtune.core import events as ev
+from nbtune.core.commands import Launch
+from nbtune.runtimes.dask import checkpoints as ck
+from nbtune.runtimes.dask.cluster import Inventory, connect
+from nbtune.runtimes.dask.driver import RunDriver, _Run
+
+if TYPE_CHECKING:
+    from nbtune.engine.engine import Engine
+
+__all__ = ["DaskRuntime", "DaskRuntimeError", "WallClock"]
+
+log = logging.getLogger("nbtune.dask")
+
+
+class DaskRuntimeError(RuntimeError):
+    """The driver thread stopped on an error (shown with its cause)."""
+
+
+class WallClock:
+    """Seconds since the experiment started (``time.monotonic``); 0 before it starts."""
+
+    def __init__(self) -> None:
+        self._t0: float | None = None
+
+    def start(self) -> None:
+        self._t0 = time.monotonic()
+
+    def now(self) -> float:
+        return 0.0 if self._t0 is None else time.monotonic() - self._t0
+
+
+# one "all"-topic subscription per client, fanned out to every runtime using it
+_ALL_LOCK = threading.Lock()
+_ALL: dict[str, list[Callable[[Any], None]]] = {}
+
+
+def _listen_all(client: Any, fn: Callable[[Any], None]) -> None:
+    with _ALL_LOCK:
+        subs = _ALL.get(client.id)
+        if subs is None:
+            subs = _ALL[client.id] = []
+            cid = client.id
+
+            def fan_out(event: Any) -> None:
+                for f in list(_ALL.get(cid, ())):
+                    f(event)
+
+            client.subscribe_topic("all", fan_out)
+        subs.append(fn)
+
+
+def _unlisten_all(client: Any, fn: Callable[[Any], None]) -> None:
+    with _ALL_LOCK:
+        subs = _ALL.get(client.id, [])
+        if fn in subs:
+            subs.remove(fn)
+        if not subs and client.id in _ALL:
+            del _ALL[client.id]
+            with contextlib.suppress(Exception):
+                client.unsubscribe_topic("all")
+
+
+class DaskRuntime(RunDriver):
+    """Run training functions ``train(config, trial)`` on a Dask cluster.
+
+    ``cluster``: None (start a local cluster: dask-cuda's ``LocalCUDACluster``
+    when NVML reports GPUs, else a ``LocalCluster`` whose workers each stand
+    for one GPU), a scheduler address, a ``distributed.Client`` or a Cluster.
+    ``gpus`` forces GPU mode on or off (None: ask NVML). ``checkpoint_dir``
+    holds ``trial-<id>/budget-<step>.pt`` files (default: a new temporary
+    directory). ``trial_memory_limit`` (bytes or "2GB") fails a trial whose
+    processes grow past it with ``out_of_memory``. ``warm_processes`` trial
+    processes per worker are kept started with ``preload`` imported;
+    ``reuse_processes`` (default: on CPU yes, on GPU no) lets a process that
+    ended a trial cleanly run the next one: imports are paid once, but module
+    globals the training function sets persist into the next trial (pass
+    False for full isolation).
+    A runtime runs one experiment; a cluster it started itself is shut down
+    when the experiment ends (or on :meth:`close`); a client or cluster it
+    was given stays open.
+    """
+
+    name = "dask"
+
+    def __init__(
+        self,
+        cluster: Any = None,
+        *,
+        gpus: bool | None = None,
+        n_workers: int | None = None,
+        threads_per_worker: int = 1,
+        host: str = "127.0.0.1",
+        dashboard_address: str | None = ":0",
+        memory_limit: Any = "auto",
+        checkpoint_dir: str | Path | None = None,
+        sample_interval: float = 1.0,
+        trial_memory_limit: int | str | None = None,
+        warm_processes: int = 2,
+        preload: tuple[str, ...] = ("torch",),
+        mps: bool | None = None,
+        reuse_processes: bool | None = None,
+        shutdown_grace: float = 30.0,
+    ) -> None:
+        if threads_per_worker < 1:
+            raise ValueError(f"threads_per_worker must be >= 1, got {threads_per_worker}")
+        if n_workers is not None and n_workers < 1:
+            raise ValueError(f"n_workers must be >= 1 or None, got {n_workers}")
+        if not sample_interval > 0:
+            raise ValueError(f"sample_interval must be > 0 seconds, got {sample_interval}")
+        if warm_processes < 0:
+            raise ValueError(f"warm_processes must be >= 0, got {warm_processes}")
+        if isinstance(trial_memory_limit, str):
+            from dask.utils import parse_bytes
+
+            trial_memory_limit = parse_bytes(trial_memory_limit)
+        if trial_memory_limit is not None and trial_memory_limit <= 0:
+            raise ValueError(f"trial_memory_limit must be > 0, got {trial_memory_limit}")
+        self.cluster_arg = cluster
+        self.gpus = gpus
+        self.n_workers = n_workers
+        self.threads_per_worker = int(threads_per_worker)
+        self.host = host
+        self.dashboard_address = dashboard_address
+        self.memory_limit = memory_limit
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.sample_interval = float(sample_interval)
+        self.trial_memory_limit = trial_memory_limit
+        self.warm_processes = int(warm_processes)
+        self.preload = tuple(preload)
+        self.mps = mps
+        self.reuse_processes = reuse_processes
+        self.shutdown_grace = float(shutdown_grace)
+        #: latest checkpoint per trial, ``trial_id -> (step, path)``, as the trials wrote them
+        self.checkpoints: dict[int, tuple[float, str]] = {}
+        self.client: Any = None
+        self.inventory: Inventory | None = None
+        self._cluster: Any = None
+        self._owns_client = False
+        self._clock = WallClock()
+        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._local: list[ev.Event] = []
+        self._engine: Engine | None = None
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self._halt = threading.Event()
+        self._error: BaseException | None = None
+        self._runs: dict[int, _Run] = {}
+        self._by_id: dict[int, _Run] = {}
+        self._deferred: dict[int, Launch] = {}
+        self._run_ids = itertools.count(1)
+        self._finish_at: float | None = None
+        self._paused_empty = False
+        self._topic = f"nbtune-{uuid.uuid4().hex[:12]}"
+        self._sampler_name: str | None = None
+        self._fn: bytes = b""
+        self._closed = False
+
+    # ----------------------------------------------------------- Runtime API
+    @property
+    def clock(self) -> WallClock:
+        return self._clock
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def dashboard_link(self) -> str | None:
+        return getattr(self.client, "dashboard_link", None)
+
+    def connect(self) -> DaskRuntime:
+        """Start or join the cluster now (``start`` does it when needed)."""
+        if self.client is not None:
+            return self
+        from nbtune.runtimes.dask import gpu
+        from nbtune.runtimes.dask.executor import WarmPoolPlugin
+
+        gpus = self.gpus
+        if gpus is None and self.cluster_arg is None:
+            gpus = gpu.nvml_gpu_count() > 0
+        self.client, self._cluster, self._owns_client = connect(
+            self.cluster_arg, gpus=bool(gpus), n_workers=self.n_workers,
+            threads_per_worker=self.threads_per_worker, host=self.host,
+            dashboard_address=self.dashboard_address, memory_limit=self.memory_limit,
+        )
+        try:
+            self.client.wait_for_workers(1, timeout=120)
+            if gpus is None:  # an existing cluster: GPU mode if its workers see GPUs
+                probe = Inventory(gpus=True)
+                probe.refresh(self.client)
+                gpus = bool(probe.slots)
+            self.gpus = bool(gpus)
+            if self.mps is None:
+                self.mps = self.gpus and gpu.mps_available()
+            self.inventory = Inventory(self.gpus)
+            self.inventory.refresh(self.client)
+            if not self.inventory.slots:
+                raise RuntimeError(
+                    f"the Dask cluster at {self.client.scheduler.address} offers no "
+                    f"{'GPUs' if self.gpus else 'workers'} to run trials on"
+                )
+            self.client.register_plugin(WarmPoolPlugin(self.warm_processes, self.preload),
+                                        name=WarmPoolPlugin.name)
+            if self.gpus and self.mps:
+                self.client.register_plugin(gpu.MPSDaemonPlugin(), name=gpu.MPSDaemonPlugin.name)
+        except BaseException:
+            self._shutdown_cluster()
+            self.client = None
+            raise
+        return self
+
+    def start(self, engine: Engine, trainable: Any) -> None:
+        """Connect, then run the experiment in a background thread; returns at once."""
+        from nbtune.workloads.base import WorkloadModel
+
+        if isinstance(trainable, WorkloadModel):
+            raise TypeError("DaskRuntime runs training functions train(config, trial); "
+                            "run workload models with runtime='sim'")
+        _check_trainable(trainable)
+        if self._engine is not None:
+            raise RuntimeError("this DaskRuntime already ran an experiment; create a new one")
+        if self._closed:
+            raise RuntimeError("this DaskRuntime is closed")
+        import cloudpickle
+
+        from nbtune.runtimes.dask.sampling import UtilizationSampler
+
+        self._fn = cloudpickle.dumps(trainable)
+        self.connect()
+        assert self.inventory is not None
+        self._engine = engine
+        if self.checkpoint_dir is None:
+            self.checkpoint_dir = Path(tempfile.mkdtemp(prefix="nbtune-ckpt-"))
+        self.checkpoint_dir = Path(self.checkpoint_dir)  # a store may have set a str
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        self.client.subscribe_topic(self._topic, self._on_topic)
+        _listen_all(self.client, self._on_all)
+        self.inventory.refresh(self.client)  # a worker that came or went before we listened
+        sampler = UtilizationSampler(self._topic, self.sample_interval, bool(self.gpus))
+        self._sampler_name = sampler.name
+        self.client.register_plugin(sampler, name=sampler.name)
+        self._clock.start()
+        self._inbox.put(("event", ev.ExperimentStarted(0.0, self.inventory.spec())))
+        self._thread = threading.Thread(target=self._loop, name="nbtune-dask-driver", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the experiment is over (True) or ``timeout`` passes (False)."""
+        if self._thread is None:
+            raise RuntimeError("the runtime has not started an experiment")
+        finished = self._done.wait(timeout)
+        if self._error is not None:
+            raise DaskRuntimeError(f"the Dask runtime stopped: {self._error!r}") from self._error
+        return finished
+
+    def submit(self, *events: ev.Event) -> None:
+        """Hand outside events to the engine (thread-safe; handled in arrival order)."""
+        for e in events:
+            self._inbox.put(("event", e))
+
+    def utilization(self, engine: Engine) -> pd.DataFrame:
+        """Measured per-GPU utilization: columns time, gpu_id, util, memory_gb."""
+        return pd.DataFrame(list(engine.utilization),
+                            columns=["time", "gpu_id", "util", "memory_gb"])
+
+    def latest_checkpoint(self, trial_id: int) -> tuple[float, str] | None:
+        """``(step, path)`` of the trial's newest checkpoint, for a store to record."""
+        if trial_id in self.checkpoints:
+            return self.checkpoints[trial_id]
+        if self.checkpoint_dir is None:
+            return None
+        found = ck.latest_checkpoint(self.checkpoint_dir, trial_id)
+        return None if found is None else (found[0], str(found[1]))
+
+    def close(self) -> None:
+        """Stop the driver, kill live trial processes, release what this runtime created."""
+        if self._closed:
+            return
+        self._closed = True
+        self._halt.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        if self.client is not None:
+            for run in list(self._runs.values()):
+                self._signal(run, {"k": "kill", "reason": "the runtime was closed"})
+            with contextlib.suppress(Exception):
+                self.client.unsubscribe_topic(self._topic)
+            _unlisten_all(self.client, self._on_all)
+            if self._sampler_name is not None:
+                with contextlib.suppress(Exception):
+                    self.client.unregister_worker_plugin(self._sampler_name)
+        self._runs.clear()
+        self._by_id.clear()
+        try:
+            self._shutdown_cluster()
+        finally:
+            self._done.set()
+
+    def _shutdown_cluster(self) -> None:
+        if self.client is not None and self._owns_client:
+            self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+    def __enter__(self) -> DaskRuntime:
+        return self.connect()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        n = len(self.inventory.slots) if self.inventory else 0
+        return f"<DaskRuntime {'gpu' if self.gpus else 'cpu'} {n} slots, {len(self._runs)} live>"
+
+    # -------------------------------------------------------------- inbox
+    def _on_topic(self, event: Any) -> None:
+        self._inbox.put(("msgs", event[1]))
+
+    def _on_all(self, event: Any) -> None:
+        msg = event[1]
+        if not isinstance(msg, dict):
+            return
+        action = msg.get("action")
+        if action == "remove-worker" and "worker" in msg:
+            self._inbox.put(("lost", msg["worker"]))
+        elif action == "add-worker" and "worker" in msg:
+            self._inbox.put(("joined", msg["worker"]))
+
+    def _loop(self) -> None:
+        engine = self._engine
+        assert engine is not None
+        try:
+            while not self._halt.is_set():
+                items: list[tuple[str, Any]] = []
+                try:
+                    items.append(self._inbox.get(timeout=0.05))
+                    while len(items) < 2000:
+                        items.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    pass
+                events, self._local = self._local, []
+                if items and log.isEnabledFor(logging.DEBUG):
+                    log.debug("t=%.3f inbox %s", self._clock.now(), [k for k, _ in items])
+                for kind, payload in items:
+                    events.extend(self._translate(kind, payload))
+                events.extend(self._housekeeping())
+                if events:
+                    self._execute(engine.handle(*events))
+                if self._finish_at is not None and not self._runs and not self._local:
+                    break
+        except BaseException as exc:  # surfaced by wait(); the trials must not outlive it
+            log.exception("nbtune Dask driver failed")
+            self._error = exc
+            for run in list(self._runs.values()):
+                self._signal(run, {"k": "kill", "reason": f"driver error: {exc!r}"})
+        finally:
+            if self._cluster is not None and not self._halt.is_set():
+                self.close()  # a cluster we started ends with its experiment
+            self._done.set()
+
+def _check_trainable(fn: Any) -> None:
+    if not callable(fn):
+        raise TypeError(f"the trainable must be a function train(config, trial), got {fn!r}")
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError:
+        raise TypeError(
+            f"{getattr(fn, '__name__', fn)!r} must accept two arguments, train(config, trial)"
+        ) from None
+    except ValueError:  # builtins without a signature: let them try
+        pass

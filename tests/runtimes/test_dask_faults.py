@@ -1,0 +1,109 @@
+"""A Dask worker dies mid-trial: its trial restarts from its checkpoint, no result is lost.
+
+Its own cluster: killing a worker disturbs it (the nanny restarts the worker
+under the same name, so the engine sees the cluster shrink, then grow back).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import cloudpickle
+import pytest
+
+from nbtune.core import events as ev
+from nbtune.core.space import uniform
+from nbtune.core.trial import TrialState
+from nbtune.engine.engine import Engine
+from tests.engine.toy import OneShot
+
+distributed = pytest.importorskip("distributed")
+
+from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
+
+pytestmark = pytest.mark.integration
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+        dashboard_address=None, resources={"GPU": 1},
+        scheduler_kwargs={"dashboard_address": ":0"},  # never fight over port 8787
+    )
+    c = distributed.Client(cluster, set_as_default=False)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def train_steady(config, trial):
+    state = trial.restore() or {"done": []}
+    for step in trial.steps():
+        time.sleep(0.25)
+        state["done"].append(step)
+        trial.report(step=step, loss=1.0 / step, restored=trial.restore_step or 0.0,
+                     worker=os.environ["NBTUNE_WORKER"], history=len(state["done"]))
+        trial.checkpoint(state)
+
+
+def test_killed_worker_restarts_trial_from_checkpoint(client, tmp_path):
+    algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=12, num_trials=2, seed=0)
+    eng = Engine(algo, validate=True)
+    seen: list[ev.Event] = []
+    eng.subscribe(lambda events, cmds: seen.extend(events))
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
+                     sample_interval=0.5)
+    rt.start(eng, train_steady)
+    try:
+        deadline = time.monotonic() + 90
+        while 1 not in eng.trials or eng.trials[1].budget_used < 3:
+            assert time.monotonic() < deadline, "trial 1 never got going"
+            time.sleep(0.05)
+        victim = rt.inventory.slots[eng.running[1][0][0]].worker
+        pid = client.run(os.getpid, workers=[victim])[victim]
+        os.kill(pid, signal.SIGKILL)
+        assert rt.wait(120)
+    finally:
+        rt.close()
+
+    t = eng.trials[1]
+    assert t.state is TrialState.COMPLETED, t.error
+    assert t.failures == 0  # a lost worker is not the trial's fault
+    lost = [e for e in seen if isinstance(e, ev.TrialFailed) and e.trial_id == 1]
+    assert len(lost) == 1 and lost[0].worker_lost
+    sizes = [e.cluster.n_gpus for e in seen if isinstance(e, ev.ResourcesChanged)]
+    assert sizes and sizes[0] == 1  # the engine saw the cluster shrink
+    # every unit trained exactly once as far as the engine and the checkpoint know
+    budgets = [b for _, b, _ in t.results]
+    assert budgets == sorted(set(budgets)) and budgets[-1] == 12
+    restarted = [m for _, _, m in t.results if m["restored"] > 0]
+    assert restarted and restarted[0]["restored"] >= 3
+    # the checkpointed history survived (one unit may be lost if the kill fell between a
+    # report and its checkpoint)
+    assert restarted[-1]["history"] >= 11
+    assert eng.trials[0].state is TrialState.COMPLETED
+
+
+def train_two_steps(config, trial):
+    for step in trial.steps():
+        trial.report(step=step, loss=config["lr"])
+
+
+def test_runtime_started_cluster_is_shut_down_with_its_experiment(tmp_path):
+    algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=2, num_trials=1, seed=0)
+    eng = Engine(algo, validate=True)
+    rt = DaskRuntime(n_workers=1, dashboard_address=None, preload=(), warm_processes=1,
+                     checkpoint_dir=tmp_path)
+    rt.start(eng, train_two_steps)
+    try:
+        assert rt.wait(120)
+        assert rt.gpus is False  # no NVML here: one CPU worker stands for one GPU
+        assert eng.trials[0].state is TrialState.COMPLETED
+        assert rt.client.status in ("closing", "closed") and rt._cluster is None
+    finally:
+        rt.close()

@@ -1,0 +1,145 @@
+"""The user-facing Trial object and the checkpoint files, without a cluster.
+
+The Trial talks to the runtime through a two-method channel; here the channel
+is an in-memory one (the pipe-backed channel is exercised end to end in
+test_dask_runtime.py). The rules checked are the documented ones: steps run
+from start_step to exactly the budget, a stop request takes effect at the
+next boundary, nothing is ever reported past the budget.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nbtune.runtimes.dask import checkpoints as ck
+from nbtune.runtimes.dask.trial_api import Trial, TrialInterrupted
+
+
+class MemoryChannel:
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+        self.control: list[dict] = []
+
+    def send(self, msg: dict) -> None:
+        self.sent.append(msg)
+
+    def poll_control(self) -> list[dict]:
+        out, self.control = self.control, []
+        return out
+
+
+def make(tmp_path, start=0.0, budget=3.0, **kw) -> tuple[Trial, MemoryChannel]:
+    ch = MemoryChannel()
+    job = {"trial_id": 7, "config": {"lr": 0.1}, "start_step": start, "budget": budget,
+           "checkpoint_dir": str(tmp_path), **kw}
+    return Trial(job, ch), ch
+
+
+def reports(ch: MemoryChannel) -> list[float]:
+    return [m["step"] for m in ch.sent if m["k"] == "report"]
+
+
+@given(start=st.integers(0, 20), extra=st.floats(0.25, 12.0))
+def test_steps_cover_the_segment_exactly(tmp_path_factory, start, extra):
+    budget = start + extra
+    trial, ch = make(tmp_path_factory.mktemp("t"), start=float(start), budget=budget)
+    for step in trial.steps():
+        trial.report(step=step, loss=1.0)
+    got = reports(ch)
+    assert got == sorted(set(got)) and got[0] > start
+    assert got[-1] == pytest.approx(budget)
+    assert len(got) == math.ceil(extra - 1e-9)
+    assert trial.should_stop() and trial.stop_reason == "budget"
+
+
+@given(stop_after=st.integers(1, 8))
+def test_stop_request_takes_effect_at_the_next_boundary(tmp_path_factory, stop_after):
+    trial, ch = make(tmp_path_factory.mktemp("t"), budget=10.0)
+    for step in trial.steps():
+        if step == stop_after:
+            ch.control.append({"k": "stop", "reason": "pause"})
+        if trial.report(step=step, loss=0.5):
+            break
+    assert reports(ch)[-1] == stop_after
+    assert trial.stop_reason == "pause"
+    with pytest.raises(TrialInterrupted):
+        trial.report(step=stop_after + 1, loss=0.5)
+
+
+def test_report_rejects_bad_steps(tmp_path):
+    trial, _ = make(tmp_path, start=2.0, budget=4.0)
+    with pytest.raises(ValueError, match="must increase"):
+        trial.report(step=2, loss=1.0)
+    with pytest.raises(ValueError, match="past the budget"):
+        trial.report(step=5, loss=1.0)
+    assert trial.report(loss=1.0) is False  # step defaults to the next unit: 3
+    assert trial.report(loss=1.0) is True  # 4 is the budget
+    with pytest.raises(TrialInterrupted):
+        trial.report(loss=1.0)
+
+
+def test_metrics_are_made_serializable(tmp_path):
+    np = pytest.importorskip("numpy")
+    trial, ch = make(tmp_path)
+    trial.report(step=1, a=np.float32(0.5), b=np.int64(3), c=True, d="x", e=None, f=object())
+    m = ch.sent[-1]["metrics"]
+    assert m["a"] == 0.5 and type(m["a"]) is float
+    assert m["b"] == 3 and type(m["b"]) is int
+    assert m["c"] is True and m["d"] == "x" and m["e"] is None and isinstance(m["f"], str)
+
+
+def test_checkpoint_then_restore_round_trip(tmp_path):
+    trial, ch = make(tmp_path, budget=2.0)
+    trial.report(step=1, loss=1.0)
+    path = trial.checkpoint({"w": [1, 2, 3]})
+    assert ch.sent[-1] == {"k": "ckpt", "step": 1.0, "path": path}
+    found = ck.latest_checkpoint(tmp_path, 7, 1.0)
+    assert found is not None and str(found[1]) == path
+    resumed, _ = make(tmp_path, start=1.0, restore_path=path, restore_step=1.0)
+    assert resumed.restore() == {"w": [1, 2, 3]}
+    fresh, _ = make(tmp_path)
+    assert fresh.restore() is None
+
+
+def test_only_rank_zero_reports_and_checkpoints(tmp_path):
+    trial, ch = make(tmp_path, rank=1, world_size=1)
+    trial.report(step=1, loss=1.0)
+    assert trial.checkpoint({"x": 1}) is None
+    assert ch.sent == []
+
+
+@given(steps=st.lists(st.integers(0, 200).map(lambda i: i / 4), min_size=1, max_size=8,
+                      unique=True),
+       cap=st.floats(0.0, 60.0))
+def test_latest_checkpoint_is_the_newest_not_past_the_cap(tmp_path_factory, steps, cap):
+    root = tmp_path_factory.mktemp("ck")
+    for s in steps:
+        ck.save_state({"s": s}, ck.checkpoint_path(root, 3, s))
+    found = ck.latest_checkpoint(root, 3, cap)
+    below = [s for s in steps if s <= cap + 1e-9]
+    if not below:
+        assert found is None
+    else:
+        assert found is not None and found[0] == max(below)
+    assert ck.latest_checkpoint(root, 4) is None
+
+
+def test_adopting_a_donor_checkpoint_replaces_the_old_lineage(tmp_path):
+    for s in (1.0, 2.0, 3.0):
+        ck.save_state({"who": "mine", "s": s}, ck.checkpoint_path(tmp_path, 1, s))
+    ck.save_state({"who": "donor"}, ck.checkpoint_path(tmp_path, 0, 2.0))
+    donor = ck.latest_checkpoint(tmp_path, 0, 2.0)
+    dst = ck.adopt_checkpoint(donor[1], tmp_path, 1, 2.0)
+    assert ck.load_state(dst) == {"who": "donor"}
+    assert [s for s, _ in ck.list_checkpoints(tmp_path, 1)] == [1.0, 2.0]  # step 3 was mine
+    assert ck.load_state(ck.latest_checkpoint(tmp_path, 1)[1]) == {"who": "donor"}
+
+
+def test_default_steps_end_exactly_at_a_fractional_budget(tmp_path):
+    trial, ch = make(tmp_path, budget=2.5)
+    assert [trial.report(loss=1.0) for _ in range(3)] == [False, False, True]
+    assert reports(ch) == [1.0, 2.0, 2.5]
