@@ -182,3 +182,27 @@ def test_hydro_trace_replay_under_fifo_reproduces_the_measured_makespan():
     best = exp.best
     assert best is not None and best["final_val_acc"] == pytest.approx(0.9161)
     assert wl.config_of(best["config"]["trace_id"])["lr"] == pytest.approx(0.1102)
+
+
+def test_same_seed_same_result_across_processes_and_hash_seeds():
+    """Nothing may depend on str-hash randomization (set order, hash() of strings)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import nbtune\n"
+        "from nbtune import SyntheticWorkload, SimRuntime, uniform, loguniform, choice\n"
+        "sp={'lr': loguniform(1e-4,1e-1), 'x': uniform(0,1), 'opt': choice(['sgd','adam','lamb'])}\n"
+        "wl=SyntheticWorkload(sp, unit_time=lambda c: 1+3*c['x'], noise=0.05, seed=0)\n"
+        "for a, al in [('bohb','waterfill'), ('asha','knapsack-ffd'), ('pbt','fifo')]:\n"
+        "    e=nbtune.tune(wl, algorithm=a, metric='loss', max_budget=9, num_trials=20, seed=0,\n"
+        "                  allocator=al, runtime=SimRuntime(cluster=3))\n"
+        "    print(a, repr(e.makespan), e.best['trial_id'], repr(e.best['loss']))\n"
+    )
+    outs = set()
+    for hs in ("1", "2"):
+        env = {**__import__("os").environ, "PYTHONHASHSEED": hs}
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=env, timeout=120, check=True)
+        outs.add(r.stdout)
+    assert len(outs) == 1, outs

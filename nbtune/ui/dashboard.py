@@ -1,0 +1,350 @@
+"""The live dashboard: ipywidgets controls around the Bokeh figures, fed on a throttle.
+
+A :class:`Dashboard` owns a :class:`~nbtune.ui.model.DashboardModel` and a
+:class:`~nbtune.ui.figures.Figures`; a daemon thread pulls the model every
+``period`` seconds and pushes the delta into the Bokeh sources, which
+``jupyter_bokeh.BokehModel`` forwards to the browser as ordinary widget
+messages. A thread rather than a task on the kernel's event loop keeps the
+dashboard moving while a cell blocks in ``exp.wait()``. The thread measures
+its own cost and stretches its period so it never takes more than
+``max_overhead`` of the process's time, whatever the experiment's size.
+
+BokehJS is loaded inline once per kernel (no CDN is reachable on many GPU
+servers); the jupyter_bokeh frontend extension uses that global BokehJS, so
+the Python and JavaScript sides are always the same Bokeh version.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import ipywidgets as W
+
+from nbtune.ui.figures import Figures, format_duration, summary_html
+from nbtune.ui.model import DashboardModel, Delta
+
+__all__ = ["Dashboard", "dashboard_for", "load_bokehjs", "show"]
+
+log = logging.getLogger(__name__)
+_BOKEHJS_LOADED = False
+_DASHBOARDS: weakref.WeakKeyDictionary[Any, Dashboard] = weakref.WeakKeyDictionary()
+
+
+def load_bokehjs(force: bool = False) -> None:
+    """Publish BokehJS (inline: core, widgets, tables) into the notebook, once per kernel.
+
+    ``force=True`` loads it again, e.g. after the output holding it was cleared
+    and the page reloaded.
+    """
+    global _BOKEHJS_LOADED
+    if _BOKEHJS_LOADED and not force:
+        return
+    from bokeh.io.notebook import JS_MIME_TYPE, LOAD_MIME_TYPE, publish_display_data
+    from bokeh.resources import INLINE
+
+    try:  # only the bundles the dashboard uses: ~2 MB instead of ~4 MB with MathJax and GL
+        from bokeh.embed.bundle import bundle_for_objs_and_resources
+        from bokeh.io.notebook import _loading_js
+
+        bundle = bundle_for_objs_and_resources(
+            [Figures("metric", "min").layout], INLINE)
+        publish_display_data({JS_MIME_TYPE: _loading_js(bundle, None, 5000, True),
+                              LOAD_MIME_TYPE: _loading_js(bundle, None, 5000, False)})
+    except (ImportError, AttributeError, TypeError):  # Bokeh changed its private helper:
+        # load everything the public way
+        from bokeh.io.notebook import load_notebook
+
+        load_notebook(resources=INLINE, hide_banner=True)
+    _BOKEHJS_LOADED = True
+
+
+def _batched_bokeh_model() -> type:
+    """``BokehModel`` that sends the events of one update as one PATCH-DOC message.
+
+    ``jupyter_bokeh`` sends every Bokeh document event as its own PATCH-DOC,
+    and Bokeh builds a serializer over every model of the document for each
+    one; a dashboard update makes a dozen events, so batching them cuts the
+    kernel-side cost several-fold. The message is the standard one (a
+    PATCH-DOC may carry any number of events), so the frontend is unchanged.
+    """
+    from bokeh.protocol import Protocol
+    from jupyter_bokeh import BokehModel
+
+    class BatchedBokehModel(BokehModel):
+        _batch: list[Any] | None = None
+        #: held while the browser's changes (a table selection) are applied, so they do
+        #: not interleave with an update from the dashboard's thread
+        lock: Any = None
+
+        def _sync_model(self, model: Any, content: Any, buffers: Any) -> None:
+            if self.lock is None:
+                return super()._sync_model(model, content, buffers)
+            with self.lock:
+                return super()._sync_model(model, content, buffers)
+
+        def _document_patched(self, event: Any) -> None:
+            if self._batch is not None and event.setter is not self:
+                self._batch.append(event)
+            else:
+                super()._document_patched(event)
+
+        @contextmanager
+        def batch(self) -> Iterator[None]:
+            self._batch = []
+            try:
+                yield
+            finally:
+                events, self._batch = self._batch, None
+                if events:
+                    self._send_patch(Protocol().create("PATCH-DOC", events))
+
+        def _send_patch(self, msg: Any) -> None:  # the same frames as BokehModel's
+            self.send({"msg": "patch", "payload": msg.header_json})
+            self.send({"msg": "patch", "payload": msg.metadata_json})
+            self.send({"msg": "patch", "payload": msg.content_json})
+            for buffer in msg.buffers:
+                self.send({"msg": "patch", "payload": json.dumps(buffer.ref)})
+                self.send({"msg": "patch"}, [buffer.to_bytes()])
+
+    return BatchedBokehModel
+
+
+class Dashboard:
+    """Live view and controls of one :class:`~nbtune.experiment.Experiment`.
+
+    ``period`` is the update interval in seconds; ``max_overhead`` the share of
+    time the updates may take (the period stretches to respect it);
+    ``autostart=False`` leaves updating to explicit :meth:`update` calls.
+
+    Built from an experiment, it attaches at once. Built with ``metric``,
+    ``mode`` and ``space`` instead (what ``%%tune`` does), it can be shown
+    before the experiment exists and :meth:`attach`-ed when ``tune`` returns:
+    the one-off cost of building ~200 Bokeh models and their widget then lands
+    before the trials start instead of competing with their first launches.
+    """
+
+    def __init__(self, experiment: Any = None, *, metric: str | None = None,
+                 mode: str | None = None, space: Any = None, name: str = "",
+                 period: float = 0.5, max_overhead: float = 0.02,
+                 autostart: bool = True) -> None:
+        if period <= 0:
+            raise ValueError(f"period must be > 0 seconds, got {period}")
+        if not 0 < max_overhead <= 1:
+            raise ValueError(f"max_overhead must be in (0, 1], got {max_overhead}")
+        if experiment is not None:
+            metric, mode = experiment.metric, experiment.mode
+            space, name = experiment.engine.algorithm.space, experiment.name
+        elif metric is None or mode is None:
+            raise ValueError("give the experiment, or metric and mode (and space) to attach "
+                             "one later")
+        self.experiment: Any = None
+        self.model: DashboardModel | None = None
+        self.period, self.max_overhead = float(period), float(max_overhead)
+        self.figures = Figures(metric, mode, title=name, space=space)
+        self.updates = 0
+        self.update_seconds = 0.0  # CPU time spent in update(), for the overhead budget
+        self.last: Delta | None = None
+        self._lock = threading.RLock()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._build_controls()
+        self.plot = _batched_bokeh_model()(self.figures.layout)
+        self.plot.lock = self._lock
+        self.widget = W.VBox([W.HBox([self.progress, self.status]), self.controls,
+                              self.message, self.plot])
+        if experiment is not None:
+            self.attach(experiment, autostart=autostart)
+        else:
+            self.status.value = "<b>starting</b>"
+
+    def attach(self, experiment: Any, *, autostart: bool = True) -> Dashboard:
+        """Follow ``experiment`` (once): listen to its engine, show it, start updating."""
+        if self.experiment is not None:
+            raise RuntimeError(f"this dashboard already shows {self.experiment.name!r}")
+        if experiment.metric != self.figures.metric:
+            raise ValueError(f"the dashboard plots {self.figures.metric!r} but the experiment "
+                             f"reports {experiment.metric!r}")
+        self.experiment = experiment
+        self.model = DashboardModel(experiment.engine)
+        _DASHBOARDS.setdefault(experiment, self)
+        self.update()
+        if autostart and not self.finished:
+            self.start()
+        return self
+
+    # -------------------------------------------------------------- widgets
+    def _build_controls(self) -> None:
+        lay = W.Layout(width="auto")
+        self.progress = W.FloatProgress(value=0.0, min=0.0, max=1.0, bar_style="info",
+                                        layout=W.Layout(width="300px"))
+        self.status = W.HTML()
+        self.message = W.HTML()
+        self.stop_button = W.Button(description="Stop experiment", button_style="danger",
+                                    icon="stop", layout=lay)
+        self.pause_button = W.ToggleButton(description="Pause", icon="pause", layout=lay)
+        self.concurrency = W.BoundedIntText(value=0, min=0, max=100_000, step=1,
+                                            description="max running (0 = all)",
+                                            style={"description_width": "initial"},
+                                            layout=W.Layout(width="200px"))
+        self.trial_box = W.IntText(value=0, description="trial",
+                                   layout=W.Layout(width="130px"))
+        self.stop_trial_button = W.Button(description="Stop trial", icon="times", layout=lay)
+        self.stop_button.on_click(lambda _: self._control("stop"))
+        self.pause_button.observe(self._on_pause, names="value")
+        self.concurrency.observe(self._on_concurrency, names="value")
+        self.stop_trial_button.on_click(
+            lambda _: self._control("stop_trial", int(self.trial_box.value)))
+        self.figures.table_src.selected.on_change("indices", self._on_select)
+        self.controls = W.HBox([self.stop_button, self.pause_button, self.concurrency,
+                                self.trial_box, self.stop_trial_button])
+
+    def _control(self, name: str, *args: Any) -> None:
+        """Run a control action; report bad input in the dashboard instead of a traceback."""
+        if self.experiment is None:
+            self.message.value = "the experiment has not started yet"
+            return
+        try:
+            getattr(self.experiment, name)(*args)
+            self.message.value = ""
+        except (ValueError, TypeError, KeyError) as exc:
+            self.message.value = f"<span style='color:#d62728'>{exc}</span>"
+
+    def _on_pause(self, change: dict[str, Any]) -> None:
+        paused = bool(change["new"])
+        self.pause_button.description = "Resume" if paused else "Pause"
+        self.pause_button.icon = "play" if paused else "pause"
+        self._control("pause" if paused else "unpause")
+
+    def _on_concurrency(self, change: dict[str, Any]) -> None:
+        n = int(change["new"])
+        self._control("set_concurrency", None if n == 0 else n)
+
+    def _on_select(self, attr: str, old: Any, new: list[int]) -> None:
+        ids = self.figures.table_src.data["trial_id"]
+        if new and new[0] < len(ids):
+            self.trial_box.value = int(ids[new[0]])
+
+    # --------------------------------------------------------------- update
+    @property
+    def finished(self) -> bool:
+        """The experiment is over and its final state has been pushed."""
+        return self.last is not None and self.last.done
+
+    def update(self) -> Delta:
+        """Pull the model and push the delta to the figures and widgets (thread-safe)."""
+        if self.model is None:
+            raise RuntimeError("attach an experiment first: dashboard.attach(exp)")
+        t0 = time.thread_time()
+        with self._lock, self.plot.batch():
+            d = self.model.pull()
+            self.figures.apply(d)
+            self.figures.set_header(summary_html(self.experiment.name, d))
+            self._update_widgets(d)
+            self.last = d
+            self.updates += 1
+        self.update_seconds += time.thread_time() - t0
+        return d
+
+    def _update_widgets(self, d: Delta) -> None:
+        p = d.progress
+        if p is not None and p.fraction is not None:
+            self.progress.value = p.fraction
+        state = "done" if d.done else ("paused" if d.paused else "running")
+        text = [f"<b>{state}</b>", f"t = {d.time:,.0f} s"]
+        if p is not None:
+            text.append(f"{p.settled}/{p.total} trials settled" if p.total
+                        else f"{p.settled} trials settled")
+            if p.eta is not None and not d.done:
+                text.append(f"ETA {format_duration(p.eta)}")
+        if d.best is not None and d.best_value is not None:
+            text.append(f"best {d.metric} {d.best_value:.4g} (trial {d.best})")
+        self.status.value = " &middot; ".join(text)
+        if d.done:
+            self.progress.bar_style = "success"
+            for w in (self.stop_button, self.pause_button, self.concurrency, self.trial_box,
+                      self.stop_trial_button):
+                w.disabled = True
+
+    # --------------------------------------------------------------- thread
+    def start(self) -> None:
+        """Start the background updates (no-op if running or finished)."""
+        if self._thread is not None and self._thread.is_alive() or self.finished:
+            return
+        if self.experiment is None:
+            raise RuntimeError("attach an experiment first: dashboard.attach(exp)")
+        self._closed.clear()
+        self._thread = threading.Thread(target=self._run, name=f"nbtune-dashboard-"
+                                        f"{self.experiment.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        delay = self.period
+        while not self._closed.wait(delay):
+            t0 = time.thread_time()
+            try:
+                self.update()
+            except Exception as exc:  # keep the kernel alive; show what broke
+                log.exception("nbtune dashboard update failed")
+                self.message.value = f"<span style='color:#d62728'>dashboard stopped: {exc}</span>"
+                return
+            if self.finished:
+                return
+            # stretch the period so updates stay under max_overhead of the time
+            delay = max(self.period, (time.thread_time() - t0) / self.max_overhead)
+
+    def stop(self) -> None:
+        """Stop the background updates (the experiment keeps running)."""
+        self._closed.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def close(self) -> None:
+        """Stop updating, stop listening to the engine and close the widgets."""
+        self.stop()
+        if self.model is not None:
+            self.model.close()
+        for w in (self.plot, self.progress, self.status, self.message, self.stop_button,
+                  self.pause_button, self.concurrency, self.trial_box, self.stop_trial_button,
+                  self.controls, self.widget):
+            w.close()
+        doc = self.figures.layout.document
+        if doc is not None:  # else BokehModel.__del__ closes again and trips on the document
+            doc.remove_root(self.figures.layout)
+        if self.experiment is not None and _DASHBOARDS.get(self.experiment) is self:
+            del _DASHBOARDS[self.experiment]
+
+    # -------------------------------------------------------------- display
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        load_bokehjs()
+        display(self.widget)
+
+
+def dashboard_for(experiment: Any, **options: Any) -> Dashboard:
+    """The experiment's dashboard, built on first use (every display shares its widgets)."""
+    dash = _DASHBOARDS.get(experiment)
+    if dash is None:
+        dash = _DASHBOARDS[experiment] = Dashboard(experiment, **options)
+    return dash
+
+
+def show(experiment: Any, **options: Any) -> Dashboard | None:
+    """Display the experiment's live dashboard in a notebook (its summary elsewhere)."""
+    from IPython import get_ipython
+    from IPython.display import display
+
+    shell = get_ipython()
+    if shell is None or getattr(shell, "kernel", None) is None:
+        print(experiment.summary())  # a terminal cannot show widgets
+        return None
+    dash = dashboard_for(experiment, **options)
+    display(dash)
+    return dash

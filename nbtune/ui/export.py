@@ -1,0 +1,45 @@
+"""Standalone HTML reports: the dashboard's figures, frozen, with BokehJS inlined.
+
+The file opens offline (GPU servers and their users' laptops often have no CDN
+access) and needs no kernel: the same :class:`~nbtune.ui.figures.Figures` the
+live dashboard uses, fed once from a fresh model of the finished experiment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nbtune.ui.figures import Figures, summary_html
+from nbtune.ui.model import DashboardModel
+
+__all__ = ["export_html", "report_html"]
+
+
+def report_html(experiment: Any, *, title: str | None = None) -> str:
+    """The report as one HTML string (BokehJS inline, no network needed to view it)."""
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+
+    model = DashboardModel(experiment.engine)
+    try:
+        delta = model.pull()
+    finally:
+        model.close()
+    name = title or f"nbtune: {experiment.name}"
+    figs = Figures(experiment.metric, experiment.mode, title=name,
+                   space=experiment.engine.algorithm.space)
+    figs.apply(delta)
+    figs.set_header(summary_html(name, delta))
+    return file_html(figs.layout, INLINE, title=name)
+
+
+def export_html(experiment: Any, path: str | Path, *, title: str | None = None) -> Path:
+    """Write the experiment's report to ``path`` (a ``.html`` file) and return the path."""
+    path = Path(path)
+    if path.suffix.lower() not in (".html", ".htm"):
+        raise ValueError(f"report path must end in .html, got {str(path)!r}")
+    if not path.parent.exists():
+        raise FileNotFoundError(f"folder {str(path.parent)!r} does not exist; create it first")
+    path.write_text(report_html(experiment, title=title), encoding="utf-8")
+    return path

@@ -1,0 +1,306 @@
+"""IPython magics: ``%%tune`` runs a cell as the trial code; line magics list and steer.
+
+``%load_ext nbtune`` registers them. The cell body of ``%%tune`` becomes the
+training function ``train(config, trial)`` (the names ``config`` and
+``trial`` are in scope; globals are the notebook's), the line holds the
+options::
+
+    %%tune space --metric loss --mode min --max-budget 27 --num-trials 50 -a asha
+    model = make_model(config["lr"])
+    for step in trial.steps():
+        loss = train_one_epoch(model)
+        trial.report(step, loss=loss)
+
+The cell returns at once: the experiment runs in the background on the Dask
+runtime, its live dashboard is the cell's output and ``exp`` (``--as NAME``)
+is bound in the namespace; ``exp.wait()`` blocks. The simulator cannot run
+Python code, so ``--workload VAR`` (a workload model) with an empty cell body
+simulates instead (the simulator finishes before the cell returns); the line
+form ``%tune space --workload wl -b 27`` says the same without a body
+(IPython refuses a ``%%`` magic whose body is completely empty).
+``%tune_list``, ``%tune_stop``, ``%tune_pause`` and ``%tune_resume`` steer
+experiments by name.
+"""
+
+from __future__ import annotations
+
+import ast
+import shlex
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+__all__ = ["TuneMagics", "load_ipython_extension", "make_trainable"]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the magics (``%load_ext nbtune``)."""
+    ipython.register_magics(TuneMagics)
+
+
+def _has_code(tree: ast.Module) -> bool:
+    return any(not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+               for s in tree.body) if tree.body else False
+
+
+class _NoGenerators(ast.NodeVisitor):
+    """The cell body runs as a plain function: ``yield``/``await`` would change what it is."""
+
+    def visit_FunctionDef(self, node: ast.AST) -> None:  # nested functions may do as they like
+        return None
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+    def generic_visit(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Yield | ast.YieldFrom | ast.Await):
+            raise UsageError("the %%tune cell body is the trial function body; it cannot "
+                             "use yield or await at its top level")
+        super().generic_visit(node)
+
+
+def make_trainable(code: str, namespace: dict[str, Any], name: str = "train") -> Any:
+    """Compile ``code`` as the body of ``def name(config, trial)`` with ``namespace`` as globals.
+
+    Built from the AST, not by indenting text, so multi-line strings in the
+    cell keep their content. The function's module is the notebook's
+    (``__main__``), so cloudpickle ships it to Dask workers by value.
+    """
+    tree = ast.parse(code, filename=f"<%%tune {name}>")
+    _NoGenerators().visit(tree)
+    args = ast.arguments(posonlyargs=[], args=[ast.arg("config"), ast.arg("trial")],
+                         kwonlyargs=[], kw_defaults=[], defaults=[])
+    body = tree.body or [ast.Pass()]
+    fn = ast.FunctionDef(name=name, args=args, body=body, decorator_list=[], returns=None)
+    module = ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[]))
+    scope: dict[str, Any] = {}
+    exec(compile(module, f"<%%tune {name}>", "exec"), namespace, scope)
+    train = scope[name]
+    train.__nbtune_source__ = code
+    return train
+
+
+def _option(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise UsageError(f"-o expects KEY=VALUE (e.g. -o eta=3), got {text!r}")
+    try:
+        return key, ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return key, raw  # a bare word is a string: -o sampler=tpe
+
+
+@magics_class
+class TuneMagics(Magics):
+    """``%%tune`` and the experiment line magics; remembers experiments by name."""
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell, **kwargs)
+        self.experiments: dict[str, Any] = {}
+
+    # ----------------------------------------------------------------- %%tune
+    @magic_arguments()
+    @argument("space", help="the search space: a variable (or expression) holding a dict "
+              "of domains, e.g. space = {'lr': nbtune.loguniform(1e-4, 1e-1)}")
+    @argument("-a", "--algorithm", default="asha", help="algorithm name (default: asha)")
+    @argument("-m", "--metric", default="loss", help="metric the trials report (default: loss)")
+    @argument("--mode", default="min", choices=["min", "max"], help="min or max (default: min)")
+    @argument("-b", "--max-budget", type=float, required=True,
+              help="budget of a fully trained trial (epochs, steps: the unit trials report)")
+    @argument("--min-budget", type=float, default=1.0, help="smallest budget (default: 1)")
+    @argument("-n", "--num-trials", type=int, default=None, help="number of configurations")
+    @argument("--allocator", default="fifo", help="GPU allocator name (default: fifo)")
+    @argument("-r", "--runtime", default=None,
+              help="'dask' (default with a cell body), 'sim' (default with --workload), "
+              "or a variable holding a runtime, e.g. DaskRuntime(n_workers=4)")
+    @argument("-w", "--workload", default=None,
+              help="a variable holding a workload model: simulate it (cell body must be empty)")
+    @argument("--gpus", type=int, default=None, help="simulated GPUs for runtime 'sim'")
+    @argument("--name", default=None, help="experiment name (default: experiment-N)")
+    @argument("--store", nargs="?", const=True, default=None,
+              help="persist to a store so nbtune.resume can continue it: a path or URL "
+              "(bare --store: ./nbtune-store)")
+    @argument("--seed", type=int, default=None, help="random seed")
+    @argument("-o", "--option", action="append", default=[],
+              help="algorithm option KEY=VALUE (repeatable), e.g. -o eta=3")
+    @argument("--as", dest="var", default="exp", help="variable to bind the experiment to "
+              "(default: exp)")
+    @argument("--no-dashboard", action="store_true", help="do not display the dashboard")
+    @line_cell_magic
+    def tune(self, line: str, cell: str | None = None) -> None:
+        """Tune the cell body as ``train(config, trial)``; see ``nbtune.ui.magics``.
+
+        As a line magic (``%tune space --workload wl ...``) there is no body:
+        that is the simulator's form.
+        """
+        args = parse_argstring(self.tune, line)
+        if not args.var.isidentifier():
+            raise UsageError(f"--as needs a variable name, got {args.var!r}")
+        ns = self.shell.user_ns
+        space = self._eval(args.space, "the search space")
+        code = self.shell.transform_cell(cell or "")
+        try:
+            has_code = _has_code(ast.parse(code))
+        except SyntaxError as exc:
+            raise UsageError(f"the %%tune cell body is not valid Python: {exc}") from None
+        runtime = self._runtime(args, has_code)
+        if args.workload is not None:
+            if has_code:
+                raise UsageError(
+                    "with --workload the simulator runs the workload model and the cell body "
+                    "would never run: leave the body empty, or drop --workload to run the "
+                    "body on the Dask runtime")
+            trainable = self._eval(args.workload, "--workload")
+        elif not has_code:
+            raise UsageError("the %%tune cell body is the training code train(config, trial) "
+                             "and it is empty; write it, or pass --workload VAR to simulate")
+        else:
+            trainable = make_trainable(code, ns, name="train")
+        from IPython.display import display
+
+        import nbtune
+
+        options = dict(_option(o) for o in args.option)
+        dash = None
+        if not args.no_dashboard and getattr(self.shell, "kernel", None) is not None:
+            from nbtune.ui.dashboard import Dashboard, load_bokehjs
+
+            # build the dashboard before the trials start: its one-off cost (~0.3 s of
+            # CPU) then does not compete with their first launches
+            load_bokehjs()
+            dash = Dashboard(metric=args.metric, mode=args.mode, space=space,
+                             name=args.name or "")
+        try:
+            exp = nbtune.tune(
+                trainable, space, algorithm=args.algorithm, metric=args.metric,
+                mode=args.mode, max_budget=args.max_budget, min_budget=args.min_budget,
+                num_trials=args.num_trials, allocator=args.allocator, runtime=runtime,
+                name=args.name, store=args.store, seed=args.seed, **options,
+            )
+        except BaseException as exc:
+            if dash is not None:
+                dash.close()
+            if isinstance(exc, ValueError | TypeError):  # bad options: say so, no traceback
+                raise UsageError(str(exc)) from None
+            raise
+        ns[args.var] = exp
+        self.experiments[exp.name] = exp
+        if dash is not None:
+            display(dash.attach(exp))
+        elif not args.no_dashboard:
+            display(exp)  # outside a kernel: the summary
+
+    def _eval(self, expr: str, what: str) -> Any:
+        if len(expr) > 1 and expr[0] == expr[-1] and expr[0] in "'\"":
+            expr = expr[1:-1]  # IPython keeps the quotes that let an expression hold spaces
+        try:
+            return self.shell.ev(expr)
+        except Exception as exc:
+            raise UsageError(f"{what}: cannot evaluate {expr!r}: {exc}") from None
+
+    def _runtime(self, args: Any, has_code: bool) -> Any:
+        from nbtune.runtimes.sim import SimRuntime
+
+        name = args.runtime or ("sim" if args.workload is not None else "dask")
+        if name == "sim":
+            if has_code and args.workload is None:
+                raise UsageError(
+                    "runtime 'sim' cannot run Python code: simulate a workload model with "
+                    "--workload VAR (empty cell body), or run the body with --runtime dask")
+            return SimRuntime(cluster=args.gpus) if args.gpus is not None else SimRuntime()
+        if args.gpus is not None:
+            raise UsageError("--gpus sizes the simulator; for Dask build the runtime in a "
+                             "variable (DaskRuntime(n_workers=...)) and pass --runtime VAR")
+        if name == "dask":
+            # the one place the magic plugs into the Dask runtime (imported on demand)
+            from nbtune.runtimes.dask import DaskRuntime
+
+            return DaskRuntime()
+        return self._eval(name, "--runtime")
+
+    # ------------------------------------------------------------ line magics
+    def _known(self) -> dict[str, Any]:
+        """Experiments by name: those the magic started and any bound in the namespace."""
+        from nbtune.experiment import Experiment
+
+        found = dict(self.experiments)
+        for value in list(self.shell.user_ns.values()):
+            if isinstance(value, Experiment):
+                found.setdefault(value.name, value)
+        return found
+
+    def _find(self, line: str) -> Any:
+        words = shlex.split(line)
+        known = self._known()
+        if not words:
+            if not known:
+                raise UsageError("no experiments in this session")
+            return list(known.values())[-1]
+        key = words[0]
+        if key in known:
+            return known[key]
+        value = self.shell.user_ns.get(key)
+        if value is not None and hasattr(value, "engine") and hasattr(value, "runtime"):
+            return value
+        raise UsageError(f"no experiment named {key!r}; known: {', '.join(known) or 'none'}")
+
+    @line_magic
+    def tune_list(self, line: str = "") -> Any:
+        """List the session's experiments: name, state, trials, best metric."""
+        import pandas as pd
+
+        rows = []
+        for name, exp in self._known().items():
+            engine = exp.engine
+            state = "done" if engine.done else ("paused" if engine.paused else "running")
+            best = exp.best
+            rows.append({"name": name, "state": state, "trials": len(engine.trials),
+                         "metric": exp.metric,
+                         "best": None if best is None else best[exp.metric],
+                         "best_trial": None if best is None else best["trial_id"],
+                         "runtime": getattr(exp.runtime, "name", type(exp.runtime).__name__)})
+        return pd.DataFrame(rows, columns=["name", "state", "trials", "metric", "best",
+                                           "best_trial", "runtime"])
+
+    @magic_arguments()
+    @argument("name", nargs="?", default=None, help="experiment (default: the latest)")
+    @argument("--trial", type=int, default=None, help="stop only this trial")
+    @line_magic
+    def tune_stop(self, line: str) -> None:
+        """Stop an experiment (or one of its trials with --trial ID)."""
+        args = parse_argstring(self.tune_stop, line)
+        exp = self._find(args.name or "")
+        self._live(exp)
+        if args.trial is None:
+            exp.stop()
+        elif args.trial < 0:
+            raise UsageError(f"trial ids are >= 0, got {args.trial}")
+        else:  # a trial the algorithm has not created yet is ignored by the engine
+            exp.stop_trial(args.trial)
+
+    @line_magic
+    def tune_pause(self, line: str) -> None:
+        """Pause an experiment: running trials checkpoint and free their GPUs."""
+        exp = self._find(line)
+        self._live(exp)
+        exp.pause()
+
+    @line_magic
+    def tune_resume(self, line: str) -> None:
+        """Resume a paused experiment of this session.
+
+        (An experiment whose kernel died continues with ``nbtune.resume(name, store=...)``.)
+        """
+        words = shlex.split(line)
+        if words and words[0] not in self._known() and words[0] not in self.shell.user_ns:
+            raise UsageError(f"no experiment {words[0]!r} in this session; to continue one "
+                             f"recorded in a store use nbtune.resume({words[0]!r}, store=...)")
+        exp = self._find(line)
+        self._live(exp)
+        exp.unpause()  # harmless if it is not paused (a pause may still be on its way)
+
+    @staticmethod
+    def _live(exp: Any) -> None:
+        if exp.done:
+            raise UsageError(f"experiment {exp.name!r} has already finished")

@@ -1,0 +1,348 @@
+"""The dashboard's state: what changed in an experiment since the view last looked.
+
+:class:`DashboardModel` subscribes to the engine (``engine.subscribe``) and
+turns each ``handle`` call into small incremental deltas: new learning-curve
+points, allocation rectangles opened and closed, GPU-utilization segments,
+changed trial rows, progress. A view calls :meth:`DashboardModel.pull` on its
+own throttle and gets everything since the previous pull. The model knows
+nothing of widgets, Bokeh or comms (the anywidget split), so it is tested
+with a bare engine and simulator, and a browser that is not watching costs
+the tuning only the per-event bookkeeping.
+
+Cost and threading: the subscriber runs on whatever thread drives the engine,
+once per ``handle`` call, so it only notes which trials the events and
+commands name (a few set insertions); the work of reading them happens in
+:meth:`DashboardModel.pull`, once per trial per pull however many events it
+saw. ``pull`` may run on another thread while the engine is mid-update; it
+can then read a half-made change, but every trial the update touches is
+noted again by the subscriber right after, and re-read at the next pull, so
+the view converges to the engine's state. Changes that end the experiment
+(Finish, a stop, a pause) are read at once on the engine's thread. Paused
+trials, which the engine can retire without an event naming them, get a
+cheap state check at every pull.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from nbtune.core import events as ev
+from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
+from nbtune.core.trial import Trial, TrialState
+from nbtune.ui.lanes import Lanes, Rect, Segment
+
+__all__ = ["DashboardModel", "Delta", "Rect", "Segment", "Points", "Progress", "DISPLAY_STATES"]
+
+#: what a trial is shown as, in legend order (``best`` and ``promoted`` are derived)
+DISPLAY_STATES = ("best", "running", "promoted", "completed", "paused", "pending", "stopped",
+                  "error")
+_EVENTS_WITH_TRIAL = (ev.TrialReported, ev.TrialStarted, ev.TrialFailed, ev.TrialStopRequested)
+_CMDS_WITH_TRIAL = (Launch, Resize, Pause, Stop)
+_SWEEP_EVERYTHING = (ev.ExperimentStopRequested, ev.ExperimentPauseRequested,
+                     ev.ResourcesChanged, ev.ConcurrencyChanged)
+
+
+class Points(NamedTuple):
+    """New learning-curve points of one trial as columns (no object per point)."""
+
+    budget: list[float]
+    value: list[float]
+    time: list[float]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Trials settled (paused at a rung or finished) out of ``total`` (None: unknown)."""
+
+    settled: int
+    total: int | None
+    fraction: float | None
+    elapsed: float
+    eta: float | None
+
+
+@dataclass
+class Delta:
+    """Everything that changed since the previous :meth:`DashboardModel.pull`.
+
+    ``alloc_open`` and ``util_open`` are complete (they change every instant);
+    every other list holds only what is new. ``rows`` maps a trial id to its
+    full current table row; ``best_changed`` says the best trial moved.
+    """
+
+    time: float
+    done: bool
+    paused: bool
+    metric: str
+    lanes: list[int]
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    points: dict[int, Points] = field(default_factory=dict)
+    alloc_closed: list[Rect] = field(default_factory=list)
+    alloc_open: list[Rect] = field(default_factory=list)
+    util_kind: str = "allocated"
+    util_closed: list[Segment] = field(default_factory=list)
+    util_open: list[Segment] = field(default_factory=list)
+    best: int | None = None
+    best_value: float | None = None
+    best_changed: bool = False
+    best_curve: Points | None = None  # the best trial's whole curve, when it or its curve changed
+    progress: Progress | None = None
+
+
+@dataclass
+class _Row:
+    trial: Trial
+    state: TrialState = TrialState.PENDING
+    best: float | None = None
+    last: float | None = None
+    budget: float = 0.0
+    target: float = 0.0
+    promotions: int = 0
+    launched: float | None = None  # target budget of the latest launch
+    n_results: int = 0
+    error: str | None = None
+
+
+class DashboardModel:
+    """Incremental view-model of one engine; see the module docstring.
+
+    Attach it before the experiment starts or at any time later: it replays
+    what already happened first. ``max_points`` caps the curve points one
+    trial contributes to one pull (None: all of them); the cap only bites when
+    reports arrive faster than the view looks, as in the simulator.
+    """
+
+    def __init__(self, engine: Any, *, max_points: int | None = 32) -> None:
+        if max_points is not None and max_points < 1:
+            raise ValueError(f"max_points must be >= 1 or None, got {max_points}")
+        self.max_points = max_points
+        self.engine = engine
+        self.metric: str = engine.metric
+        self.mode: str = engine.mode
+        self._touched: set[int] = set()  # trials named by events since the last sync
+        self._lock = threading.Lock()
+        self._rows: dict[int, _Row] = {}
+        self._n_seen = 0  # engine trials (in insertion order) already given a row
+        # paused trials can be retired or re-queued with no event or command naming them
+        self._waiting: set[int] = set()
+        self.lanes = Lanes(engine)
+        self._best: int | None = None
+        self._pulled = False
+        self._reset_buffers()
+        self.updates = 0  # handle calls seen (for tests and the overhead benchmark)
+        self._unsubscribe = engine.subscribe(self._on_handle)
+        with self._lock:
+            self._catch_up()
+
+    # ------------------------------------------------------------------ API
+    def pull(self) -> Delta:
+        """Everything new since the previous pull (the first pull: everything so far)."""
+        with self._lock:
+            self._sync(everything=bool(self.engine.done))
+            now = float(self.engine.time)
+            best = self._find_best()
+            if best != self._best:
+                self._dirty.update(t for t in (best, self._best) if t is not None)
+            best_changed = best != self._best or not self._pulled
+            self._best, self._pulled = best, True
+            best_curve = None
+            if best is not None and (best_changed or best in self._points):
+                best_curve = self._curve(best)
+            lanes = self.lanes
+            util_kind = lanes.kind
+            closed, segments = lanes.take()
+            d = Delta(
+                time=now, done=bool(self.engine.done), paused=bool(self.engine.paused),
+                metric=self.metric, lanes=list(lanes.lane_of),
+                rows={tid: self._row_dict(tid) for tid in sorted(self._dirty)},
+                points=self._points, alloc_closed=closed, alloc_open=lanes.open_rects(now),
+                util_kind=util_kind, util_closed=segments, util_open=lanes.util_open(now),
+                best=best, best_changed=best_changed, best_curve=best_curve,
+                best_value=None if best is None else self._rows[best].best,
+                progress=self._progress(now),
+            )
+            self._reset_buffers()
+            return d
+
+    def close(self) -> None:
+        """Stop listening to the engine."""
+        self._unsubscribe()
+
+    # ------------------------------------------------------- engine thread
+    def _on_handle(self, events: tuple[ev.Event, ...], cmds: list[Command]) -> None:
+        with self._lock:
+            self.updates += 1
+            everything = False
+            touched = self._touched
+            for e in events:
+                if isinstance(e, _EVENTS_WITH_TRIAL):
+                    touched.add(e.trial_id)
+                elif isinstance(e, _SWEEP_EVERYTHING):
+                    everything = True
+            for c in cmds:
+                if isinstance(c, _CMDS_WITH_TRIAL):
+                    touched.add(c.trial_id)
+                    if isinstance(c, Launch):
+                        self._on_launch(c)
+                elif isinstance(c, Finish):
+                    everything = True
+            if everything:
+                self._sync(everything=True)
+
+    def _catch_up(self) -> None:
+        """Replay the engine's state so far (attaching to a running or finished experiment)."""
+        for attempt in range(5):
+            try:  # the engine may be adding a trial on another thread right now; the
+                # dict copies at the start of _sync fail before anything is changed
+                self._touched = set(self.engine.trials)
+                self._sync(everything=True)
+                break
+            except RuntimeError:
+                if attempt == 4:
+                    raise
+        # promotions happened before we listened: a trial placed again right where it
+        # reported and released its GPUs had finished a segment and won its rung
+        last_end: dict[int, float] = {}
+        counted: set[tuple[int, float]] = set()
+        for rec in self.engine.ledger.log:
+            tid, prev = rec.trial_id, last_end.get(rec.trial_id)
+            if prev is not None and rec.start >= prev and (tid, rec.start) not in counted \
+                    and any(when == prev for when, _, _ in self._rows[tid].trial.results):
+                self._rows[tid].promotions += 1
+                counted.add((tid, rec.start))
+            if rec.end is not None:
+                last_end[tid] = max(rec.end, prev if prev is not None else rec.end)
+        for tid, row in self._rows.items():
+            launched = row.trial.start_time is not None and row.state is not TrialState.PENDING
+            row.launched = row.target if launched else None
+            if row.promotions:
+                self._dirty.add(tid)
+
+    def _add_new_trials(self, touched: set[int]) -> None:
+        trials = self.engine.trials
+        if len(trials) > self._n_seen:  # new trials are appended to the engine's dict
+            for t in itertools.islice(list(trials.values()), self._n_seen, None):
+                if t.trial_id not in self._rows:
+                    self._rows[t.trial_id] = _Row(t)
+                touched.add(t.trial_id)
+            self._n_seen = len(trials)
+
+    def _sync(self, *, everything: bool) -> None:
+        """Bring the model up to date with every trial noted since the last sync."""
+        touched, self._touched = self._touched, set()
+        self._add_new_trials(touched)
+        rows = self._rows
+        if everything:
+            touched |= self._waiting
+            touched |= self.lanes.open_trials
+        else:  # a cheap identity check; full sync only for what moved
+            touched.update(tid for tid in self._waiting
+                           if rows[tid].trial.state is not rows[tid].state)
+        self.lanes.sync(touched)
+        for tid in touched:
+            row = rows.get(tid)
+            if row is not None:
+                self._sync_row(tid, row)
+
+    def _sync_row(self, tid: int, row: _Row) -> None:
+        t = row.trial
+        n = len(t.results)
+        if n > row.n_results:
+            new = t.results[row.n_results:n]
+            cap = self.max_points
+            if cap is not None and len(new) > cap:
+                # thin a burst (the simulator reports faster than any eye): an even
+                # stride, always ending on the latest report
+                stride = -(-len(new) // cap)
+                new = new[(len(new) - 1) % stride::stride]
+            metric = self.metric
+            if any(m.get(metric) is None for _, _, m in new):
+                new = [r for r in new if r[2].get(metric) is not None]
+            pts = self._points.get(tid)
+            if pts is None:
+                pts = self._points[tid] = Points([], [], [])
+            pts.budget.extend([b for _, b, _ in new])
+            pts.value.extend([m[metric] for _, _, m in new])
+            pts.time.extend([w for w, _, _ in new])
+            row.n_results = n
+            self._dirty.add(tid)
+        snap = (t.state, t.best, t.last, t.budget_used, t.target_budget, t.error)
+        if snap != (row.state, row.best, row.last, row.budget, row.target, row.error):
+            row.state, row.best, row.last, row.budget, row.target, row.error = snap
+            self._dirty.add(tid)
+        if t.state is TrialState.PAUSED:
+            self._waiting.add(tid)
+        else:
+            self._waiting.discard(tid)
+
+    def _on_launch(self, c: Launch) -> None:
+        row = self._rows.get(c.trial_id)
+        if row is None:  # first launch: a row now, so a later promotion is seen
+            t = self.engine.trials.get(c.trial_id)
+            if t is None:
+                return
+            row = self._rows[c.trial_id] = _Row(t)
+        # a relaunch towards a higher target than the last segment is a promotion (SHA
+        # rungs); a relaunch to the same target is a pause/resume and is not
+        if row.launched is not None and c.budget > row.launched + 1e-9:
+            row.promotions += 1
+            self._dirty.add(c.trial_id)
+        row.launched = c.budget
+
+    # --------------------------------------------------------- pull helpers
+    def _reset_buffers(self) -> None:
+        self._dirty: set[int] = set()
+        self._points: dict[int, Points] = {}
+
+    def _curve(self, tid: int) -> Points:
+        metric = self.metric
+        results = [r for r in list(self._rows[tid].trial.results)  # a copy: the engine
+                   if r[2].get(metric) is not None]                  # may append meanwhile
+        return Points([b for _, b, _ in results], [m[metric] for _, _, m in results],
+                      [w for w, _, _ in results])
+
+    def _find_best(self) -> int | None:
+        """Same rule as :attr:`Experiment.best`: best metric among the furthest-trained trials."""
+        cands = [(tid, r) for tid, r in self._rows.items() if r.best is not None]
+        if not cands:
+            return None
+        top = max(r.budget for _, r in cands)
+        sign = 1.0 if self.mode == "min" else -1.0
+        full = [(sign * r.best, tid) for tid, r in cands if r.budget >= top - 1e-9]
+        return min(full)[1]
+
+    def display_state(self, tid: int) -> str:
+        """How a trial is shown: its engine state, or ``best`` / ``promoted``.
+
+        ``promoted`` marks a trial that won at least one rung and is not running,
+        stopped or failed (waiting for its next rung, or trained to the end).
+        """
+        r = self._rows[tid]
+        if tid == self._best:
+            return "best"
+        if r.state in (TrialState.RUNNING, TrialState.STOPPED, TrialState.ERROR):
+            return r.state.value
+        return "promoted" if r.promotions else r.state.value
+
+    def _row_dict(self, tid: int) -> dict[str, Any]:
+        r = self._rows[tid]
+        t = r.trial
+        return {"trial_id": tid, "state": self.display_state(tid),
+                "config": dict(t.config), self.metric: r.best, "last": r.last,
+                "budget": r.budget, "promotions": r.promotions,
+                "start": t.start_time, "end": t.end_time, "error": r.error or ""}
+
+    def _progress(self, now: float) -> Progress:
+        total = getattr(self.engine.algorithm, "num_trials", None)
+        settled = sum(1 for r in self._rows.values()
+                      if r.state is TrialState.PAUSED or r.state.is_terminal)
+        if self.engine.done:
+            return Progress(settled, total, 1.0, now, 0.0)
+        if not total:
+            return Progress(settled, None, None, now, None)
+        frac = min(settled / total, 1.0)
+        eta = now * (1.0 - frac) / frac if frac >= 0.02 and now > 0 else None
+        return Progress(settled, total, frac, now, eta)

@@ -1,0 +1,245 @@
+"""The dashboard's widget tree, its Bokeh sources, its controls and the HTML report."""
+
+from __future__ import annotations
+
+import ipywidgets as W
+import pytest
+from bokeh.io.notebook import LOAD_MIME_TYPE
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from jupyter_bokeh import BokehModel
+
+from nbtune.core import events as ev
+from nbtune.core.trial import TrialState
+from nbtune.ui import Dashboard, export_html, load_bokehjs, report_html
+from nbtune.ui.figures import STATE_COLORS
+from tests.ui.conftest import experiment, run
+
+
+def rows_of(src) -> int:
+    return len(src.data[next(iter(src.data))])
+
+
+def patches(wire) -> int:
+    return sum(1 for kind, data, _ in wire if kind == "comm_msg"
+               and isinstance(data, dict) and data.get("method") == "custom"
+               and data.get("content", {}).get("msg") == "patch")
+
+
+def test_dashboard_of_a_finished_experiment(wire):
+    exp = run(experiment("asha", trials=30, allocator="waterfill"))
+    dash = Dashboard(exp)
+    assert isinstance(dash.widget, W.VBox) and isinstance(dash.plot, BokehModel)
+    assert dash.plot in dash.widget.children and dash.controls in dash.widget.children
+    f = dash.figures
+    assert rows_of(f.table_src) == 30
+    assert sorted(f.table_src.data["trial_id"]) == list(range(30))
+    assert rows_of(f.pts_src) == sum(len(t.results) for t in exp.engine.trials.values())
+    assert rows_of(f.seg_src) > 0 and rows_of(f.best_src) == len(
+        exp.engine.trials[exp.best["trial_id"]].results)
+    assert rows_of(f.alloc_src) == sum(1 for r in exp.engine.ledger.log if r.end > r.start)
+    assert rows_of(f.util_src) > 0 and rows_of(f.alloc_open_src) == 0
+    assert dash.finished and dash._thread is None  # nothing left to stream
+    assert dash.progress.value == 1.0 and "done" in dash.status.value
+    assert f"trial {exp.best['trial_id']}" in dash.status.value
+    assert all(w.disabled for w in (dash.stop_button, dash.pause_button, dash.concurrency))
+    # the best trial is drawn in the best colour; stopped trials fall back to grey
+    pal = f.mapper.palette  # one colour per trial id
+    assert len(pal) == 30 and f.mapper.low == -0.5 and f.mapper.high == 29.5
+    assert pal[exp.best["trial_id"]] == STATE_COLORS["best"]
+    for tid in exp.trials_in(TrialState.STOPPED):
+        assert pal[tid] == STATE_COLORS["stopped"]
+    assert wire, "the widgets opened comms"
+    dash.close()
+
+
+def test_live_updates_stream_to_the_sources_and_the_wire(wire):
+    exp = experiment("asha", trials=40, report_every=0.5)
+    dash = Dashboard(exp, autostart=False)
+    assert rows_of(dash.figures.table_src) == 0
+    sizes = []
+
+    def tick(events, cmds):
+        if dash.model.updates % 25 == 0:
+            dash.update()
+            sizes.append(rows_of(dash.figures.pts_src))
+
+    exp.engine.subscribe(tick)
+    before = patches(wire)
+    run(exp)
+    dash.update()
+    assert len(sizes) > 3 and sizes == sorted(sizes) and sizes[-1] > sizes[0]
+    assert patches(wire) > before + len(sizes)  # every update reached the (absent) browser
+    f = dash.figures
+    assert rows_of(f.table_src) == 40
+    shown = dict(zip(f.table_src.data["trial_id"], f.table_src.data["state"], strict=True))
+    res = exp.results().set_index("trial_id")["state"].to_dict()
+    for tid, state in shown.items():
+        if state in ("best", "promoted"):
+            assert res[tid] in ("completed", "stopped", "paused")
+        else:
+            assert state == res[tid]
+    dash.close()
+
+
+def test_background_thread_follows_a_run_on_another_thread(wire):
+    exp = experiment("asha", trials=40, report_every=0.25)
+    dash = Dashboard(exp, period=0.01)
+    assert dash._thread is not None and dash._thread.is_alive()
+    run(exp)
+    dash._thread.join(timeout=20)
+    assert not dash._thread.is_alive() and dash.finished
+    assert rows_of(dash.figures.table_src) == 40 and dash.progress.value == 1.0
+    assert dash.update_seconds > 0
+    dash.close()
+
+
+def test_controls_send_engine_events(wire):
+    exp = experiment("random", trials=6, max_budget=10, gpus=3)
+    seen = []
+    exp.engine.subscribe(lambda events, cmds: seen.extend(type(e) for e in events))
+    dash = Dashboard(exp, autostart=False)
+    dash.concurrency.value = 2
+    dash.pause_button.value = True
+    assert dash.pause_button.description == "Resume"
+    dash.pause_button.value = False
+    dash.trial_box.value = 5
+    dash.stop_trial_button.click()
+    run(exp)
+    assert ev.ConcurrencyChanged in seen and ev.ExperimentPauseRequested in seen
+    assert ev.ExperimentResumeRequested in seen
+    assert exp.engine.max_concurrent == 2
+    assert exp.engine.trials[5].state.value == "stopped"
+    assert max(len({r.trial_id for r in exp.engine.ledger.log
+                    if r.start <= t < (1e18 if r.end is None else r.end)})
+               for t in {r.start for r in exp.engine.ledger.log}) <= 2
+    dash._control("set_concurrency", 0)
+    assert "max_concurrent" in dash.message.value
+    dash.close()
+
+
+def test_stop_button_ends_the_experiment(wire):
+    exp = experiment("random", trials=6, max_budget=10, gpus=2)
+    dash = Dashboard(exp, autostart=False)
+    dash.stop_button.click()
+    run(exp)
+    dash.update()
+    assert exp.done and set(exp.results()["state"]) == {"stopped"}
+    assert dash.finished
+    dash.close()
+
+
+def test_table_selection_fills_the_trial_box(wire):
+    exp = run(experiment("random", trials=5, max_budget=3))
+    dash = Dashboard(exp)
+    ids = list(dash.figures.table_src.data["trial_id"])
+    dash.figures.table_src.selected.indices = [3]
+    assert dash.trial_box.value == int(ids[3])
+    dash.close()
+
+
+def test_report_is_standalone_html(tmp_path):
+    exp = run(experiment("asha", trials=20))
+    path = exp.report(tmp_path / "report.html")
+    html = path.read_text()
+    assert "Bokeh" in html and "cdn.bokeh.org" not in html  # BokehJS inline, works offline
+    assert exp.name in html and "learning curves" in html
+    assert "ui-test" in report_html(exp)
+    with pytest.raises(ValueError, match=r"\.html"):
+        export_html(exp, tmp_path / "report.png")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        export_html(exp, tmp_path / "missing" / "r.html")
+
+
+def test_bokehjs_is_published_inline_once():
+    import nbtune.ui.dashboard as d
+
+    InteractiveShell.instance()  # where display data goes outside a kernel
+    d._BOKEHJS_LOADED = False
+    with capture_output() as first:
+        load_bokehjs()
+    with capture_output() as second:
+        load_bokehjs()
+    bundles = [o.data for o in first.outputs]
+    assert any(LOAD_MIME_TYPE in b for b in bundles)
+    js = next(b[LOAD_MIME_TYPE] for b in bundles if LOAD_MIME_TYPE in b)
+    assert "cdn.bokeh.org" not in js and len(js) > 500_000  # the library itself, inline
+    assert not second.outputs
+
+
+def test_experiment_display_hooks(wire):
+    exp = run(experiment("random", trials=4, max_budget=3))
+    bundle = exp._repr_mimebundle_()
+    assert "experiment 'ui-test'" in bundle["text/plain"] and "<pre>" in bundle["text/html"]
+    assert exp.dashboard() is exp.dashboard()  # one dashboard per experiment, shared
+    exp.dashboard().close()
+
+
+def test_bad_options_are_refused():
+    exp = experiment("random", trials=2)
+    with pytest.raises(ValueError, match="period"):
+        Dashboard(exp, period=0)
+    with pytest.raises(ValueError, match="max_overhead"):
+        Dashboard(exp, max_overhead=2)
+    with pytest.raises(ValueError, match="max_concurrent"):
+        exp.set_concurrency(0)
+
+
+def test_figures_switch_to_measured_utilization():
+    from nbtune.core.resources import ClusterSpec
+    from nbtune.engine.engine import Engine
+    from nbtune.ui.figures import Figures
+    from nbtune.ui.model import DashboardModel
+    from tests.engine.toy import OneShot
+    from tests.ui.conftest import SPACE
+
+    engine = Engine(OneShot(SPACE, metric="loss", max_budget=5, num_trials=2, seed=0))
+    model = DashboardModel(engine)
+    figs = Figures("loss", "min", space=SPACE)
+    engine.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(2)))
+    engine.handle(ev.TrialReported(2.0, 0, 1.0, {"loss": 0.5}))
+    figs.apply(model.pull())
+    assert "allocated" in figs.util.title.text and rows_of(figs.util_open_src) == 2
+    engine.handle(ev.UtilizationSampled(3.0, {0: 0.5, 1: 0.25}))
+    engine.handle(ev.UtilizationSampled(4.0, {0: 0.75, 1: 0.0}))
+    figs.apply(model.pull())
+    assert "measured" in figs.util.title.text
+    assert sorted(figs.util_src.data["util"]) == [0.25, 0.5]  # the estimates were dropped
+    assert rows_of(figs.util_open_src) == 2
+
+
+def test_browser_selection_message_fills_the_trial_box(wire):
+    """The message BokehJS sends when a row is clicked, applied under the dashboard's lock."""
+    exp = run(experiment("random", trials=5, max_budget=3))
+    dash = Dashboard(exp)
+    ids = list(dash.figures.table_src.data["trial_id"])
+    selection = dash.figures.table_src.selected
+    dash.plot._sync_model(dash.plot, {"event": "jsevent", "kind": "ModelChanged",
+                                      "model": {"id": selection.id}, "attr": "indices",
+                                      "new": [2]}, [])
+    assert selection.indices == [2] and dash.trial_box.value == int(ids[2])
+    dash.close()
+
+
+def test_built_before_the_experiment_then_attached(wire):
+    from tests.ui.conftest import SPACE
+
+    dash = Dashboard(metric="loss", mode="min", space=SPACE, name="early")
+    assert dash.experiment is None and "starting" in dash.status.value
+    dash.stop_button.click()  # nothing to stop yet: says so instead of failing
+    assert "not started" in dash.message.value
+    with pytest.raises(RuntimeError, match="attach"):
+        dash.update()
+    exp = run(experiment("random", trials=5, max_budget=3))
+    dash.attach(exp)
+    assert dash.finished and rows_of(dash.figures.table_src) == 5
+    assert exp.dashboard() is dash  # displaying the experiment reuses it
+    with pytest.raises(RuntimeError, match="already shows"):
+        dash.attach(exp)
+    other = experiment("random", trials=2)
+    other.engine.metric = "accuracy"
+    with pytest.raises(ValueError, match="plots 'loss'"):
+        Dashboard(metric="loss", mode="min", space=SPACE).attach(other)
+    with pytest.raises(ValueError, match="metric and mode"):
+        Dashboard()
+    dash.close()

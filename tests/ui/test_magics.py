@@ -1,0 +1,149 @@
+"""``%load_ext nbtune``, ``%%tune`` and the line magics in a real IPython shell."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from nbtune.experiment import Experiment
+from nbtune.ui.magics import TuneMagics, make_trainable
+from tests.ui.conftest import SPACE, workload
+
+
+@pytest.fixture
+def ip():
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "nbtune")
+    saved = dict(shell.user_ns)
+    shell.user_ns.update(space=SPACE, wl=workload(max_budget=9))
+    yield shell
+    shell.user_ns.clear()
+    shell.user_ns.update(saved)
+    shell.magics_manager.registry["TuneMagics"].experiments.clear()
+
+
+def test_extension_registers_the_magics(ip):
+    assert "tune" in ip.magics_manager.magics["cell"] and "tune" in ip.magics_manager.magics["line"]
+    for name in ("tune_list", "tune_stop", "tune_pause", "tune_resume"):
+        assert name in ip.magics_manager.magics["line"]
+
+
+def test_tune_a_workload_binds_the_experiment(ip):
+    ip.run_line_magic("tune", "space --workload wl -b 9 -n 8 -a random --gpus 2 --seed 3 "
+                      "--name magic-1 --no-dashboard")
+    exp = ip.user_ns["exp"]
+    assert isinstance(exp, Experiment) and exp.done and exp.name == "magic-1"
+    assert len(exp.results()) == 8 and exp.engine.cluster.n_gpus == 2
+    assert exp.engine.algorithm.name == "random" and exp.engine.max_budget == 9
+
+
+def test_options_reach_the_algorithm_and_as_renames(ip):
+    ip.run_cell_magic("tune", "space -w wl -b 9 -n 9 -a asha -o eta=3 --mode min "
+                      "--allocator waterfill --as e2 --no-dashboard", "# nothing to run\n")
+    exp = ip.user_ns["e2"]
+    assert exp.engine.algorithm.eta == 3 and exp.engine.allocator.name == "waterfill"
+    assert "exp" not in ip.user_ns or ip.user_ns["exp"] is not exp
+
+
+def test_inline_space_expression(ip):
+    ip.run_cell("from nbtune import loguniform")
+    ip.run_line_magic("tune", "'dict(space, lr=loguniform(1e-3, 1e-2))' -w wl -b 3 -n 2 "
+                      "-a random --no-dashboard")
+    assert ip.user_ns["exp"].engine.algorithm.space["lr"].low == 1e-3
+
+
+@pytest.mark.parametrize("line, cell, message", [
+    ("space -w wl -b 9 -n 4", "x = 1\n", "cell body would never run"),
+    ("space -b 9 -n 4", "\n# just a comment\n", "it is empty"),
+    ("space -b 9 -n 4 --runtime sim", "x = 1\n", "cannot run Python code"),
+    ("space -b 9 -n 4 --gpus 2", "x = 1\n", "--gpus sizes the simulator"),
+    ("nope -w wl -b 9", None, "cannot evaluate 'nope'"),
+    ("space -w wl -b 9 -o eta", None, "KEY=VALUE"),
+    ("space -w wl -b 9 --as 1x", None, "--as needs a variable name"),
+    ("space -b 9", None, "it is empty"),
+    ("space -b 9", "def f(:\n", "not valid Python"),
+    ("space -b 9", "yield 1\n", "cannot use yield"),
+])
+def test_bad_usage_says_what_to_fix(ip, line, cell, message):
+    with pytest.raises(UsageError, match=message):
+        if cell is None:
+            ip.run_line_magic("tune", line)
+        else:
+            ip.run_cell_magic("tune", line, cell)
+
+
+def test_max_budget_is_required(ip):
+    with pytest.raises(UsageError, match="max-budget"):
+        ip.run_line_magic("tune", "space -w wl")
+
+
+def test_dashboard_outside_a_kernel_prints_the_summary(ip, capsys):
+    ip.run_line_magic("tune", "space -w wl -b 3 -n 3 -a random --name shown")
+    assert "experiment 'shown'" in capsys.readouterr().out
+
+
+def test_line_magics(ip):
+    ip.run_line_magic("tune", "space -w wl -b 3 -n 3 -a random --name a1 --no-dashboard")
+    ip.run_line_magic("tune", "space -w wl -b 3 -n 4 -a random --name a2 --as other "
+                      "--no-dashboard")
+    table = ip.run_line_magic("tune_list", "")
+    assert list(table["name"]) == ["a1", "a2"] and list(table["trials"]) == [3, 4]
+    assert set(table["state"]) == {"done"} and table["best"].notna().all()
+    for magic in ("tune_stop", "tune_pause", "tune_resume"):
+        with pytest.raises(UsageError, match="already finished"):
+            ip.run_line_magic(magic, "a1")
+    with pytest.raises(UsageError, match="no experiment named 'zz'"):
+        ip.run_line_magic("tune_stop", "zz")
+    with pytest.raises(UsageError, match="nbtune.resume"):
+        ip.run_line_magic("tune_resume", "zz")
+
+
+def test_line_magics_steer_a_live_experiment(ip):
+    """Built, not started: the magics queue events the simulator then handles."""
+    from tests.ui.conftest import experiment, run
+
+    exp = experiment("random", trials=6, max_budget=10, gpus=2)
+    ip.user_ns["live"] = exp
+    seen = []
+    exp.engine.subscribe(lambda events, cmds: seen.extend(type(e).__name__ for e in events))
+    ip.run_line_magic("tune_pause", "live")
+    ip.run_line_magic("tune_resume", "live")
+    ip.run_line_magic("tune_stop", "live --trial 4")
+    run(exp)
+    assert {"ExperimentPauseRequested", "ExperimentResumeRequested",
+            "TrialStopRequested"} <= set(seen)
+    assert exp.engine.trials[4].state.value == "stopped"
+    with pytest.raises(UsageError, match="already finished"):
+        ip.run_line_magic("tune_stop", "live --trial 1")
+
+
+def test_cell_body_becomes_the_training_function():
+    ns = {"__name__": "__main__", "scale": 10}
+    code = 'note = """two\n  lines"""\ntrial.append((config["x"] * scale, note))\nreturn 7\n'
+    train = make_trainable(code, ns)
+    out = []
+    assert train({"x": 2}, out) == 7
+    assert out == [(20, "two\n  lines")]  # the string literal kept its own indentation
+    assert train.__module__ == "__main__" and train.__globals__ is ns
+    assert "train" not in ns  # compiling the cell binds nothing in the notebook
+
+
+def test_magics_class_is_registered_once(ip):
+    ip.run_line_magic("load_ext", "nbtune")  # a second %load_ext is a no-op
+    assert isinstance(ip.magics_manager.registry["TuneMagics"], TuneMagics)
+
+
+def test_in_a_kernel_the_dashboard_is_built_before_the_run(ip, monkeypatch, wire):
+    """With a kernel (here only its attribute: widgets render), %%tune shows a dashboard."""
+    from nbtune.ui.dashboard import dashboard_for
+
+    monkeypatch.setattr(ip, "kernel", object(), raising=False)
+    ip.run_line_magic("tune", "space -w wl -b 3 -n 3 -a random --name with-dash")
+    exp = ip.user_ns["exp"]
+    dash = dashboard_for(exp)
+    assert dash.experiment is exp and dash.finished
+    assert len(dash.figures.table_src.data["trial_id"]) == 3
+    with pytest.raises(UsageError):  # a bad option: the prebuilt dashboard is closed again
+        ip.run_line_magic("tune", "space -w wl -b 3 -o nope=1 --name broken")
+    dash.close()

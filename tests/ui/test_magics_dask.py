@@ -1,0 +1,54 @@
+"""``%%tune`` with a cell body on the real Dask runtime, the live dashboard following it."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+distributed = pytest.importorskip("distributed")
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def ip(tmp_path):
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "nbtune")
+    saved = dict(shell.user_ns)
+    shell.run_cell(f"""
+import time
+from nbtune import uniform
+from nbtune.runtimes.dask import DaskRuntime
+space = {{"lr": uniform(0.1, 1.0)}}
+rt = DaskRuntime(n_workers=2, preload=(), warm_processes=1, sample_interval=0.25,
+                 checkpoint_dir={str(tmp_path)!r})
+OFFSET = 0.5
+""")
+    yield shell
+    shell.user_ns["rt"].close()
+    shell.user_ns.clear()
+    shell.user_ns.update(saved)
+
+
+def test_cell_body_runs_as_trials_on_dask_with_a_live_dashboard(ip, wire):
+    from nbtune.ui.dashboard import Dashboard
+
+    ip.run_cell_magic("tune", "space -b 4 -n 4 -a random --runtime rt --name on-dask "
+                      "--no-dashboard", """
+for step in trial.steps():
+    time.sleep(0.05)
+    trial.report(step, loss=(config["lr"] - OFFSET) ** 2 + 1.0 / step)
+""")
+    exp = ip.user_ns["exp"]
+    assert exp.name == "on-dask"
+    dash = Dashboard(exp, period=0.1)  # what display(exp) builds, updating on its thread
+    assert exp.wait(120).done
+    dash._thread.join(20)
+    assert dash.finished and len(dash.figures.table_src.data["trial_id"]) == 4
+    assert set(exp.results()["state"]) == {"completed"}
+    # the body really ran: every trial reported the loss the cell computes
+    for t in exp.engine.trials.values():
+        b, loss = t.results[-1][1], t.results[-1][2]["loss"]
+        assert b == 4 and loss == pytest.approx((t.config["lr"] - 0.5) ** 2 + 0.25)
+    assert dash.last.util_kind == "measured"  # the Dask runtime samples utilization
+    dash.close()
