@@ -11,6 +11,7 @@ promoting a trial that a full rung would have cut.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +54,10 @@ class ASHA(BaseAlgorithm):
         self.rungs = rung_budgets(self.min_budget, self.max_budget, self.eta)
         #: per rung: trial id -> loss recorded when the trial reached that rung
         self.rung_results: list[dict[int, float]] = [{} for _ in self.rungs]
+        #: per rung: (rank key, trial id) kept sorted as results arrive, so finding the
+        #: next promotion does not re-sort the rung on every report (O(n log n) each time
+        #: made a 1,000-trial run take seconds)
+        self._ranked: list[list[tuple[float, int]]] = [[] for _ in self.rungs]
         self.promoted: list[set[int]] = [set() for _ in self.rungs]
         self.level: dict[int, int] = {}
         self._active: set[int] = set()
@@ -70,8 +75,11 @@ class ASHA(BaseAlgorithm):
     def find_promotion(self) -> tuple[int, int] | None:
         """``(trial_id, rung)`` of the next promotion, highest rung first, or None."""
         for k in range(len(self.rungs) - 2, -1, -1):
-            for t in promotable(self.rung_results[k], self.eta):
-                if t not in self.promoted[k] and t in self._paused:
+            ranked = self._ranked[k]
+            top = int(len(ranked) // self.eta + 1e-9)  # the rule of :func:`promotable`
+            promoted, paused = self.promoted[k], self._paused
+            for _, t in ranked[:top]:
+                if t not in promoted and t in paused:
                     return t, k
         return None
 
@@ -110,7 +118,11 @@ class ASHA(BaseAlgorithm):
     def _reach_rung(self, trial_id: int) -> None:
         k = self.level[trial_id]
         loss = latest_loss(self.history, trial_id)
+        old = self.rung_results[k].get(trial_id)
+        if old is not None:
+            self._ranked[k].remove((rank_key(old), trial_id))
         self.rung_results[k][trial_id] = loss
+        bisect.insort(self._ranked[k], (rank_key(loss), trial_id))
         self.observe(trial_id, self.rungs[k], loss)
 
     def on_segment_end(self, trial_id: int, budget: float) -> None:
