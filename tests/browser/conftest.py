@@ -7,6 +7,9 @@ Reusable by anyone writing browser tests:
   a temporary root dir, with the nbtune server extension enabled and the
   freshly built lab extension (``nbtune/labextension``, see ``make labext``)
   linked into its private Jupyter data dir; the server is stopped by its own PID.
+  :func:`start_notebook_server` / ``notebook_server`` do the same for
+  ``jupyter notebook`` (Notebook 7, a JupyterLab-based app with the same
+  settings and extension machinery); both go through :func:`start_jupyter_server`.
 * ``browser`` launches ``/usr/bin/chromium`` (never Playwright's own browser
   download, which this machine cannot fetch) headless and offline-quiet;
   ``page`` gives each test a fresh context and saves a screenshot of it under
@@ -86,9 +89,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: What differs between the JupyterLab-based apps: the executable, the traitlets class
+#: that takes the settings/workspaces dirs, the landing page, and app-only flags.
+APPS: dict[str, dict[str, object]] = {
+    "lab": {"exe": "jupyter-lab", "cls": "LabApp", "home": "lab",
+            "flags": ["--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]},
+    "notebook": {"exe": "jupyter-notebook", "cls": "JupyterNotebookApp", "home": "tree",
+                 "flags": []},
+}
+
+
+def app_executable(app: str) -> Path:
+    return Path(sys.prefix) / "bin" / str(APPS[app]["exe"])
+
+
 @dataclass
 class LabServer:
-    """A running ``jupyter lab``; ``url(path)`` adds the token so a browser is logged in."""
+    """A running ``jupyter lab`` (or ``jupyter notebook``, ``app="notebook"``);
+    ``url(path)`` adds the token so a browser is logged in."""
 
     root_dir: Path
     port: int
@@ -96,12 +114,15 @@ class LabServer:
     proc: subprocess.Popen[bytes]
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    app: str = "lab"
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/"
 
-    def url(self, path: str = "lab") -> str:
+    def url(self, path: str | None = None) -> str:
+        """``path`` under the server (default: the app's landing page), with the token."""
+        path = str(APPS[self.app]["home"]) if path is None else path
         sep = "&" if "?" in path else "?"
         return f"{self.base_url}{path.lstrip('/')}{sep}token={self.token}"
 
@@ -131,7 +152,19 @@ class LabServer:
 
 def start_lab_server(root_dir: Path, *, env: dict[str, str] | None = None,
                      extra_args: list[str] | None = None) -> LabServer:
-    """Start ``jupyter lab`` serving ``root_dir``; returns once ``/api/status`` answers.
+    """Start ``jupyter lab`` serving ``root_dir`` (see :func:`start_jupyter_server`)."""
+    return start_jupyter_server("lab", root_dir, env=env, extra_args=extra_args)
+
+
+def start_notebook_server(root_dir: Path, *, env: dict[str, str] | None = None,
+                          extra_args: list[str] | None = None) -> LabServer:
+    """Start ``jupyter notebook`` (Notebook 7) serving ``root_dir``."""
+    return start_jupyter_server("notebook", root_dir, env=env, extra_args=extra_args)
+
+
+def start_jupyter_server(app: str, root_dir: Path, *, env: dict[str, str] | None = None,
+                         extra_args: list[str] | None = None) -> LabServer:
+    """Start ``jupyter <app>`` serving ``root_dir``; returns once ``/api/status`` answers.
 
     Jupyter's config, data and runtime dirs and Lab's settings/workspaces live
     under ``root_dir/.jupyter-test`` so no user setting or saved layout leaks
@@ -167,13 +200,16 @@ def start_lab_server(root_dir: Path, *, env: dict[str, str] | None = None,
                                       if p),
         **(env or {}),
     }
+    if app not in APPS:
+        raise ValueError(f"unknown Jupyter app {app!r}; choose one of {sorted(APPS)}")
+    cls = APPS[app]["cls"]
     cmd = [
-        str(Path(sys.prefix) / "bin" / "jupyter-lab"), "--no-browser",
+        str(app_executable(app)), "--no-browser",
         "--ServerApp.ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root_dir}",
-        f"--LabApp.user_settings_dir={home / 'settings'}",
-        f"--LabApp.workspaces_dir={home / 'workspaces'}",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        f"--{cls}.user_settings_dir={home / 'settings'}",
+        f"--{cls}.workspaces_dir={home / 'workspaces'}",
+        *APPS[app]["flags"],  # type: ignore[misc]
         *(["--allow-root"] if os.geteuid() == 0 else []),  # CI runs as root
         *(extra_args or []),
     ]
@@ -181,11 +217,11 @@ def start_lab_server(root_dir: Path, *, env: dict[str, str] | None = None,
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, cwd=root_dir, env=full_env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-    server = LabServer(root_dir, port, token, proc, log_path, env or {})
+    server = LabServer(root_dir, port, token, proc, log_path, env or {}, app)
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited with {proc.returncode}:\n{server.log()}")
+            raise RuntimeError(f"jupyter {app} exited with {proc.returncode}:\n{server.log()}")
         try:
             server.api("api/status")
             return server
@@ -193,7 +229,7 @@ def start_lab_server(root_dir: Path, *, env: dict[str, str] | None = None,
             if time.monotonic() > deadline:
                 server.stop()
                 raise RuntimeError(
-                    f"jupyter lab did not answer within {STARTUP_TIMEOUT}s:\n{server.log()}"
+                    f"jupyter {app} did not answer within {STARTUP_TIMEOUT}s:\n{server.log()}"
                 ) from None
             time.sleep(0.25)
 
@@ -213,6 +249,18 @@ def lab_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def lab_server(lab_root: Path, lab_env: dict[str, str]) -> Iterator[LabServer]:
     server = start_lab_server(lab_root, env=lab_env)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def notebook_server(lab_root: Path, lab_env: dict[str, str]) -> Iterator[LabServer]:
+    """``jupyter notebook`` (Notebook 7) on the module's root dir and environment."""
+    if not app_executable("notebook").exists():
+        pytest.skip("notebook (Notebook 7) is not installed in this venv: pip install -e '.[dev]'")
+    server = start_notebook_server(lab_root, env=lab_env)
     try:
         yield server
     finally:

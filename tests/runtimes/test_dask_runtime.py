@@ -27,6 +27,7 @@ distributed = pytest.importorskip("distributed")
 
 from nbtune.runtimes.dask import DaskRuntime, DaskRuntimeError  # noqa: E402
 from nbtune.runtimes.dask import checkpoints as ck  # noqa: E402
+from tests.dask_cluster import local_client  # noqa: E402
 
 pytestmark = pytest.mark.integration
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -37,15 +38,8 @@ WAIT = 120
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-        dashboard_address=None, resources={"GPU": 1},
-        scheduler_kwargs={"dashboard_address": ":0"},  # never fight over port 8787
-    )
-    c = distributed.Client(cluster, set_as_default=False)
-    yield c
-    c.close()
-    cluster.close()
+    with local_client() as c:
+        yield c
 
 
 def runtime(client, tmp_path, **kw):

@@ -21,6 +21,7 @@ distributed = pytest.importorskip("distributed")
 cloudpickle = pytest.importorskip("cloudpickle")
 
 from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
+from tests.dask_cluster import local_client  # noqa: E402
 
 pytestmark = pytest.mark.integration
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -38,14 +39,8 @@ def train_counting(config, trial):
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-        dashboard_address=None, resources={"GPU": 1},
-    )
-    c = distributed.Client(cluster, set_as_default=False)
-    yield c
-    c.close()
-    cluster.close()
+    with local_client() as c:
+        yield c
 
 
 def runtime(client):
