@@ -40,7 +40,7 @@ endif
 .PHONY: help venv torch install install-dev demo test lint bench docs labext sysdeps clean distclean
 
 help:
-	@echo "make demo     create .venv, install nbtune, run a simulated tuning job"
+	@echo "make demo     create .venv, install nbtune, run a real tuning job on a local Dask cluster"
 	@echo "make test     create .venv, install nbtune[dev], run ruff, build the docs (-W), run the test suite"
 	@echo "make lint     ruff check"
 	@echo "make bench    run every benchmarks/*.py (results: benchmarks/RESULTS.md)"

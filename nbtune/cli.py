@@ -1,7 +1,9 @@
 """The ``nbtune`` command line.
 
-``nbtune demo`` tunes a simulated job with Hyperband on the discrete-event
-simulator and prints a summary; ``nbtune version`` prints the version.
+``nbtune demo`` runs a real tuning job on a local Dask cluster (a small CNN
+on scikit-learn's digits, ASHA, water-filling; see :mod:`nbtune.demo`);
+``nbtune demo --sim`` tunes a simulated job with Hyperband on the
+discrete-event simulator instead; ``nbtune version`` prints the version.
 Heavy imports (pandas, the engine) happen inside the commands, so ``--help``
 and ``version`` stay fast.
 """
@@ -46,20 +48,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="tune a simulated job on the simulator and print a summary",
-        description="Run a simulated Hyperband job through nbtune.tune() on the "
-        "discrete-event simulator (no GPU needed) and print a summary table.",
+        help="run a real tuning job on a local Dask cluster (--sim: on the simulator)",
+        description="Tune a small CNN on scikit-learn's digits with ASHA and the water-filling "
+        "allocator on a local Dask cluster: live progress, results in SQLite, an HTML report. "
+        "With --sim, run a simulated Hyperband job on the discrete-event simulator instead.",
     )
-    demo.add_argument("--gpus", type=int, default=4, help="simulated GPUs (default: 4)")
-    demo.add_argument("--algorithm", default="hyperband", help="tuning algorithm (default: hyperband)")
-    demo.add_argument("--allocator", default="fifo", help="GPU allocator (default: fifo)")
-    demo.add_argument(
-        "--max-budget", type=_number, default=27, help="budget of a fully trained trial (default: 27)"
-    )
-    demo.add_argument(
-        "--trials", type=int, default=None, help="number of trials (default: the algorithm's own)"
-    )
+    demo.add_argument("--sim", action="store_true",
+                      help="run the simulated job on the discrete-event simulator")
+    demo.add_argument("--gpus", type=int, default=None,
+                      help="GPUs: local Dask workers (default 2) or simulated GPUs (default 4)")
+    demo.add_argument("--algorithm", default=None,
+                      help="tuning algorithm (default: asha; with --sim hyperband)")
+    demo.add_argument("--allocator", default=None,
+                      help="GPU allocator (default: waterfill; with --sim fifo)")
+    demo.add_argument("--max-budget", type=_number, default=None,
+                      help="budget of a fully trained trial (default: 27 epochs, as with --sim)")
+    demo.add_argument("--trials", type=int, default=None,
+                      help="number of trials (default: 48; with --sim the algorithm's own)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    demo.add_argument("--store", default=None,
+                      help="SQLite file or folder for the results (default: ./nbtune-store/nbtune.db)")
+    demo.add_argument("--report", default=None,
+                      help="HTML report path (default: <store folder>/<experiment>.html)")
     demo.set_defaults(func=_cmd_demo)
 
     ver = sub.add_parser("version", help="print nbtune's version")
@@ -148,6 +158,63 @@ def _table(rows: Sequence[tuple[str, str]], out: TextIO) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.sim:
+        args.gpus = 4 if args.gpus is None else args.gpus
+        args.algorithm = args.algorithm or "hyperband"
+        args.allocator = args.allocator or "fifo"
+        args.max_budget = 27 if args.max_budget is None else args.max_budget
+        return _cmd_demo_sim(args)
+    for opt in ("store", "report"):
+        if getattr(args, opt) is not None and not str(getattr(args, opt)).strip():
+            print(f"nbtune demo: error: --{opt} must not be empty", file=sys.stderr)
+            return 2
+    return _cmd_demo_real(args)
+
+
+def _cmd_demo_real(args: argparse.Namespace) -> int:
+    from nbtune.demo import run_demo  # lazy: Dask and torch only when the demo runs
+
+    try:
+        res = run_demo(
+            trials=48 if args.trials is None else args.trials,
+            max_budget=27 if args.max_budget is None else args.max_budget,
+            workers=2 if args.gpus is None else args.gpus,
+            algorithm=args.algorithm or "asha", allocator=args.allocator or "waterfill",
+            seed=args.seed, store=args.store, report=args.report, out=sys.stdout,
+        )
+    except ValueError as exc:  # a bad option (unknown algorithm or allocator, bad budget)
+        print(f"nbtune demo: error: {exc}", file=sys.stderr)
+        return 2
+    exp = res.experiment
+    df = exp.results()
+    states = df["state"].value_counts().to_dict() if not df.empty else {}
+    best = exp.best
+    rows: list[tuple[str, str]] = [
+        ("job", f"{exp.engine.algorithm.name} on digits (CNN), "
+                f"{exp.engine.cluster.n_gpus} local Dask workers, allocator {exp.engine.allocator.name}"),
+        ("trials", f"{len(df)} (" + ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + ")"),
+    ]
+    if best is not None:
+        rows += [
+            (f"best {exp.metric}",
+             f"{best[exp.metric]:.4f} (trial {best['trial_id']}, budget {best['budget_used']:g})"),
+            ("best config", ", ".join(f"{k}={_fmt_value(v)}" for k, v in best["config"].items())),
+        ]
+    else:
+        rows.append((f"best {exp.metric}", "none (no trial reported)"))
+    rows += [
+        ("makespan", f"{exp.makespan:,.1f} s measured"),
+        ("utilization", f"mean {exp.mean_utilization():.1%} (measured CPU of the workers)"),
+        ("store", f"{res.store_path} (experiment {exp.name!r})"),
+        ("report", str(res.report_path)),
+        ("wall time", f"{res.wall:.1f} s (cluster start-up included)"),
+    ]
+    print("nbtune demo: a real tuning job on a local Dask cluster")
+    _table(rows, sys.stdout)
+    return 0 if best is not None else 1
+
+
+def _cmd_demo_sim(args: argparse.Namespace) -> int:
     import nbtune  # lazy: keeps `nbtune --help` and `nbtune version` fast
     from nbtune.runtimes import SimRuntime
 

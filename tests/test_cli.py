@@ -32,7 +32,7 @@ def test_unknown_command_exits_with_usage_error(capsys: pytest.CaptureFixture[st
 
 
 def test_demo_prints_summary_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo"]) == 0
+    assert main(["demo", "--sim"]) == 0
     out = capsys.readouterr().out
 
     m = re.search(r"^best loss\s+(\d+\.\d+) \(trial (\d+), budget ([\d.]+)\)", out, re.M)
@@ -50,7 +50,7 @@ def test_demo_prints_summary_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_demo_is_deterministic_under_seed(capsys: pytest.CaptureFixture[str]) -> None:
     def run() -> list[str]:
-        assert main(["demo", "--gpus", "2", "--seed", "3"]) == 0
+        assert main(["demo", "--sim", "--gpus", "2", "--seed", "3"]) == 0
         out = capsys.readouterr().out
         return [line for line in out.splitlines() if not line.startswith("wall time")]
 
@@ -67,6 +67,15 @@ def test_python_dash_m(tmp_path) -> None:
 
 
 def test_demo_bad_allocator_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--allocator", "no-such-allocator"]) == 2
+    assert main(["demo", "--sim", "--allocator", "no-such-allocator"]) == 2
     err = capsys.readouterr().err
     assert "no-such-allocator" in err
+
+
+@pytest.mark.parametrize("argv", [["--allocator", "no-such-allocator"],
+                                  ["--algorithm", "no-such-algorithm"], ["--trials", "0"]])
+def test_real_demo_bad_option_fails_before_a_cluster_starts(
+        argv: list[str], capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    assert main(["demo", "--store", str(tmp_path), *argv]) == 2
+    captured = capsys.readouterr()
+    assert "error:" in captured.err and "cluster up" not in captured.out

@@ -254,8 +254,10 @@ class SimRuntime:
     def _launch(self, c: Launch, now: float) -> None:
         assert self._workload is not None and self.launch_overhead is not None
         fails = self._workload.fails_at(c.trial_id, c.config)
+        delay = self._workload.launch_time(c.trial_id, c.config, c.start_budget)
+        delay = self.launch_overhead if delay is None else delay  # a trace's measured launch
         live = _Live(c.trial_id, dict(c.config), c.placement, c.start_budget, c.budget,
-                     now + self.launch_overhead, fails_at=fails)
+                     now + delay, fails_at=fails)
         self._live[c.trial_id] = live
         self._place(live)
         live.rate = self._rate(live)

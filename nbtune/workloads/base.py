@@ -108,6 +108,15 @@ class WorkloadModel:
         """Seconds from launch to the first iteration (process start, data loading)."""
         return 0.0
 
+    def launch_time(self, trial_id: int, config: Mapping[str, Any],
+                    start_budget: float) -> float | None:
+        """This launch's own start-up seconds, or None for the runtime's ``launch_overhead``.
+
+        Replayed traces know each launch's measured cost (a cold first launch
+        imports torch; a warm one does not); models leave it to the runtime.
+        """
+        return None
+
     @property
     def space(self) -> dict[str, Any] | None:
         """The search space the model was built for, if it has one."""

@@ -6,14 +6,21 @@ Two CSV shapes are read:
   such as the Hydro artifact's ``ray_trials.csv``; metrics between 0 and the
   final budget follow a power-law shape pinned to the recorded final value;
 * *steps*, one row per trial and budget unit (time of that step and its
-  metrics), as nbtune's own store exports them; replayed exactly.
+  metrics), as nbtune's own store exports them; replayed exactly;
+* a finished :class:`~nbtune.Experiment` (:meth:`TraceWorkload.from_experiment`),
+  to ask the simulator what it predicts for a run that really happened.
 
 The search space of a trace is the list of its trials (``{"trace_id":
 grid([...])}``): an algorithm picks recorded trials instead of sampling.
+A trace made from an experiment keeps that experiment's own space instead,
+and finds a trial by its config: the same algorithm with the same seed
+samples the same configs in the same order, so the simulated trial ``k`` is
+the real trial ``k`` (a config that was never recorded is a clear error).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +44,8 @@ class TraceTrial:
     budget: float
     #: budget -> metrics (every unit for step traces; only the last for summaries)
     points: dict[float, dict[str, float]] = field(default_factory=dict)
+    #: start budget -> measured seconds that launch took before its first unit (replays)
+    launches: dict[float, float] = field(default_factory=dict)
 
 
 class TraceWorkload(WorkloadModel):
@@ -53,6 +62,7 @@ class TraceWorkload(WorkloadModel):
         demand: Demand = Demand(),
         start_values: Mapping[str, float] | None = None,
         kappa: float = 1.0,
+        space: Mapping[str, Any] | None = None,
     ) -> None:
         if not trials:
             raise ValueError("a trace needs at least one trial")
@@ -66,6 +76,8 @@ class TraceWorkload(WorkloadModel):
         self._demand = demand
         self._start = dict(start_values or {})
         self._kappa = kappa
+        self._space = None if space is None else dict(space)
+        self._by_config = {config_key(t.config): t for t in trials} if space is not None else {}
 
     # -------------------------------------------------------------- readers
     @classmethod
@@ -129,6 +141,20 @@ class TraceWorkload(WorkloadModel):
         return cls(trials, metric=metric, **kwargs)
 
     @classmethod
+    def from_experiment(cls, exp: Any, **kwargs: Any) -> TraceWorkload:
+        """The trace of a finished experiment: each trial's measured step time and metrics.
+
+        A trial's unit time is the median gap between two reports inside one
+        segment (one launch), so the launch cost is not counted per unit; what
+        each segment's first report took beyond that is that launch's own
+        cost (:meth:`launch_time`: the cold first launches of a run cost far
+        more than warm ones), and ``launch_overhead`` their median. The trace keeps the experiment's search
+        space: run it with the same algorithm and seed and each simulated
+        trial replays the real trial with the same config.
+        """
+        return _from_experiment(cls, exp, **kwargs)
+
+    @classmethod
     def hydro_ray_trials(cls, path: str | Path, **kwargs: Any) -> TraceWorkload:
         """The Hydro artifact's ``ray_trials.csv`` (50 ResNet-18 trials, 50 epochs each)."""
         kwargs.setdefault("start_values", {"final_val_acc": 0.1, "final_loss": 2.3})
@@ -142,9 +168,19 @@ class TraceWorkload(WorkloadModel):
     # ------------------------------------------------------------ the model
     @property
     def space(self) -> dict[str, Any]:
+        if self._space is not None:
+            return dict(self._space)
         return {"trace_id": grid(self.order)}
 
     def _trial(self, config: Mapping[str, Any]) -> TraceTrial:
+        if self._space is not None:
+            found = self._by_config.get(config_key(config))
+            if found is None:
+                raise KeyError(
+                    f"config {dict(config)} was not run in the recorded experiment; replay it "
+                    "with the same algorithm, space and seed as the real run"
+                )
+            return found
         try:
             return self.trials[str(config["trace_id"])]
         except KeyError:
@@ -160,6 +196,15 @@ class TraceWorkload(WorkloadModel):
 
     def overhead(self, config: Mapping[str, Any]) -> OverheadModel:
         return self._overhead
+
+    def launch_time(self, trial_id: int, config: Mapping[str, Any],
+                    start_budget: float) -> float | None:
+        """The recorded launch's cost, when this trial was launched at ``start_budget``."""
+        launches = self._trial(config).launches
+        for b, t in launches.items():
+            if abs(b - start_budget) < 1e-9:
+                return t
+        return None
 
     def demand(self, trial_id: int, config: Mapping[str, Any]) -> Demand:
         return self._demand
@@ -186,3 +231,78 @@ class TraceWorkload(WorkloadModel):
             frac = ((1 + budget / tau) ** -k - shape_end) / (1 - shape_end)
             out[m] = float(final + (v0 - final) * max(frac, 0.0))
         return out
+
+
+def config_key(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A hashable, exact key of a config (``repr`` of a float round-trips exactly)."""
+    return tuple(sorted((str(k), repr(v)) for k, v in config.items()))
+
+
+def segment_times(curves: pd.DataFrame, allocations: pd.DataFrame) -> pd.DataFrame:
+    """Split recorded reports into segments and time each step.
+
+    A segment is one launch of a trial: its reports fall between the start
+    of one of the trial's allocation intervals and the next launch. Returns
+    one row per report: trial_id, budget, time, ``segment_start``, ``first``
+    (the segment's first report, whose gap includes the launch) and ``gap``
+    (seconds since the segment started or since the previous report).
+    """
+    rows = []
+    starts = {int(t): sorted(set(g["start"].astype(float)))
+              for t, g in allocations.groupby("trial_id")}
+    for tid, g in curves.sort_values(["trial_id", "time"]).groupby("trial_id"):
+        st = starts.get(int(tid), [0.0])
+        prev_seg, prev_t = None, None
+        for r in g.to_dict("records"):
+            t = float(r["time"])
+            # a report at a segment's start time ended the previous one (same handle call)
+            seg = max((s for s in st if s < t - 1e-9), default=st[0])
+            first = seg != prev_seg
+            gap = t - seg if first else t - float(prev_t)  # type: ignore[arg-type]
+            rows.append({"trial_id": int(tid), "budget": float(r["budget"]), "time": t,
+                         "segment_start": seg, "first": first, "gap": max(gap, 0.0)})
+            prev_seg, prev_t = seg, t
+    return pd.DataFrame(rows, columns=["trial_id", "budget", "time", "segment_start", "first",
+                                       "gap"])
+
+
+def _from_experiment(cls: type[TraceWorkload], exp: Any, **kwargs: Any) -> TraceWorkload:
+    curves, allocs = exp.learning_curves(), exp.allocations()
+    if curves.empty:
+        raise ValueError(f"experiment {exp.name!r} has no reports to replay")
+    seg = segment_times(curves, allocs)
+    # per trial: seconds per unit from steps inside a segment (no launch in them)
+    inner = seg[~seg["first"]].groupby("trial_id")["gap"].median().to_dict()
+    typical = float(np.median(list(inner.values()))) if inner else 0.0
+    firsts = seg[seg["first"]]
+    metric_cols = [c for c in curves.columns if c not in ("trial_id", "time", "budget")]
+    trials = []
+    launch_all = []
+    for tid, g in curves.sort_values(["trial_id", "budget"]).groupby("trial_id"):
+        tid = int(tid)
+        mine = firsts[firsts["trial_id"] == tid]
+        # a trial never measured between two reports: split its first gap at the typical unit
+        unit = float(inner.get(tid, min(typical, float(mine["gap"].min()))))
+        unit = max(unit, 1e-3)
+        launches: dict[float, float] = {}
+        rows = g.to_dict("records")
+        for r in mine.to_dict("records"):
+            before = [float(x["budget"]) for x in rows if float(x["time"]) <= r["segment_start"]]
+            start = max(before, default=0.0)
+            steps = max(float(r["budget"]) - start, 1e-9)
+            cost = max(float(r["gap"]) - unit * steps, 0.0)
+            launches.setdefault(start, cost)
+            launch_all.append(cost)
+        config = dict(exp.engine.trials[tid].config)
+        pts = {float(r["budget"]): {m: float(r[m]) for m in metric_cols
+                                    if r[m] is not None and not _nan(r[m])}
+               for r in rows}
+        trials.append(TraceTrial(str(tid), config, unit, float(g["budget"].max()), pts,
+                                 launches))
+    kwargs.setdefault("launch_overhead", float(np.median(launch_all)) if launch_all else 0.0)
+    kwargs.setdefault("space", exp.engine.algorithm.space)
+    return cls(trials, metric=exp.metric, **kwargs)
+
+
+def _nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)

@@ -1,0 +1,1 @@
+"""Runnable examples that ship with nbtune (importable by Dask workers' trial processes)."""

@@ -1,0 +1,125 @@
+"""``nbtune demo`` end to end on a real LocalCluster, and the simulator against that real run.
+
+One real demo (6 configs, ASHA to 3 epochs, water-filling, 2 local workers)
+serves the module: the CLI's output, the SQLite store, the HTML report, and
+the differential test that replays the stored run on the simulator with its
+measured timings and checks the simulator makes the same decisions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from nbtune.cli import main
+
+pytest.importorskip("distributed")
+pytest.importorskip("sklearn")
+pytest.importorskip("torch")
+
+pytestmark = pytest.mark.integration
+
+ARGS = ["--trials", "6", "--max-budget", "3", "--seed", "0"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path]:
+    root = tmp_path_factory.mktemp("demo")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["demo", *ARGS, "--store", str(root / "store"),
+                     "--report", str(root / "report.html")])
+    text = out.getvalue()
+    assert code == 0, text
+    return text, root / "store" / "nbtune.db", root / "report.html"
+
+
+def stored_experiment(db: Path, name: str):
+    """The real run rebuilt from the store: its event log replayed into a fresh engine."""
+    from nbtune.engine.engine import Engine
+    from nbtune.experiment import Experiment
+    from nbtune.store import Store, rebuild_algorithm, rebuild_allocator, replay
+
+    st = Store(str(db))
+    row = st.experiment(name)
+    engine = Engine(rebuild_algorithm(row), rebuild_allocator(row))
+    replay(engine, st.event_log(name))  # check=True: the store holds exactly what ran
+    return Experiment(name, engine, runtime=None, trainable=None), st  # type: ignore[arg-type]
+
+
+def test_demo_prints_progress_and_a_summary_above_chance(demo) -> None:
+    text, _, _ = demo
+    # live progress: launches, rung results, and the status tail on every line
+    assert re.search(r"^\[\s*\d+\.\ds\] trial\s+\d+ (start|running)", text, re.M), text
+    assert re.search(r"trial\s+\d+ reached 1: accuracy 0\.\d{4}\s+\| running \d+, "
+                     r"started \d+/6, done \d+", text), text
+    m = re.search(r"^best accuracy\s+(\d\.\d+) \(trial (\d+), budget ([\d.]+)\)", text, re.M)
+    assert m, text
+    assert float(m.group(1)) > 0.2  # chance is 0.1 (ten digits)
+    assert float(m.group(3)) == 3.0  # the winner was trained to the full budget
+    assert re.search(r"^trials\s+6 \(", text, re.M), text
+    assert re.search(r"^makespan\s+[\d.]+ s measured", text, re.M), text
+
+
+def test_demo_stores_every_trial(demo) -> None:
+    from nbtune.store import Store
+
+    text, db, _ = demo
+    assert db.exists()
+    name = re.search(r"experiment '([^']+)'", text).group(1)  # type: ignore[union-attr]
+    st = Store(str(db))
+    res = st.results(name)
+    assert sorted(res["trial_id"]) == list(range(6))
+    assert set(res["state"]) <= {"completed", "stopped"}
+    assert res["accuracy"].max() > 0.2
+    curves = st.learning_curves(name)
+    assert set(curves["trial_id"]) == set(range(6)) and curves["budget"].max() == 3.0
+    assert not st.allocations(name).empty
+
+
+def test_demo_report_holds_the_figures_offline(demo) -> None:
+    _, _, report = demo
+    html = report.read_text(encoding="utf-8")
+    for title in ("learning curves (accuracy, max)", "GPU utilization", "allocation"):
+        assert title in html
+    assert "cdn.bokeh.org" not in html  # BokehJS inlined: opens without network
+
+
+def test_simulator_replaying_the_real_run_makes_the_same_decisions(demo) -> None:
+    from nbtune.workloads import TraceWorkload
+    from nbtune.workloads.fidelity import decisions, replay_in_simulator
+
+    text, db, _ = demo
+    name = re.search(r"experiment '([^']+)'", text).group(1)  # type: ignore[union-attr]
+    real, _ = stored_experiment(db, name)
+    trace = TraceWorkload.from_experiment(real)
+    assert trace.launch_overhead >= 0 and len(trace.trials) == 6
+    sim = replay_in_simulator(real, algorithm="asha", seed=0, max_budget=3, num_trials=6,
+                              allocator="waterfill", allocator_options={"c": 2}, trace=trace)
+    assert sim.done
+    want, got = decisions(real), decisions(sim)
+    assert want.configs == got.configs  # same seed, same space: the same configs, same ids
+    assert not want.differences(got), want.differences(got)
+    # the prediction is reported, and in the right ballpark for a run this short
+    print(f"makespan measured {real.makespan:.1f} s, simulated {sim.makespan:.1f} s")
+    assert 0.5 * real.makespan < sim.makespan < 1.5 * real.makespan
+
+
+def test_trace_from_experiment_rejects_a_config_it_never_ran(demo) -> None:
+    from nbtune.workloads import TraceWorkload
+
+    text, db, _ = demo
+    name = re.search(r"experiment '([^']+)'", text).group(1)  # type: ignore[union-attr]
+    real, _ = stored_experiment(db, name)
+    trace = TraceWorkload.from_experiment(real)
+    cfg = dict(real.engine.trials[0].config)
+    assert trace.unit_time(0, cfg) > 0
+    assert trace.metrics(0, cfg, 1.0)["accuracy"] == real.learning_curves().query(
+        "trial_id == 0 and budget == 1.0")["accuracy"].iloc[0]
+    cfg["lr"] = cfg["lr"] * 1.5
+    with pytest.raises(KeyError, match="same algorithm, space and seed"):
+        trace.unit_time(0, cfg)
