@@ -86,21 +86,22 @@ class Engine:
     # ------------------------------------------------------------ public API
     def handle(self, *events: ev.Event) -> list[Command]:
         cmds: list[Command] = []
+        handlers = self._handlers
         for e in events:
             if e.time > self.time:
                 self.time = e.time
-            try:
-                handler = self._handlers[type(e)]
-            except KeyError:
-                raise EngineError(f"engine does not know event {type(e).__name__}") from None
+            handler = handlers.get(type(e))
+            if handler is None:
+                raise EngineError(f"engine does not know event {type(e).__name__}")
             handler(e, cmds)
-            self.events_handled += 1
-        if self.started and not self.done and self._dirty:
+        self.events_handled += len(events)
+        if self._dirty and self.started and not self.done:
             self._schedule(cmds)
         if self.validate:
             self.check()
-        for sub in list(self._subscribers):  # a subscriber may unsubscribe while called
-            sub(events, cmds)
+        if self._subscribers:
+            for sub in list(self._subscribers):  # a subscriber may unsubscribe while called
+                sub(events, cmds)
         return cmds
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:

@@ -111,6 +111,7 @@ class SimRuntime:
             )
         assert isinstance(self.cluster, ClusterSpec)
         self._engine, self._workload = engine, trainable
+        self._metrics = trainable.metrics
         if self.launch_overhead is None:
             self.launch_overhead = trainable.launch_overhead
         self._gpus = self.cluster.by_id()
@@ -166,30 +167,34 @@ class SimRuntime:
         self._done = True
 
     def _materialize(self, prio: int, tid: int, gen: int, payload: Any, t: float) -> ev.Event | None:
+        if prio == _REPORT:  # the hot path: one per budget unit of every trial
+            live = self._live.get(tid)
+            if live is None or live.gen != gen:
+                return None  # stale: the trial was stopped, paused or re-rated since
+            budget = payload
+            live.progress = budget
+            live.last_t = t
+            fails = live.fails_at
+            if fails is not None and budget >= fails - EPS:
+                self._remove(tid)
+                return ev.TrialFailed(t, tid, error=f"simulated failure at budget {budget:g}")
+            metrics = self._metrics(tid, live.config, budget)
+            if budget >= live.target - EPS:
+                self._remove(tid)  # the runtime checkpoints and releases at the target
+            else:
+                live.waiting = True
+                self._waiting.append(live)
+            return ev.TrialReported(t, tid, budget, metrics)
         if prio == _EXTERNAL:
             if isinstance(payload, ev.ResourcesChanged):
                 self._adopt_cluster(payload.cluster)
             return payload
         live = self._live.get(tid)
         if live is None or live.gen != gen:
-            return None  # stale: the trial was stopped, paused or re-rated since
-        if prio == _START:
-            live.started = True
-            self._schedule_next(live, t)
-            return ev.TrialStarted(t, tid)
-        budget = payload
-        live.progress, live.last_t = budget, t
-        assert self._workload is not None
-        if live.fails_at is not None and budget >= live.fails_at - EPS:
-            self._remove(tid)
-            return ev.TrialFailed(t, tid, error=f"simulated failure at budget {budget:g}")
-        metrics = self._workload.metrics(tid, live.config, budget)
-        if budget >= live.target - EPS:
-            self._remove(tid)  # the runtime checkpoints and releases at the target
-        else:
-            live.waiting = True
-            self._waiting.append(live)
-        return ev.TrialReported(t, tid, budget, metrics)
+            return None
+        live.started = True
+        self._schedule_next(live, t)
+        return ev.TrialStarted(t, tid)
 
     def _schedule_waiting(self) -> None:
         now = self._clock.now()
