@@ -3,7 +3,7 @@
 Notebook 7 is a JupyterLab-based app but its own shell (one document per tab,
 its own menu bar and kernel indicator), so the widget and Bokeh renderers
 must load there as well. The same kernel-side cells as the JupyterLab test
-(``test_tune_notebook.SETUP``: a two-worker Dask runtime) run here under a
+(``tune_notebook.SETUP``: a two-worker Dask runtime) run here under a
 different experiment name; the test checks the dashboard renders and updates
 and that its "Stop experiment" button stops every trial (read back from the
 store the magic writes).
@@ -14,49 +14,21 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
 
-from nbtune.store import Store
 from tests.browser.conftest import ARTIFACTS, LabServer
-from tests.browser.test_tune_notebook import SETUP, wait_until
+from tests.browser.tune_notebook import trial_states, wait_until, write_tune_notebook
 
 pytestmark = pytest.mark.browser
 
 NAME = "nb7-demo"
-TUNE = f"""\
-%%tune space --metric loss --max-budget 100000 --num-trials 2 -a random --runtime rt --name {NAME} --store --seed 0
-for step in trial.steps():
-    time.sleep(0.2)
-    trial.report(step, loss=1.0 / step + config["lr"])"""
 #: Dask workers start inside the kernel; give a loaded 2-core CI machine time
 SLOW = 120
 
 
 @pytest.fixture(scope="module")
 def notebook(lab_root: Path) -> Path:
-    nb = nbformat.v4.new_notebook()
-    # without a kernelspec Notebook 7 asks "Select Kernel" and nothing runs
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(SETUP), nbformat.v4.new_code_cell(TUNE)]
-    path = lab_root / "tune7.ipynb"
-    nbformat.write(nb, path)
-    return path
-
-
-def trial_states(server: LabServer) -> dict[int, str]:
-    db = server.root_dir / "nbtune-store" / "nbtune.db"
-    if not db.exists():
-        return {}
-    store = Store(db)
-    try:
-        if NAME not in store.names():
-            return {}
-        frame = store.results(NAME)
-        return {int(t): str(s) for t, s in zip(frame["trial_id"], frame["state"], strict=True)}
-    finally:
-        store.close()
+    return write_tune_notebook(lab_root / "tune7.ipynb", NAME)
 
 
 def kernel_idle(server: LabServer) -> bool:
@@ -87,12 +59,12 @@ def test_tune_dashboard_in_notebook7_renders_updates_and_stops(
     wait_until(lambda: status.inner_text() != t0, 30, "the status line to update")
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "notebook7-running.png"))
-    assert wait_until(lambda: any(s == "running" for s in trial_states(notebook_server).values()),
+    assert wait_until(lambda: any(s == "running" for s in trial_states(notebook_server, NAME).values()),
                       60, "running trials in the store")
 
     # a control works: "Stop experiment" stops every trial, as the store records
     page.get_by_role("button", name="Stop experiment").click()
-    wait_until(lambda: (s := trial_states(notebook_server)) and
+    wait_until(lambda: (s := trial_states(notebook_server, NAME)) and
                all(v == "stopped" for v in s.values()), 60, "every trial to stop")
     # ... and the dashboard says so (the fixture's end-of-test screenshot shows it)
     wait_until(lambda: status.inner_text().startswith("done"), 30, "the status line to say done")

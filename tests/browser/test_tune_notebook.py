@@ -9,70 +9,23 @@ page is checked; "Stop experiment" ends it before the server is torn down.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
-import nbformat
 import pytest
 
-from nbtune.store import Store
 from tests.browser.conftest import LabServer
+from tests.browser.tune_notebook import trial_states, wait_until, write_tune_notebook
 
 pytestmark = pytest.mark.browser
 
 NAME = "browser-demo"
-SETUP = """\
-%load_ext nbtune
-import time
-import nbtune
-from nbtune.runtimes.dask import DaskRuntime
-space = {"lr": nbtune.loguniform(1e-4, 1e-1)}
-# two CPU workers (one "GPU" each); no warm processes importing torch: start fast
-rt = DaskRuntime(n_workers=2, warm_processes=0, preload=())"""
-TUNE = f"""\
-%%tune space --metric loss --max-budget 100000 --num-trials 2 -a random --runtime rt --name {NAME} --store --seed 0
-for step in trial.steps():
-    time.sleep(0.2)
-    trial.report(step, loss=1.0 / step + config["lr"])"""
 #: Dask workers start inside the kernel; give a loaded 2-core CI machine time
 SLOW = 120_000
 
 
 @pytest.fixture(scope="module")
 def notebook(lab_root: Path) -> Path:
-    nb = nbformat.v4.new_notebook()
-    # without a kernelspec JupyterLab asks "Select Kernel" and nothing runs
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(SETUP), nbformat.v4.new_code_cell(TUNE)]
-    path = lab_root / "tune.ipynb"
-    nbformat.write(nb, path)
-    return path
-
-
-def trial_states(server: LabServer) -> dict[int, str]:
-    db = server.root_dir / "nbtune-store" / "nbtune.db"
-    if not db.exists():
-        return {}
-    store = Store(db)
-    try:
-        if NAME not in store.names():
-            return {}
-        frame = store.results(NAME)
-        return {int(t): str(s) for t, s in zip(frame["trial_id"], frame["state"], strict=True)}
-    finally:
-        store.close()
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
+    return write_tune_notebook(lab_root / "tune.ipynb", NAME)
 
 
 def test_tune_magic_dashboard_updates_and_stops_a_trial(page, lab_server: LabServer,
@@ -98,14 +51,14 @@ def test_tune_magic_dashboard_updates_and_stops_a_trial(page, lab_server: LabSer
     t0 = status.inner_text()
     wait_until(lambda: status.inner_text() != t0, 30, "the status line to update")
 
-    running = wait_until(lambda: [t for t, s in trial_states(lab_server).items()
+    running = wait_until(lambda: [t for t, s in trial_states(lab_server, NAME).items()
                                   if s == "running"], 60, "running trials in the store")
     victim = running[0]
     trial_box = page.locator(".widget-text", has=page.locator(".widget-label", has_text="trial"))
     trial_box.locator("input").fill(str(victim))
     trial_box.locator("input").press("Enter")
     stop_trial.click()
-    states = wait_until(lambda: (s := trial_states(lab_server)).get(victim) == "stopped" and s,
+    states = wait_until(lambda: (s := trial_states(lab_server, NAME)).get(victim) == "stopped" and s,
                         60, f"trial {victim} to stop")
     assert any(s == "running" for t, s in states.items() if t != victim), states
 
@@ -118,6 +71,6 @@ def test_tune_magic_dashboard_updates_and_stops_a_trial(page, lab_server: LabSer
                  'td[data-field="trials"]').filter(has_text="1/2").wait_for(timeout=15_000)
 
     page.get_by_role("button", name="Stop experiment").click()
-    wait_until(lambda: all(s == "stopped" for s in trial_states(lab_server).values()), 60,
+    wait_until(lambda: all(s == "stopped" for s in trial_states(lab_server, NAME).values()), 60,
                "every trial to stop")
     row.and_(page.locator('[data-state="done"]')).wait_for(timeout=30_000)
