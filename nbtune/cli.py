@@ -148,6 +148,22 @@ def _per_gpu_utilization(exp: Any) -> dict[int, float]:
     return out
 
 
+def _outcome_rows(exp: Any) -> list[tuple[str, str]]:
+    """The rows both demos print: trials by state, the best result and its config."""
+    df = exp.results()
+    states = df["state"].value_counts().to_dict() if not df.empty else {}
+    rows = [("trials", f"{len(df)} ("
+             + ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + ")")]
+    best = exp.best
+    if best is None:
+        return rows + [(f"best {exp.metric}", "none (no trial reported)")]
+    return rows + [
+        (f"best {exp.metric}",
+         f"{best[exp.metric]:.4f} (trial {best['trial_id']}, budget {best['budget_used']:g})"),
+        ("best config", ", ".join(f"{k}={_fmt_value(v)}" for k, v in best["config"].items())),
+    ]
+
+
 def _table(rows: Sequence[tuple[str, str]], out: TextIO) -> None:
     width = max(len(k) for k, _ in rows)
     rule = "-" * min(78, width + 2 + max(len(v) for _, v in rows))
@@ -186,22 +202,11 @@ def _cmd_demo_real(args: argparse.Namespace) -> int:
         print(f"nbtune demo: error: {exc}", file=sys.stderr)
         return 2
     exp = res.experiment
-    df = exp.results()
-    states = df["state"].value_counts().to_dict() if not df.empty else {}
     best = exp.best
-    rows: list[tuple[str, str]] = [
-        ("job", f"{exp.engine.algorithm.name} on digits (CNN), "
-                f"{exp.engine.cluster.n_gpus} local Dask workers, allocator {exp.engine.allocator.name}"),
-        ("trials", f"{len(df)} (" + ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + ")"),
-    ]
-    if best is not None:
-        rows += [
-            (f"best {exp.metric}",
-             f"{best[exp.metric]:.4f} (trial {best['trial_id']}, budget {best['budget_used']:g})"),
-            ("best config", ", ".join(f"{k}={_fmt_value(v)}" for k, v in best["config"].items())),
-        ]
-    else:
-        rows.append((f"best {exp.metric}", "none (no trial reported)"))
+    rows = [("job", f"{exp.engine.algorithm.name} on digits (CNN), "
+                    f"{exp.engine.cluster.n_gpus} local Dask workers, "
+                    f"allocator {exp.engine.allocator.name}"),
+            *_outcome_rows(exp)]
     rows += [
         ("makespan", f"{exp.makespan:,.1f} s measured"),
         ("utilization", f"mean {exp.mean_utilization():.1%} (measured CPU of the workers)"),
@@ -234,24 +239,10 @@ def _cmd_demo_sim(args: argparse.Namespace) -> int:
     exp.wait()
     wall = time.perf_counter() - wall
 
-    df = exp.results()
-    states = df["state"].value_counts().to_dict() if not df.empty else {}
-    best = exp.best
     util = _per_gpu_utilization(exp)
     mean_util = sum(util.values()) / len(util) if util else 0.0
-
-    rows: list[tuple[str, str]] = [
-        ("job", f"simulated {args.algorithm}, {args.gpus} GPUs, allocator {args.allocator}"),
-        ("trials", f"{len(df)} (" + ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + ")"),
-    ]
-    if best is not None:
-        rows += [
-            (f"best {exp.metric}",
-             f"{best[exp.metric]:.4f} (trial {best['trial_id']}, budget {best['budget_used']:g})"),
-            ("best config", ", ".join(f"{k}={_fmt_value(v)}" for k, v in best["config"].items())),
-        ]
-    else:
-        rows.append((f"best {exp.metric}", "none (no trial reported)"))
+    rows = [("job", f"simulated {args.algorithm}, {args.gpus} GPUs, allocator {args.allocator}"),
+            *_outcome_rows(exp)]
     if len(util) <= 8:
         spread = "per GPU " + " ".join(f"{g}:{u:.0%}" for g, u in sorted(util.items()))
     else:

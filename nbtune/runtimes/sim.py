@@ -209,10 +209,7 @@ class SimRuntime:
         rate = live.rate
         if rate <= 0:
             raise SimulationError(f"trial {live.trial_id} has rate {rate}")
-        step = self.report_every
-        nb = (math.floor(live.progress / step + 1e-9) + 1) * step
-        if nb > live.target:
-            nb = live.target
+        nb = self._next_budget(live)
         t = (live.last_t if live.last_t > now else now) + (nb - live.progress) / rate
         self._seq += 1
         heapq.heappush(self._heap, (t, _REPORT, self._seq, live.trial_id, live.gen, nb))
