@@ -44,9 +44,13 @@ def test_tune_dashboard_in_notebook7_renders_updates_and_stops(
     page.locator("#main-panel .jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
     assert page.locator(".jp-NotebookPanel").count() == 1
     wait_until(lambda: kernel_idle(notebook_server), 60, "the kernel to start")
+    # the server's "idle" can come before the page's kernel connection: "Run All Cells" does
+    # nothing until the page itself shows the kernel idle (its execution indicator)
+    page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').wait_for(timeout=60_000)
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
     page.locator(".lm-Menu-item:not(.lm-mod-disabled) .lm-Menu-itemLabel",
                  has_text=re.compile(r"^Run All Cells$")).click()
+    page.locator(".jp-InputPrompt", has_text="[1]").wait_for(timeout=60_000)
 
     # the dashboard renders: its controls, status line and Bokeh figures
     page.get_by_role("button", name="Stop trial").wait_for(timeout=SLOW * 1000)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -27,10 +28,22 @@ pytestmark = pytest.mark.integration
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
+def gate(checkpoint_dir: str) -> Path:
+    """A file under the store: trials other than 0 wait for it before their 4th step."""
+    return Path(checkpoint_dir).parent.parent / "gate-open"
+
+
 def train_counting(config, trial):
-    """Checkpoints every step, so a restart continues where the last checkpoint is."""
+    """Checkpoints every step, so a restart continues where the last checkpoint is.
+
+    Trial 0 runs through; the others hold before step 4 until the test opens the
+    gate, so the "crash" always finds them mid-run with steps 1-3 checkpointed
+    and reported, however loaded the machine is.
+    """
     state = trial.restore() or {"w": 0.0}
     for step in trial.steps():
+        while trial.trial_id != 0 and step > 3 and not gate(trial.checkpoint_dir).exists():
+            time.sleep(0.05)
         time.sleep(0.25)
         state["w"] += config["lr"]
         trial.report(step=step, loss=1.0 / (1.0 + state["w"]), restored=trial.restore_step or 0.0)
@@ -53,27 +66,27 @@ def test_a_dead_kernel_resumes_from_checkpoints_without_rerunning(client, tmp_pa
                       metric="loss", max_budget=8, num_trials=4, runtime=rt,
                       store=tmp_path / "st", name="dead", seed=1)
     assert rt.checkpoint_dir == tmp_path / "st" / "checkpoints" / "dead"
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 120
     st = Store(tmp_path / "st")
     while time.monotonic() < deadline:
-        df = exp.results()
-        running = set(df[(df["state"] == "running") & (df["budget_used"] >= 2)]["trial_id"])
-        if (df["state"] == "completed").any() and running:
-            # the crash must come after the store has a report of a trial still running,
-            # else (on a loaded machine) there is nothing to continue from
-            stored = {e.trial_id for events, _ in st.event_log("dead") for e in events
-                      if type(e).__name__ == "TrialReported" and e.budget >= 1}
-            if stored & running:
-                break
-        time.sleep(0.05)
+        # the crash comes once the store holds trial 0's completion and step 3 of a trial
+        # still running (held at the gate), so there is something both to keep and to continue
+        reports = [e for events, _ in st.event_log("dead") for e in events
+                   if type(e).__name__ == "TrialReported"]
+        done = {e.trial_id for e in reports if e.budget >= 8}  # its last report completes it
+        held = {e.trial_id for e in reports if e.budget >= 3 and e.trial_id != 0}
+        if 0 in done and held:
+            break
+        time.sleep(0.1)
     else:
-        pytest.fail("no trial completed while another had a stored report in 90 s")
+        pytest.fail("the store never held trial 0's completion and a held trial's step 3 in 120 s")
     exp.recorder.abandon()  # the kernel dies: whatever was not committed is gone
     rt.close()
 
     assert st.experiment("dead").trainable == f"{__name__}:train_counting"
     log = st.event_log("dead")
     crash_time = max(e.time for events, _ in log for e in events)
+    gate(str(rt.checkpoint_dir)).touch()
     rt2 = runtime(client)
     again = nbtune.resume("dead", store=tmp_path / "st", runtime=rt2, validate=True)
     try:
@@ -90,6 +103,9 @@ def test_a_dead_kernel_resumes_from_checkpoints_without_rerunning(client, tmp_pa
         assert g["budget"].is_monotonic_increasing
     restarted = curves[(curves["time"] > crash_time) & (curves["restored"] > 0)]
     assert not restarted.empty, "no trial continued from its checkpoint"
+    assert set(restarted["restored"]) >= {3.0}  # the held trials went on from step 3
+    assert not ((curves["trial_id"] == 0) & (curves["time"] > crash_time)).any(), \
+        "the completed trial ran again"
     before = {tid for events, _ in log for e in events if type(e).__name__ == "TrialReported"
               for tid in [e.trial_id]}
     assert set(restarted["trial_id"]) <= before
