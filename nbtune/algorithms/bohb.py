@@ -12,7 +12,10 @@ so the search keeps exploring. ``N_min`` defaults to ``d + 1`` (the paper's
 
 ``"bohb"`` runs this on ASHA's asynchronous rungs (like Ray Tune's and Syne
 Tune's BOHB schedulers); ``"sync-bohb"`` on Hyperband's synchronous brackets,
-exactly as in the paper.
+exactly as in the paper. ``sync-bohb`` takes Hyperband's ``pipeline_brackets``:
+False runs one bracket at a time, as the Fluid artifact's SyncBOHB does (and
+then every bracket after the first is drawn from a model that has seen the
+brackets before it).
 """
 
 from __future__ import annotations

@@ -7,9 +7,14 @@ halving inside: rung ``i`` keeps ``floor(n * eta**-i)`` configs at
 ``r * eta**i``. Aggressive brackets try many configs cheaply; the last one trains
 a few to ``max_budget`` from the start, hedging against misleading early results.
 
-Brackets are independent, so when every running bracket waits at a barrier and
-the engine has free slots, the next bracket starts (as Ray Tune and Syne Tune do)
-instead of leaving GPUs idle.
+Brackets are independent, so by default, when every running bracket waits at a
+barrier and the engine has free slots, the next bracket starts (as Ray Tune's
+``HyperBandScheduler`` and Syne Tune do) instead of leaving GPUs idle.
+``pipeline_brackets=False`` runs one bracket at a time instead: the next starts
+only when the current one has finished, as in Li et al.'s serial loop and in
+the Fluid artifact's SyncBOHB scheduler (``fluid/syncbohb.py``:
+``choose_trial_to_run`` only hands out trials of the first bracket that still
+has a pending or running trial), the setting of Fluid's §6.2 SyncBOHB runs.
 """
 
 from __future__ import annotations
@@ -51,7 +56,9 @@ class Hyperband(BracketAlgorithm):
     """Hyperband with brackets cycling ``s_max .. 0`` until ``num_trials`` configs exist.
 
     ``num_trials=None`` runs one full cycle (the paper's single Hyperband
-    iteration). When the cap falls inside a bracket, that bracket's first rung
+    iteration). ``pipeline_brackets`` (default True) lets the next bracket
+    start while running ones wait at a barrier and slots are free; False
+    runs brackets strictly one after another (see the module docstring). When the cap falls inside a bracket, that bracket's first rung
     is truncated and later rungs keep ``floor(n' * eta**-i)`` (at least 1).
     Rung budgets are rounded to whole units when both ``min_budget`` and
     ``max_budget`` are integers, because runtimes report once per unit.
@@ -59,8 +66,19 @@ class Hyperband(BracketAlgorithm):
 
     name = "hyperband"
 
-    def __init__(self, space: Mapping[str, Any], *, eta: float = 3, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        space: Mapping[str, Any],
+        *,
+        eta: float = 3,
+        pipeline_brackets: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(space, **kwargs)
+        if not isinstance(pipeline_brackets, bool):
+            raise AlgorithmError(f"pipeline_brackets must be True or False, got "
+                                 f"{pipeline_brackets!r}")
+        self.pipeline_brackets = pipeline_brackets
         self.eta = validate_eta(eta)
         self.plan = hyperband_brackets(self.max_budget, self.min_budget, self.eta)
         self.cap = (
@@ -93,13 +111,15 @@ class Hyperband(BracketAlgorithm):
         """Ready rungs of running brackets, then new brackets while slots would stay idle.
 
         A new bracket starts when no bracket is active (regardless of
-        ``max_trials``) or when everything is waiting at a barrier and
-        ``max_trials`` exceeds the trials handed out in this call.
+        ``max_trials``) or, with ``pipeline_brackets``, when everything is
+        waiting at a barrier and ``max_trials`` exceeds the trials handed out
+        in this call.
         """
         groups = self.emit_ready()
         handed = sum(len(g) for g in groups)
         while self.can_start_bracket() and (
-            all(b.done for b in self.brackets) or max_trials - handed > 0
+            all(b.done for b in self.brackets)
+            or (self.pipeline_brackets and max_trials - handed > 0)
         ):
             g = self._start_next_bracket()
             if g is None:  # cannot happen (a bracket has >= 1 config); never spin

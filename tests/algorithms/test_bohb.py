@@ -103,3 +103,24 @@ def test_algorithm_switches_from_random_to_model(cls) -> None:
     late = [algo.configs[t] for t in range(40, 60) if src[t] == "model"]
     assert late
     assert np.mean([c["c"] == "a" for c in late]) > 0.7
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_sync_bohb_sequential_brackets_sample_from_the_model(pipeline: bool) -> None:
+    """One bracket at a time (Fluid's SyncBOHB): later brackets see the earlier results.
+
+    With 64 free slots the pipelined default draws the whole cycle at once, all at
+    random; run one bracket after another, every later bracket is drawn from the
+    model fitted on the brackets before it.
+    """
+    space = {"x": uniform(0, 1), "y": uniform(0, 1)}
+    algo = SyncBOHB(space, metric="loss", max_budget=27, seed=0, random_fraction=0.0,
+                    pipeline_brackets=pipeline)
+    Driver(algo, slots=64, metric_fn=lambda sp, cfg, b: quad(np.array([cfg["x"], cfg["y"]])))\
+        .run()
+    src = algo.sample_sources
+    assert len(src) == 27 + 12 + 6 + 4
+    if pipeline:
+        assert src == ["random"] * len(src)
+    else:
+        assert src[:27] == ["random"] * 27 and src[27:] == ["model"] * (len(src) - 27)

@@ -132,3 +132,67 @@ def test_fractional_budgets_kept_exact() -> None:
     algo = Hyperband(SPACE, metric="loss", max_budget=4.5, min_budget=0.5, seed=0)
     res = Driver(algo, slots=2).run()
     assert sorted({b for _, b in rung_sizes(res)}) == [0.5, 1.5, 4.5]
+
+
+def _one_bracket_at_a_time(algo: Hyperband) -> Hyperband:
+    """Wrap ``algo.ask`` to check that at most one bracket is ever active."""
+    ask = algo.ask
+
+    def checked(max_trials: int):
+        groups = ask(max_trials)
+        active = [b.index for b in algo.brackets if not b.done]
+        assert len(active) <= 1, f"brackets {active} active at once"
+        return groups
+
+    algo.ask = checked  # type: ignore[method-assign]
+    return algo
+
+
+def test_sequential_brackets_leave_free_slots_idle() -> None:
+    """pipeline_brackets=False (Fluid's SyncBOHB): no new bracket while one is unfinished."""
+    algo = Hyperband(SPACE, metric="loss", max_budget=27, seed=0, pipeline_brackets=False)
+    assert [len(g) for g in algo.ask(64)] == [27]
+    assert algo.ask(64) == []  # bracket 0 waits at its barrier: 37 free slots stay idle
+    res = Driver(_one_bracket_at_a_time(
+        Hyperband(SPACE, metric="loss", max_budget=27, seed=0, pipeline_brackets=False)),
+        slots=64).run()
+    assert rung_sizes(res) == [
+        (27, 1), (9, 3), (3, 9), (1, 27),
+        (12, 3), (4, 9), (1, 27),
+        (6, 9), (2, 27),
+        (4, 27),
+    ]
+
+
+def test_pipelined_brackets_overlap() -> None:
+    """The default overlaps brackets, so the one-at-a-time check above can fail."""
+    algo = _one_bracket_at_a_time(Hyperband(SPACE, metric="loss", max_budget=27, seed=0))
+    with pytest.raises(AssertionError, match="active at once"):
+        Driver(algo, slots=64).run()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    slots=st.integers(1, 80),
+    max_budget=st.sampled_from([3, 9, 27, 10]),
+    eta=st.sampled_from([2, 3]),
+    num_trials=st.one_of(st.none(), st.integers(1, 60)),
+    failures=st.booleans(),
+)
+def test_sequential_brackets_property(slots: int, max_budget: int, eta: int,
+                                      num_trials: int | None, failures: bool) -> None:
+    """Any slots, caps and failures: one bracket at a time, the contract holds, it finishes."""
+    from .driver import fail_every
+
+    algo = _one_bracket_at_a_time(Hyperband(
+        SPACE, metric="loss", max_budget=max_budget, eta=eta, num_trials=num_trials, seed=0,
+        pipeline_brackets=False))
+    res = Driver(algo, slots=slots, fail=fail_every(4) if failures else None).run()
+    assert algo.finished
+    expected = algo.cap
+    assert len(res.trials) == expected
+
+
+def test_pipeline_brackets_must_be_bool() -> None:
+    with pytest.raises(AlgorithmError):
+        Hyperband(SPACE, metric="loss", max_budget=27, pipeline_brackets="no")  # type: ignore[arg-type]
