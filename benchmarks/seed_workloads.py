@@ -3,7 +3,10 @@
 Workloads (sources and model parameters in benchmarks/README.md):
 
 * ``cifar10``: Fluid §6.1/6.2's CIFAR-10 AlexNet-variant profile on 8 GPUs,
-  tuned by SyncBOHB and by ASHA (goals: ≥ 2.0x and ≥ 1.3x);
+  tuned by SyncBOHB and by ASHA (goals: ≥ 2.0x and ≥ 1.3x). SyncBOHB runs one
+  bracket at a time, as the Fluid artifact's SyncBOHB scheduler does for both
+  its baseline and Fluid (``pipeline_brackets=False``); rows marked
+  "pipelined" let the next bracket fill idle GPUs (nbtune's default);
 * ``sp1``: HyperSack's SP1, a 96-job lightweight vision grid on 4 GPUs whose
   jobs keep a GPU 22–50 % busy (goal ≥ 2.8x), run on the co-location
   interference model (:mod:`nbtune.workloads.interference`);
@@ -109,11 +112,22 @@ def sp1() -> InterferenceWorkload:
 
 
 # ----------------------------------------------------------------------------- runner
+def run(workload: Any, algorithm: str, allocator: Any, n: int | ClusterSpec, *,
+        seed: int, eps: float, **opts: Any) -> Any:
+    return nbtune.tune(workload, algorithm=algorithm, metric="loss", allocator=allocator,
+                       runtime=SimRuntime(cluster=n, resize_overhead=eps), seed=seed, **opts)
+
+
 def makespan(workload: Any, algorithm: str, allocator: Any, n: int | ClusterSpec, *,
              seed: int, eps: float, **opts: Any) -> float:
-    exp = nbtune.tune(workload, algorithm=algorithm, metric="loss", allocator=allocator,
-                      runtime=SimRuntime(cluster=n, resize_overhead=eps), seed=seed, **opts)
-    return exp.makespan
+    return run(workload, algorithm, allocator, n, seed=seed, eps=eps, **opts).makespan
+
+
+def occupancy(exp: Any) -> float:
+    """Share of the GPUs' time held by a trial: Fluid Table 2's "utilization" of workers."""
+    a = exp.allocations()
+    held = float((a["share"] * (a["end"] - a["start"])).sum())
+    return held / (exp.engine.cluster.n_gpus * exp.makespan)
 
 
 # HyperSack §V-A: one PowerEdge XE8545 node, 4 A100 80 GB, 88 usable cores
@@ -137,13 +151,25 @@ def profile_ratio(workload: Any, allocator: str) -> float:
 
 
 def ratio(workload_of, algorithm: str, alloc_of, n: int, seeds, eps: float,
-          **opts: Any) -> tuple[float, float, float]:
-    fifo = [makespan(workload_of(s), algorithm, "fifo", n, seed=s, eps=eps, **opts)
-            for s in seeds]
-    fluid = [makespan(workload_of(s), algorithm, alloc_of(), n, seed=s, eps=eps, **opts)
+          **opts: Any) -> tuple[float, float, float, float, float]:
+    """Mean makespans of FIFO and the allocator, their ratio, and both mean occupancies."""
+    fifo = [run(workload_of(s), algorithm, "fifo", n, seed=s, eps=eps, **opts) for s in seeds]
+    fluid = [run(workload_of(s), algorithm, alloc_of(), n, seed=s, eps=eps, **opts)
              for s in seeds]
-    f, w = statistics.mean(fifo), statistics.mean(fluid)
-    return f, w, f / w
+    f = statistics.mean(e.makespan for e in fifo)
+    w = statistics.mean(e.makespan for e in fluid)
+    return (f, w, f / w, statistics.mean(map(occupancy, fifo)),
+            statistics.mean(map(occupancy, fluid)))
+
+
+# SyncBOHB as Fluid ran it (the artifact's fluid/syncbohb.py hands out trials of one bracket
+# at a time, for its FIFO baseline and for Fluid alike), then with nbtune's bracket pipelining
+SYNC = dict(max_budget=27, eta=3, pipeline_brackets=False)
+SYNC_PIPELINED = dict(max_budget=27, eta=3, pipeline_brackets=True)
+ASHA = dict(max_budget=27, eta=3, num_trials=64)
+CIFAR_RUNS = (("sync-bohb", "sync-bohb", SYNC),
+              ("sync-bohb_pipelined", "sync-bohb", SYNC_PIPELINED),
+              ("asha", "asha", ASHA))
 
 
 def main(quick: bool = False) -> dict[str, Any]:
@@ -157,26 +183,34 @@ def main(quick: bool = False) -> dict[str, Any]:
     packed = {p: [CIFAR_ALPHA ** (p - 1)] * p for p in range(1, 9)}
     for th in (0.05, 0.2):
         c = packing_limit(packed, threshold=th)
-        for algo, opts in (("sync-bohb", dict(max_budget=27, eta=3)),
-                           ("asha", dict(max_budget=27, eta=3, num_trials=64))):
-            f, w, r = ratio(cifar10, algo,
-                            lambda c=c: DynamicFluidAllocator(c=c, d=4, resize_overhead=CIFAR_EPS),
-                            8, seeds, CIFAR_EPS, **opts)
-            figures[f"cifar10_{algo}_c{c}_speedup"] = round(r, 3)
-            key = f"cifar10_{algo}_speedup"
+        for label, algo, opts in CIFAR_RUNS:
+            f, w, r, _, _ = ratio(
+                cifar10, algo,
+                lambda c=c: DynamicFluidAllocator(c=c, d=4, resize_overhead=CIFAR_EPS),
+                8, seeds, CIFAR_EPS, **opts)
+            figures[f"cifar10_{label}_c{c}_speedup"] = round(r, 3)
+            key = f"cifar10_{label}_speedup"
             figures[key] = max(figures.get(key, 0.0), round(r, 3))
-            rows.append((f"cifar10 {algo} 8 GPUs (O_th {th}: c={c})", "waterfill", f, w, r))
+            rows.append((f"cifar10 {label} 8 GPUs (O_th {th}: c={c})", "waterfill", f, w, r))
 
     # the same CIFAR-10 trials packed by busy fraction (≤ 60 %, Fluid §2.2.1): the primary rows
     c = cifar_util_packing_limit(0.2)
     figures["cifar10_util_c"] = c
-    for algo, opts in (("sync-bohb", dict(max_budget=27, eta=3)),
-                       ("asha", dict(max_budget=27, eta=3, num_trials=64))):
-        f, w, r = ratio(cifar10_util, algo,
-                        lambda c=c: DynamicFluidAllocator(c=c, d=4, resize_overhead=CIFAR_EPS),
-                        8, seeds, CIFAR_EPS, **opts)
-        figures[f"cifar10_util_{algo}_speedup"] = round(r, 3)
-        rows.append((f"cifar10 busy<=60% {algo} 8 GPUs (c={c})", "waterfill", f, w, r))
+    for label, algo, opts in CIFAR_RUNS:
+        f, w, r, occ_f, occ_w = ratio(
+            cifar10_util, algo,
+            lambda c=c: DynamicFluidAllocator(c=c, d=4, resize_overhead=CIFAR_EPS),
+            8, seeds, CIFAR_EPS, **opts)
+        figures[f"cifar10_util_{label}_speedup"] = round(r, 3)
+        figures[f"cifar10_util_{label}_occupancy"] = [round(occ_f, 3), round(occ_w, 3)]
+        rows.append((f"cifar10 busy<=60% {label} 8 GPUs (c={c})", "waterfill", f, w, r))
+    # sensitivity: the artifact's tune_syncbohb_cifar.py runs SyncBOHB with max_t = 81
+    f, w, r, _, _ = ratio(
+        cifar10_util, "sync-bohb",
+        lambda c=c: DynamicFluidAllocator(c=c, d=4, resize_overhead=CIFAR_EPS),
+        8, seeds, CIFAR_EPS, **{**SYNC, "max_budget": 81})
+    figures["cifar10_util_sync-bohb_R81_speedup"] = round(r, 3)
+    rows.append((f"cifar10 busy<=60% sync-bohb R=81 8 GPUs (c={c})", "waterfill", f, w, r))
 
     wl = sp1()
     fifo = makespan(wl, "grid", "fifo", SP1_NODE, seed=0, eps=30.0, max_budget=15)
