@@ -101,3 +101,37 @@ def test_runtime_started_cluster_is_shut_down_with_its_experiment(tmp_path):
         assert rt.client.status in ("closing", "closed") and rt._cluster is None
     finally:
         rt.close()
+
+
+def test_killed_worker_mid_ddp_trial_kills_the_other_rank_and_restarts(client, tmp_path):
+    """One rank's worker dies: the surviving rank (stuck in a collective) is killed, the trial
+    goes back to the queue without a failure and continues from its checkpoint."""
+    from tests.runtimes.test_dask_runtime import Gang, train_ddp
+
+    algo = OneShot({"lr": uniform(0.01, 0.1)}, metric="loss", max_budget=8, num_trials=1, seed=0)
+    eng = Engine(algo, Gang(), validate=True)
+    seen: list[ev.Event] = []
+    eng.subscribe(lambda events, cmds: seen.extend(events))
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=("torch",), warm_processes=1,
+                     sample_interval=0.5)
+    rt.start(eng, train_ddp)
+    try:
+        deadline = time.monotonic() + 120
+        while 0 not in eng.trials or eng.trials[0].budget_used < 2:
+            assert time.monotonic() < deadline, "the DDP trial never got going"
+            time.sleep(0.05)
+        assert len(eng.running[0]) == 2
+        victim = rt.inventory.slots[eng.running[0][1][0]].worker  # rank 1's worker
+        pid = client.run(os.getpid, workers=[victim])[victim]
+        os.kill(pid, signal.SIGKILL)
+        assert rt.wait(180)
+    finally:
+        rt.close()
+    t = eng.trials[0]
+    assert t.state is TrialState.COMPLETED, t.error
+    assert t.failures == 0
+    lost = [e for e in seen if isinstance(e, ev.TrialFailed) and e.trial_id == 0]
+    assert len(lost) == 1 and lost[0].worker_lost
+    budgets = [b for _, b, _ in t.results]
+    assert budgets == sorted(set(budgets)) and budgets[-1] == 8
+    assert any(m["restored"] >= 2 for _, _, m in t.results)  # went on from its checkpoint

@@ -114,6 +114,7 @@ def main(argv: list[str]) -> None:
         with contextlib.suppress(ImportError):
             __import__(mod)
     channel = PipeChannel(conn)
+    channel.send({"k": "ready"})  # imports done: WarmPool.wait_ready counts this process warm
     while True:
         try:
             job = conn.recv()

@@ -1,29 +1,24 @@
 """Multi-worker trials: rendezvous through Dask, torch.distributed process groups, DDP wrapping.
 
-A trial placed on ``w`` GPUs runs ``w`` ranks, one task per GPU pinned to the
-worker owning it. Rank 0's relay picks a free port on its own host and
-publishes ``host:port`` in a :class:`distributed.Variable` named after the run;
-the other ranks read it. No fixed port is ever assumed, so concurrent
-multi-worker trials (and several experiments) cannot collide. Each rank's
+A trial placed on ``w`` GPUs runs ``w`` ranks, one per GPU, on the worker
+owning it. The driver launches rank 0 first; its worker picks a free port on
+its own host and answers with ``host:port``, which the driver passes to the
+other ranks' launches (:mod:`.links`, :mod:`.handlers`). No fixed port is ever
+assumed, so concurrent multi-worker trials (and several experiments) cannot
+collide. Each rank's
 process then joins the group with ``gloo`` on CPU or ``nccl`` on GPU.
 """
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nbtune.runtimes.dask.trial_api import Trial
 
-__all__ = ["free_port", "publish_rendezvous", "await_rendezvous", "init_group", "destroy_group",
-           "wrap_model", "agree_any"]
-
-RENDEZVOUS_TIMEOUT = 120.0
+__all__ = ["free_port", "init_group", "destroy_group", "wrap_model", "agree_any"]
 
 
 def free_port(host: str) -> int:
@@ -32,47 +27,6 @@ def free_port(host: str) -> int:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def _variable(run_key: str) -> Any:
-    from distributed import Variable, get_client
-
-    return Variable(f"nbtune-rdv-{run_key}", client=get_client())
-
-
-def publish_rendezvous(run_key: str, host: str) -> tuple[str, int]:
-    """Rank 0 (on a worker): choose the master address and tell the other ranks."""
-    port = free_port(host)
-    _variable(run_key).set(f"{host}:{port}")
-    return host, port
-
-
-def await_rendezvous(
-    run_key: str, cancelled: Callable[[], bool] = lambda: False,
-    timeout: float = RENDEZVOUS_TIMEOUT,
-) -> tuple[str, int]:
-    """Ranks > 0 (on a worker): wait for rank 0's address, giving up if the run is killed."""
-    var = _variable(run_key)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = var.get(timeout=1.0)
-            break
-        except TimeoutError:
-            if cancelled():
-                raise RuntimeError(f"run {run_key} was cancelled during rendezvous") from None
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"rank 0 of run {run_key} did not publish its address in {timeout:.0f} s"
-                ) from None
-    host, port = str(value).rsplit(":", 1)
-    return host, int(port)
-
-
-def forget_rendezvous(run_key: str) -> None:
-    # the scheduler may be gone at shutdown; nothing to clean then
-    with contextlib.suppress(Exception):
-        _variable(run_key).delete()
 
 
 def init_group(job: dict[str, Any]) -> None:

@@ -1,10 +1,10 @@
-"""The driver's bookkeeping: engine events from what the workers say, commands to tasks.
+"""The driver's bookkeeping: engine events from what the workers say, commands to workers.
 
 Kept apart from :mod:`.runtime` (the public class, the thread and the
 cluster's life cycle) so each file stays readable. Everything here runs on
 the driver thread only, which is what makes it safe to touch the engine.
 
-A *run* is one process group (one task per rank) training one trial from
+A *run* is one process group (one process per rank) training one trial from
 ``start_step`` toward ``budget``. A trial has at most one live run; a Launch
 for a trial whose previous run is still writing its last checkpoint waits
 (``_deferred``) until that run exits, and a resize relaunches the trial on
@@ -13,7 +13,6 @@ the engine's current placement from its newest checkpoint.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 import time
@@ -30,22 +29,18 @@ from nbtune.runtimes.dask import checkpoints as ck
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
     from nbtune.runtimes.dask.cluster import Inventory, Slot
+    from nbtune.runtimes.dask.links import WorkerLinks
 
 __all__ = ["RunDriver", "rank_env"]
 
 log = logging.getLogger("nbtune.dask")
 EPS = 1e-9
-EXIT_GRACE = 2.0  # seconds a finished task may precede its exit message
 
 
 @dataclass
 class _Rank:
     worker: str
-    key: str
-    future: Any = None
     exited: bool = False
-    returned_at: float | None = None
-    result: dict[str, Any] | None = None
 
 
 @dataclass
@@ -91,6 +86,7 @@ class RunDriver:
     _topic: str
     _fn: bytes
     _inbox: Any
+    _links: WorkerLinks
 
     def _translate(self, kind: str, payload: Any) -> list[ev.Event]:
         now = self._clock.now()
@@ -101,12 +97,16 @@ class RunDriver:
             for m in payload:
                 out.extend(self._on_msg(m, now))
             return out
-        if kind == "future":
-            return self._on_future(*payload, now)
+        if kind == "launch_failed":
+            return self._on_launch_failed(*payload, now)
         if kind == "lost":
             return self._on_lost(payload, now)
         if kind == "joined":
             return self._on_joined(payload, now)
+        if kind == "linked":
+            return self._on_linked(payload, now)
+        if kind == "unlinked":
+            return self._on_unlinked(payload, now)
         raise AssertionError(f"unknown inbox item {kind!r}")
 
     def _on_msg(self, m: dict[str, Any], now: float) -> list[ev.Event]:
@@ -143,41 +143,37 @@ class RunDriver:
         mem = {ids[i]: float(x) for i, x in enumerate(m["mem"]) if i in ids}
         return [ev.UtilizationSampled(now, util, mem)] if util else []
 
-    def _on_future(self, run_id: int, rank: int, fut: Any, now: float) -> list[ev.Event]:
+    def _on_launch_failed(self, run_id: int, rank: int, error: str, lost: bool,
+                          now: float) -> list[ev.Event]:
         run = self._by_id.get(run_id)
         if run is None or run.ranks[rank].exited:
             return []
-        r = run.ranks[rank]
-        if fut.status == "finished":
-            r.returned_at = time.monotonic()
-            try:
-                r.result = fut.result(timeout=5)
-            except Exception:
-                r.result = None
-            return []
-        if fut.status == "cancelled" and run.cancelled in ("lost", "killed"):
-            return []
-        try:
-            exc = fut.exception(timeout=5)
-        except Exception as e:  # cancelled futures raise here
-            exc = e
-        return self._rank_exited(
-            run, rank, {"ok": False, "oom": False, "error": f"the Dask task failed: {exc!r}"}, now)
+        if lost and run.cancelled is None:
+            # the worker could not be reached: like a lost worker, the trial goes back to the
+            # queue without counting as a failure (the scheduler reports the loss separately)
+            t = self._engine.trials.get(run.trial_id) if self._engine else None
+            run.cancelled = "lost"
+            for i, r in enumerate(run.ranks):
+                if i != rank and not r.exited:
+                    self._signal_rank(run, i, {"k": "kill", "reason": error})
+            for r in run.ranks:
+                r.exited = True
+            out = self._finalize(run, now)
+            if t is not None and t.state is TrialState.RUNNING:
+                out.insert(0, ev.TrialFailed(now, run.trial_id, worker_lost=True, error=error))
+                self._deferred.pop(run.trial_id, None)
+            return out
+        return self._rank_exited(run, rank, {"ok": False, "oom": False, "error": error}, now)
 
     def _housekeeping(self) -> list[ev.Event]:
-        out: list[ev.Event] = []
         now_m = time.monotonic()
-        for run in list(self._runs.values()):
-            for i, r in enumerate(run.ranks):
-                if not r.exited and r.returned_at is not None and now_m - r.returned_at > EXIT_GRACE:
-                    out.extend(self._rank_exited(run, i, r.result or {"ok": True}, self._clock.now()))
         if self._finish_at is not None and now_m > self._finish_at:
             for run in list(self._runs.values()):
                 if run.cancelled != "killed":
                     run.cancelled = "killed"
                     self._signal(run, {"k": "kill", "reason": "still running after Finish"})
             self._finish_at = now_m + self.shutdown_grace
-        return out
+        return []
 
     # ------------------------------------------------------------ run ends
     def _rank_exited(self, run: _Run, rank: int, m: dict[str, Any], now: float) -> list[ev.Event]:
@@ -185,7 +181,6 @@ class RunDriver:
         if r.exited:
             return []
         r.exited = True
-        r.future = None
         if not m.get("ok", True) and run.error is None and not m.get("killed"):
             run.error = m
             if len(run.ranks) > 1:  # the others would hang in a collective
@@ -217,9 +212,13 @@ class RunDriver:
         if failure is not None:
             self._deferred.pop(tid, None)
             return [failure] if running else []
-        if run.cancelled in ("lost", "killed"):
-            return []  # the engine requeues (lost) or the experiment is over (killed)
+        if run.cancelled == "killed":
+            return []  # the experiment is over
+        # after "lost" the engine requeued the trial; its relaunch may have come while a
+        # surviving rank was still being killed, and waited for this moment in _deferred
         launch = self._deferred.pop(tid, None)
+        if run.cancelled == "lost" and launch is None:
+            return []
         if not running or tid not in self._engine.running:
             return []
         placement = self._engine.running[tid]
@@ -247,22 +246,41 @@ class RunDriver:
                 self._deferred.pop(run.trial_id, None)
             run.cancelled = "lost"
             for i in hit:
-                fut = run.ranks[i].future
-                if fut is not None:
-                    fut.cancel()
                 run.ranks[i].exited = True
             self._signal(run, {"k": "kill", "reason": f"worker {address} was lost"})
             if all(r.exited for r in run.ranks):
                 out.extend(self._finalize(run, now))
+        self._links.drop(address)
         if self.inventory.drop_worker(address):
             out.extend(self._cluster_changed(now))
         return out
 
     def _on_joined(self, address: str, now: float) -> list[ev.Event]:
+        """A worker joined: it becomes GPUs once its stream is open (``linked``)."""
+        if self._finish_at is None:
+            self._links.open_later(address)
+        return []
+
+    def _on_linked(self, address: str, now: float) -> list[ev.Event]:
         assert self.inventory is not None
         if self._finish_at is None and self.inventory.refresh(self.client, [address]):
             return self._cluster_changed(now)
         return []
+
+    def _on_unlinked(self, address: str, now: float) -> list[ev.Event]:
+        """A worker's stream broke: messages may be lost, so its runs count as lost.
+
+        If the worker itself is gone the scheduler says so too (handled the
+        same way, once); if it is alive, the stream reopens and the worker
+        comes back as new GPUs.
+        """
+        assert self.inventory is not None
+        if not any(s.worker == address for s in self.inventory.slots.values()):
+            return []
+        out = self._on_lost(address, now)
+        if self._finish_at is None:
+            self._links.open_later(address)
+        return out
 
     def _cluster_changed(self, now: float) -> list[ev.Event]:
         """ResourcesChanged; with no GPU left, pause the experiment until a worker returns.
@@ -310,8 +328,6 @@ class RunDriver:
 
     def _start_run(self, tid: int, config: dict[str, Any], start: float, budget: float,
                    placement: Placement, restore_from: int | None) -> None:
-        from nbtune.runtimes.dask.executor import run_trial
-
         assert self.inventory is not None and self.checkpoint_dir is not None
         slots = [self.inventory.slots.get(g) for g, _ in placement]
         if any(s is None for s in slots):
@@ -324,6 +340,7 @@ class RunDriver:
         run = _Run(tid, run_id, f"{self._topic}-{tid}-{run_id}", dict(config), placement,
                    float(start), float(budget), last_step=float(start))
         world = len(placement)
+        jobs: list[tuple[str, dict[str, Any]]] = []
         for rank, ((_g, share), slot) in enumerate(zip(placement, slots, strict=True)):
             assert slot is not None
             threads, env = rank_env(tid, slot, share, gpus=bool(self.gpus), mps=bool(self.mps))
@@ -338,15 +355,11 @@ class RunDriver:
                 "memory_limit": self.trial_memory_limit,
                 "reuse": not self.gpus if self.reuse_processes is None else self.reuse_processes,
             }
-            key = f"nbtune-{run.run_key}-r{rank}"
-            r = _Rank(slot.worker, key)
-            run.ranks.append(r)
-            r.future = self.client.submit(run_trial, job, key=key, workers=[slot.worker],
-                                          allow_other_workers=False, pure=False, retries=0)
-            r.future.add_done_callback(
-                lambda f, rid=run_id, rk=rank: self._inbox.put(("future", (rid, rk, f))))
+            run.ranks.append(_Rank(slot.worker))
+            jobs.append((slot.worker, job))
         self._runs[tid] = run
         self._by_id[run_id] = run
+        self._links.launch(run_id, jobs)
 
     def _restore_point(self, tid: int, start: float,
                        restore_from: int | None) -> tuple[float, Path] | None:
@@ -368,26 +381,16 @@ class RunDriver:
         return ck.latest_checkpoint(self.checkpoint_dir, tid, start)
 
     def _signal(self, run: _Run, msg: dict[str, Any]) -> None:
-        """Send a control message to every live rank of ``run``; never blocks the driver.
-
-        ``client.run`` is issued asynchronously on the client's event loop: a
-        worker that died but is not yet removed costs the scheduler a connect
-        timeout (30 s), which must not stall every other trial.
-        """
-        from nbtune.runtimes.dask.executor import deliver
-
+        """Send a control message to every live rank of ``run`` (never blocks the driver)."""
         by_worker: dict[str, list[str]] = {}
         for i, r in enumerate(run.ranks):
             if not r.exited:
                 by_worker.setdefault(r.worker, []).append(f"{run.run_key}/{i}")
         for worker, keys in by_worker.items():
-            try:
-                coro = self.client.run(deliver, keys, msg, workers=[worker], wait=False,
-                                       on_error="ignore", asynchronous=True)
-                fut = asyncio.run_coroutine_threadsafe(coro, self.client.loop.asyncio_loop)
-                fut.add_done_callback(_log_failure)
-            except Exception as exc:  # the client may be closing; the worker's loss is handled
-                log.debug("control to %s failed: %r", worker, exc)
+            self._links.control(worker, keys, msg)
+
+    def _signal_rank(self, run: _Run, rank: int, msg: dict[str, Any]) -> None:
+        self._links.control(run.ranks[rank].worker, [f"{run.run_key}/{rank}"], msg)
 
 
 def rank_env(tid: int, slot: Slot, share: float, *, gpus: bool,
@@ -407,8 +410,3 @@ def rank_env(tid: int, slot: Slot, share: float, *, gpus: bool,
         if mps and share < 1.0 - EPS:
             env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(int(round(share * 100)), 1))
     return threads, env
-
-
-def _log_failure(fut: Any) -> None:
-    if not fut.cancelled() and fut.exception() is not None:
-        log.debug("control delivery failed: %r", fut.exception())

@@ -1,14 +1,15 @@
-"""Worker side: warm trial processes, the relay task, control delivery.
+"""Worker side: warm trial processes, the relay thread of each rank, control delivery.
 
-Each trial rank is one Dask task pinned to the worker that owns its GPU. The
-task *secedes* from the worker's thread pool at once (so a one-thread worker
-can host several packed trials), takes a pre-started process from the
-worker's :class:`WarmPool` (torch already imported), hands it the job over a
-pipe and relays: trial messages go to the driver with ``worker.log_event``
-(batched per poll, ordered per worker), control messages from the driver
-(delivered by ``client.run(deliver, ...)``) go to the trial process. The
-relay also enforces ``trial_memory_limit`` and notices a process that died
-without saying goodbye (a segfault, the kernel's OOM killer).
+Each trial rank runs on a thread of the worker that owns its GPU, started by
+the worker's ``nbtune_launch`` handler (:mod:`.handlers`), so a one-thread
+worker can host several packed trials and a launch costs one direct message
+instead of a scheduler round trip. The thread takes a pre-started process
+from the worker's :class:`WarmPool` (torch already imported), hands it the
+job over a pipe and relays: trial messages go to the driver (batched per
+poll, in order), control messages from the driver (:func:`deliver`) go to
+the trial process. The relay also enforces ``trial_memory_limit`` and
+notices a process that died without saying goodbye (a segfault, the
+kernel's OOM killer).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
@@ -31,7 +33,8 @@ from typing import Any
 import psutil
 from distributed.diagnostics.plugin import WorkerPlugin
 
-__all__ = ["WarmPool", "WarmPoolPlugin", "run_trial", "deliver", "active_children", "get_pool"]
+__all__ = ["WarmPool", "WarmPoolPlugin", "run_rank", "deliver", "active_children", "get_pool",
+           "wait_pool_ready", "start_rank"]
 
 POLL = 0.02
 MAILBOX_TTL = 600.0  # seconds undelivered control is kept for a rank that has not started
@@ -45,9 +48,17 @@ _POOL: WarmPool | None = None
 class _Child:
     proc: subprocess.Popen[bytes]
     conn: Connection
+    ready: bool = False  # said "ready": its preload imports are done
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def await_ready(self, timeout: float) -> bool:
+        """Read the process's "ready" (only while no trial owns it: one reader per pipe)."""
+        with contextlib.suppress(EOFError, OSError):
+            while not self.ready and self.conn.poll(max(timeout, 0.0)):
+                self.ready = self.conn.recv().get("k") == "ready"
+        return self.ready
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -118,8 +129,48 @@ class WarmPool:
                 self._filling = False
                 self._ready.notify_all()
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until ``size`` idle processes have finished their imports, or ``timeout``.
+
+        A runtime calls this before its experiment's clock starts, so that the
+        first trials do not pay interpreter start-up and ``preload`` imports
+        (the cluster is started, then the experiment). The idle processes are
+        taken out of the pool while they are waited on: a pipe has one reader.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self.fill()
+            with self._lock:
+                waiting, self._idle = list(self._idle), deque()
+            if not waiting:  # another thread is still starting them
+                time.sleep(0.05)
+            try:
+                for c in waiting:
+                    c.await_ready(deadline - time.monotonic())
+            finally:
+                with self._lock:
+                    self._idle.extendleft(reversed([c for c in waiting if c.alive()]))
+                    enough = sum(c.ready for c in self._idle) >= self.size
+                    self._ready.notify_all()
+            if enough or self._closed or time.monotonic() >= deadline:
+                return enough
+
     def fill_async(self) -> None:
         threading.Thread(target=self.fill, name="nbtune-warm-pool", daemon=True).start()
+
+    def take_idle(self, refill: bool = True) -> _Child | None:
+        """An idle live process now, or None (never waits, never spawns: safe on an event loop)."""
+        with self._lock:
+            while self._idle:
+                c = self._idle.popleft()
+                if c.alive():
+                    break
+                c.conn.close()
+            else:
+                return None
+        if refill:
+            self.fill_async()
+        return c
 
     def take(self, refill: bool = True) -> _Child:
         """An idle started process, else a fresh one; with ``refill`` the pool refills behind.
@@ -189,6 +240,11 @@ def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None) ->
     return pool
 
 
+def wait_pool_ready(timeout: float = 120.0) -> bool:
+    """Run on every worker by ``DaskRuntime.connect``: True once its warm pool is ready."""
+    return get_pool().wait_ready(timeout)
+
+
 def _shutdown_all() -> None:
     with _LOCK:
         pool, entries = _POOL, list(_ACTIVE.values())
@@ -218,16 +274,19 @@ class WarmPoolPlugin(WorkerPlugin):
         self.preload = tuple(preload)
 
     def setup(self, worker: Any) -> None:
+        from nbtune.runtimes.dask.handlers import install
+
+        install(worker)
         get_pool(self.size, self.preload).fill_async()
 
 
 
 # ------------------------------------------------------------------ control
-async def deliver(keys: list[str], msg: dict[str, Any]) -> int:
-    """Run on a worker by ``client.run``: queue ``msg`` for the named trial ranks.
+def deliver(keys: list[str], msg: dict[str, Any]) -> int:
+    """Queue control ``msg`` for the named trial ranks (``run_key/rank``) of this worker.
 
-    A coroutine because ``client.run(..., wait=False)`` (fire and forget, no
-    round trip on the driver thread) only accepts coroutine functions.
+    A rank that has not started yet finds its mail when it does (a stop can
+    overtake its launch: they travel on separate connections).
     """
     n = 0
     now = time.monotonic()
@@ -261,54 +320,77 @@ def _tree_rss(pid: int) -> int:
 
 
 # -------------------------------------------------------------------- relay
-def run_trial(job: dict[str, Any]) -> dict[str, Any]:
-    """The Dask task of one trial rank: run it in a warm process and relay until it exits."""
-    from distributed import get_worker, secede
+Emit = Callable[[str, list[dict[str, Any]]], None]
+FAST_HANDOFF = 1 << 16  # bytes: a job this small is written to an idle process's pipe at once
 
-    from nbtune.runtimes.dask import ddp
 
-    worker = get_worker()
-    secede()
+def start_rank(worker: Any, job: dict[str, Any], emit: Emit) -> None:
+    """Start one trial rank (on the worker's event loop, from the ``nbtune_launch`` handler).
+
+    Not a Dask task: a task costs a scheduler round trip per trial, and a trial
+    would hold a thread of the worker's pool for its whole life. When a warm
+    process is idle (the usual case) the job goes down its pipe right here, so
+    the trial starts before the relay thread does; the relay thread then
+    watches it (:func:`run_rank`). ``emit`` sends a batch of messages to the
+    driver; the last one of a rank is always its ``exit``.
+    """
     key = f"{job['run_key']}/{job['rank']}"
-    tag = {"trial": job["trial_id"], "run": job["run_id"], "rank": job["rank"]}
     entry = _Active(slot=int(job.get("slot", 0)))
     with _LOCK:
         _ACTIVE[key] = entry
         early = _MAILBOX.pop(key, [])
     for m in early:
         entry.control.put(m)
-    multi = int(job["world_size"]) > 1
-    if any(m.get("k") == "kill" for m in early):
-        with _LOCK:
-            _ACTIVE.pop(key, None)
-        out = {"k": "exit", "ok": False, "killed": True, "oom": False,
-               "error": "killed before it started", **tag}
-        worker.log_event(job["topic"], [out])
-        return out
+    entry.killed = any(m.get("k") == "kill" for m in early)
+    child_job = _child_job(worker, job)
+    if not entry.killed and len(job.get("fn", b"")) < FAST_HANDOFF:
+        entry.child = get_pool().take_idle(refill=not job.get("reuse"))
+        if entry.child is not None:
+            try:
+                entry.child.conn.send(child_job)
+            except OSError:  # it died while idle: the relay thread takes another
+                entry.child = None
+    sent = entry.child is not None
+    threading.Thread(target=run_rank, args=(worker, job, entry, child_job, sent, emit),
+                     daemon=True, name=f"nbtune-{job['run_key']}-r{job['rank']}").start()
+
+
+def _child_job(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
+    """What the trial process gets: the job with its environment completed."""
+    child_job = {k: v for k, v in job.items() if k not in ("topic", "memory_limit")}
+    env = dict(child_job.get("env", {}))
+    for k in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
+        if k in os.environ:
+            env.setdefault(k, os.environ[k])
+    if int(job["world_size"]) > 1:
+        addr = str(job["master_addr"])
+        env.update(MASTER_ADDR=addr, MASTER_PORT=str(job["master_port"]),
+                   RANK=str(job["rank"]), WORLD_SIZE=str(job["world_size"]), LOCAL_RANK="0")
+        if addr.startswith("127."):
+            env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    env["NBTUNE_WORKER"] = worker.address
+    child_job["env"] = env
+    child_job["k"] = "job"
+    child_job["sys_path"] = list(dict.fromkeys([*job.get("sys_path", []), *sys.path]))
+    return child_job
+
+
+def run_rank(worker: Any, job: dict[str, Any], entry: _Active, child_job: dict[str, Any],
+             sent: bool, emit: Emit) -> dict[str, Any]:
+    """The relay thread of one rank: its process (taken now unless ``sent``), until it exits."""
+    key = f"{job['run_key']}/{job['rank']}"
+    tag = {"trial": job["trial_id"], "run": job["run_id"], "rank": job["rank"]}
     try:
-        child_job = {k: v for k, v in job.items() if k not in ("topic", "memory_limit")}
-        env = dict(child_job.get("env", {}))
-        for k in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
-            if k in os.environ:
-                env.setdefault(k, os.environ[k])
-        if multi:
-            host = worker.address.split("://")[-1].rsplit(":", 1)[0]
-            if int(job["rank"]) == 0:
-                addr, port = ddp.publish_rendezvous(job["run_key"], host)
-            else:
-                addr, port = ddp.await_rendezvous(job["run_key"], lambda: entry.killed)
-            child_job.update(master_addr=addr, master_port=port)
-            env.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(job["rank"]),
-                       WORLD_SIZE=str(job["world_size"]), LOCAL_RANK="0")
-            if addr.startswith("127."):
-                env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        env["NBTUNE_WORKER"] = worker.address
-        child_job["env"] = env
-        child_job["k"] = "job"
-        child_job["sys_path"] = list(dict.fromkeys([*job.get("sys_path", []), *sys.path]))
-        entry.child = get_pool().take(refill=not job.get("reuse"))
-        entry.child.conn.send(child_job)
-        out = _relay(worker, entry, tag, job["topic"], job.get("memory_limit"))
+        if not sent:
+            if entry.killed:
+                out = {"k": "exit", "ok": False, "killed": True, "oom": False,
+                       "error": "killed before it started", **tag}
+                emit(job["topic"], [out])
+                return out
+            entry.child = get_pool().take(refill=not job.get("reuse"))
+            entry.child.conn.send(child_job)
+        out = _relay(entry, tag, job["topic"], job.get("memory_limit"), emit)
+        assert entry.child is not None
         if out.get("reusable") and entry.child.alive():
             get_pool().give_back(entry.child)
             entry.child = None
@@ -316,7 +398,7 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
         import traceback
 
         out = {"k": "exit", "ok": False, "error": traceback.format_exc(), "oom": False, **tag}
-        worker.log_event(job["topic"], [out])
+        emit(job["topic"], [out])
         if not isinstance(exc, Exception):
             raise
     finally:
@@ -324,13 +406,11 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
             _ACTIVE.pop(key, None)
         if entry.child is not None:
             entry.child.kill()
-        if multi and int(job["rank"]) == 0:
-            ddp.forget_rendezvous(job["run_key"])
     return out
 
 
-def _relay(worker: Any, entry: _Active, tag: dict[str, Any], topic: str,
-           memory_limit: float | None) -> dict[str, Any]:
+def _relay(entry: _Active, tag: dict[str, Any], topic: str, memory_limit: float | None,
+           emit: Callable[[str, list[dict[str, Any]]], None]) -> dict[str, Any]:
     child = entry.child
     assert child is not None
     exit_msg: dict[str, Any] | None = None
@@ -375,7 +455,7 @@ def _relay(worker: Any, entry: _Active, tag: dict[str, Any], topic: str,
         if batch:
             for m in batch:
                 m.update(tag)
-            worker.log_event(topic, batch)
+            emit(topic, batch)
     return exit_msg
 
 
@@ -384,8 +464,12 @@ def _drain(child: _Child, timeout: float) -> list[dict[str, Any]]:
     try:
         if child.conn.poll(timeout):
             while True:
-                out.append(child.conn.recv())
-                if out[-1].get("k") == "exit" or not child.conn.poll(0):
+                msg = child.conn.recv()
+                if msg.get("k") == "ready":  # a process nobody waited on to be ready
+                    child.ready = True
+                else:
+                    out.append(msg)
+                if msg.get("k") == "exit" or not child.conn.poll(0):
                     break
     except (EOFError, OSError):
         pass

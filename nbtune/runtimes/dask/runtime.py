@@ -2,14 +2,15 @@
 
 One background *driver* thread owns the :class:`~nbtune.engine.Engine`. It
 takes everything that happens from one inbox, in arrival order (trial
-messages streamed by the workers' ``log_event``, worker arrivals and losses
-from the scheduler's ``all`` topic, finished Dask futures, events a person
-submits), turns the batch into engine events, calls ``engine.handle`` once
+messages streamed by the workers over direct links, worker arrivals and
+losses from the scheduler's ``all`` topic, launches that failed, events a
+person submits), turns the batch into engine events, calls ``engine.handle`` once
 and carries out the commands:
 
-* Launch: one pinned task per rank on the worker owning each GPU of the
-  placement (see :mod:`.executor`); a trial whose previous process is still
-  writing its last checkpoint is launched when that process exits.
+* Launch: one direct call per rank to the worker owning each GPU of the
+  placement, which runs it on a thread of its own (see :mod:`.handlers` and
+  :mod:`.executor`); a trial whose previous process is still writing its last
+  checkpoint is launched when that process exits.
 * Stop / Pause / Resize: a control message to each rank; the trial leaves at
   its next ``report`` boundary. After a resize the driver relaunches it on the
   engine's new placement from its checkpoint.
@@ -43,6 +44,7 @@ from nbtune.core.commands import Launch
 from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.cluster import Inventory, connect
 from nbtune.runtimes.dask.driver import RunDriver, _Run
+from nbtune.runtimes.dask.links import WorkerLinks
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["DaskRuntime", "DaskRuntimeError", "WallClock"]
 
 log = logging.getLogger("nbtune.dask")
+WARM_TIMEOUT = 120.0  # seconds connect() waits for the warm processes' imports (then goes on)
 
 
 class DaskRuntimeError(RuntimeError):
@@ -194,6 +197,7 @@ class DaskRuntime(RunDriver):
         self._sampler_name: str | None = None
         self._fn: bytes = b""
         self._closed = False
+        self._links: WorkerLinks | None = None  # type: ignore[assignment]
 
     # ----------------------------------------------------------- Runtime API
     @property
@@ -213,7 +217,7 @@ class DaskRuntime(RunDriver):
         if self.client is not None:
             return self
         from nbtune.runtimes.dask import gpu
-        from nbtune.runtimes.dask.executor import WarmPoolPlugin
+        from nbtune.runtimes.dask.executor import WarmPoolPlugin, wait_pool_ready
 
         gpus = self.gpus
         if gpus is None and self.cluster_arg is None:
@@ -241,6 +245,9 @@ class DaskRuntime(RunDriver):
                 )
             self.client.register_plugin(WarmPoolPlugin(self.warm_processes, self.preload),
                                         name=WarmPoolPlugin.name)
+            if self.warm_processes:
+                # the experiment's clock must not include interpreter start-up and preloads
+                self.client.run(wait_pool_ready, WARM_TIMEOUT)
             if self.gpus and self.mps:
                 self.client.register_plugin(gpu.MPSDaemonPlugin(), name=gpu.MPSDaemonPlugin.name)
         except BaseException:
@@ -276,6 +283,12 @@ class DaskRuntime(RunDriver):
         self.client.subscribe_topic(self._topic, self._on_topic)
         _listen_all(self.client, self._on_all)
         self.inventory.refresh(self.client)  # a worker that came or went before we listened
+        self._links = WorkerLinks(self.client, self._topic, self._inbox)
+        workers = sorted({s.worker for s in self.inventory.slots.values()})
+        for address in self._links.open_all(workers):
+            self.inventory.drop_worker(address)
+        if not self.inventory.slots:
+            raise RuntimeError("no Dask worker accepted nbtune's stream; see the log for why")
         sampler = UtilizationSampler(self._topic, self.sample_interval, bool(self.gpus))
         self._sampler_name = sampler.name
         self.client.register_plugin(sampler, name=sampler.name)
@@ -320,9 +333,11 @@ class DaskRuntime(RunDriver):
         self._halt.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
-        if self.client is not None:
+        if self.client is not None and self._links is not None:
             for run in list(self._runs.values()):
                 self._signal(run, {"k": "kill", "reason": "the runtime was closed"})
+            self._links.close()
+        if self.client is not None:
             with contextlib.suppress(Exception):
                 self.client.unsubscribe_topic(self._topic)
             _unlisten_all(self.client, self._on_all)
@@ -392,8 +407,9 @@ class DaskRuntime(RunDriver):
         except BaseException as exc:  # surfaced by wait(); the trials must not outlive it
             log.exception("nbtune Dask driver failed")
             self._error = exc
-            for run in list(self._runs.values()):
-                self._signal(run, {"k": "kill", "reason": f"driver error: {exc!r}"})
+            if self._links is not None:
+                for run in list(self._runs.values()):
+                    self._signal(run, {"k": "kill", "reason": f"driver error: {exc!r}"})
         finally:
             if self._cluster is not None and not self._halt.is_set():
                 self.close()  # a cluster we started ends with its experiment

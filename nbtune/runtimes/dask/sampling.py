@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from nbtune.runtimes.dask import executor, gpu
+from nbtune.runtimes.dask import executor, gpu, handlers
 
 __all__ = ["UtilizationSampler", "cpu_sample", "cpu_slots"]
 
@@ -78,6 +78,7 @@ class UtilizationSampler(WorkerPlugin):
         meter = _CpuMeter()
         nthreads = int(getattr(worker.state, "nthreads", 1) or 1)
         slots = cpu_slots(resources)
+        emit = handlers.emitter(worker)  # the runtime's stream when open, else the topic
 
         def loop() -> None:
             while not self._stop.wait(self.interval):
@@ -86,7 +87,7 @@ class UtilizationSampler(WorkerPlugin):
                         samples = gpu.sample_gpus(devices)
                     else:
                         samples = cpu_sample(meter, slots, nthreads)
-                    worker.log_event(self.topic, [{
+                    emit(self.topic, [{
                         "k": "util", "worker": worker.address,
                         "util": [u for u, _ in samples], "mem": [m for _, m in samples],
                     }])

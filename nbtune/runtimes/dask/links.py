@@ -1,0 +1,179 @@
+"""Driver side of the direct links to the workers (see :mod:`.handlers` for why they exist).
+
+Everything here runs on the Dask client's event loop; the driver thread only
+schedules coroutines and never waits on them, except :meth:`WorkerLinks.open_all`
+at start. What comes back (message batches, a launch that failed, a stream
+that broke, a worker linked) goes into the driver's inbox like everything else:
+
+* ``("msgs", batch)``: trial messages read from a worker's stream;
+* ``("launch_failed", (run_id, rank, error, lost))``: a rank never started;
+  ``lost`` says the worker could not be reached (its trial is requeued, not failed);
+* ``("unlinked", address)``: a stream broke while the worker was still ours;
+* ``("linked", address)``: a stream to a new (or returning) worker is open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import pickle
+import queue
+import time
+from typing import Any
+
+__all__ = ["WorkerLinks", "LinkError"]
+
+log = logging.getLogger("nbtune.dask")
+OPEN_TIMEOUT = 10.0  # a new worker may still be setting up its plugins when it is announced
+
+
+class LinkError(RuntimeError):
+    """A worker offers no nbtune stream (its plugins are not set up, or it is gone)."""
+
+
+class WorkerLinks:
+    """One stream per worker into the driver's inbox, and direct launch / control calls."""
+
+    def __init__(self, client: Any, topic: str, inbox: queue.SimpleQueue[tuple[str, Any]]) -> None:
+        self.client = client
+        self.topic = topic
+        self.inbox = inbox
+        self._comms: dict[str, Any] = {}
+        self._closing = False
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        return self.client.loop.asyncio_loop
+
+    def linked(self, address: str) -> bool:
+        return address in self._comms
+
+    # ------------------------------------------------------------------ streams
+    def open_all(self, addresses: list[str], timeout: float = OPEN_TIMEOUT) -> list[str]:
+        """Open streams to ``addresses`` now (blocking); return those that could not be opened."""
+
+        async def all_() -> list[Any]:
+            return await asyncio.gather(*(self._open(a, timeout) for a in addresses),
+                                        return_exceptions=True)
+
+        res = asyncio.run_coroutine_threadsafe(all_(), self._loop).result(timeout + 5)
+        failed = [a for a, r in zip(addresses, res, strict=True) if isinstance(r, BaseException)]
+        for a, r in zip(addresses, res, strict=True):
+            if isinstance(r, BaseException):
+                log.warning("no nbtune stream to worker %s: %r", a, r)
+        return failed
+
+    def open_later(self, address: str) -> None:
+        """Open a stream in the background; ``("linked", address)`` tells when it is up."""
+
+        async def go() -> None:
+            try:
+                await self._open(address, OPEN_TIMEOUT)
+            except Exception as exc:
+                log.warning("no nbtune stream to worker %s: %r", address, exc)
+                return
+            self.inbox.put(("linked", address))
+
+        asyncio.run_coroutine_threadsafe(go(), self._loop)
+
+    async def _open(self, address: str, timeout: float) -> None:
+        from distributed.comm import connect
+
+        deadline = time.monotonic() + timeout
+        while True:
+            comm = None
+            try:
+                comm = await connect(address, timeout=max(deadline - time.monotonic(), 0.5),
+                                     **self.client.connection_args)
+                await comm.write({"op": "nbtune_stream", "topic": self.topic, "reply": True})
+                ack = await asyncio.wait_for(comm.read(), max(deadline - time.monotonic(), 0.5))
+                if not (isinstance(ack, dict) and ack.get("ready")):
+                    raise LinkError(f"worker {address} answered {ack!r} (nbtune handlers missing)")
+                break
+            except Exception:
+                if comm is not None:
+                    comm.abort()
+                if self._closing or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+        old = self._comms.pop(address, None)
+        if old is not None:
+            old.abort()
+        self._comms[address] = comm
+        asyncio.ensure_future(self._read(address, comm))
+
+    async def _read(self, address: str, comm: Any) -> None:
+        try:
+            while True:
+                batch = await comm.read()
+                if batch:
+                    self.inbox.put(("msgs", batch))
+        except Exception:
+            if self._comms.get(address) is comm:
+                del self._comms[address]
+                if not self._closing:
+                    self.inbox.put(("unlinked", address))
+
+    def drop(self, address: str) -> None:
+        """Forget a worker that left (its stream, if any, is closed)."""
+        comm = self._comms.pop(address, None)
+        if comm is not None:
+            self._loop.call_soon_threadsafe(comm.abort)
+
+    # ------------------------------------------------------------------ calls
+    def launch(self, run_id: int, ranks: list[tuple[str, dict[str, Any]]]) -> None:
+        """Start every rank of one run; rank 0 first when ranks must meet (its port)."""
+        asyncio.run_coroutine_threadsafe(self._launch(run_id, ranks), self._loop)
+
+    async def _launch(self, run_id: int, ranks: list[tuple[str, dict[str, Any]]]) -> None:
+        started = 0
+        try:
+            w0, j0 = ranks[0]
+            first = await self._launch_one(w0, j0)
+            started = 1
+            for _w, j in ranks[1:]:
+                j.update(first)  # MASTER_ADDR / MASTER_PORT picked by rank 0's worker
+            res = await asyncio.gather(*(self._launch_one(w, j) for w, j in ranks[1:]),
+                                       return_exceptions=True)
+            for rank, r in enumerate(res, start=1):
+                if isinstance(r, BaseException):
+                    self._failed(run_id, rank, r)
+        except Exception as exc:
+            for rank in range(started, len(ranks)):
+                self._failed(run_id, rank, exc)
+
+    async def _launch_one(self, worker: str, job: dict[str, Any]) -> dict[str, Any]:
+        reply = await self.client.rpc(worker).nbtune_launch(job=pickle.dumps(job))
+        if not (isinstance(reply, dict) and reply.pop("started", False)):
+            # a worker without the handler answers None (and logs "No handler")
+            raise LinkError(f"worker {worker} has no nbtune launch handler (answered {reply!r})")
+        return reply
+
+    def _failed(self, run_id: int, rank: int, exc: BaseException) -> None:
+        lost = isinstance(exc, OSError | asyncio.TimeoutError)
+        self.inbox.put(("launch_failed", (run_id, rank, f"could not start the trial: {exc!r}",
+                                          lost)))
+
+    def control(self, worker: str, keys: list[str], msg: dict[str, Any]) -> None:
+        """Deliver ``msg`` to ranks ``keys`` on ``worker``; never blocks the driver thread.
+
+        A worker that died but is not yet removed costs a connect timeout, which
+        must not stall every other trial: the call runs on the client's loop.
+        """
+
+        async def go() -> None:
+            try:
+                await self.client.rpc(worker).nbtune_control(keys=keys, msg=msg)
+            except Exception as exc:  # the worker's loss is handled when it is reported
+                log.debug("control to %s failed: %r", worker, exc)
+
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            asyncio.run_coroutine_threadsafe(go(), self._loop)
+
+    def close(self) -> None:
+        self._closing = True
+        comms, self._comms = list(self._comms.values()), {}
+        for c in comms:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(c.abort)
