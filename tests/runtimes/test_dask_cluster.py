@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from nbtune.runtimes.dask.cluster import Inventory, Slot, connect
-from nbtune.runtimes.dask.driver import rank_env
+from nbtune.runtimes.dask.runs import rank_env
 
 
 def cpu_probe(name, host="10.0.0.1", gpus=None, nthreads=2):

@@ -424,3 +424,43 @@ def test_pbt_clones_resume_from_the_donor_checkpoint(client, tmp_path):
         state = ck.load_state(ck.latest_checkpoint(rt.checkpoint_dir, t.trial_id)[1])
         assert state["steps"] == [1, 2, 3, 4, 5, 6]
         assert state["ids"][-1] == t.trial_id and set(state["ids"]) != {t.trial_id}
+
+
+def train_slow_boundary_checkpoint(config, trial):
+    """train_simple, but a PBT boundary's checkpoint is written a second after its report."""
+    state = trial.restore() or {"w": 0.0, "steps": [], "ids": []}
+    for step in trial.steps():
+        time.sleep(0.05)
+        state["w"] += config["lr"]
+        state["steps"].append(step)
+        state["ids"].append(trial.trial_id)
+        trial.report(step=step, loss=1.0 / (1.0 + state["w"]),
+                     restored=trial.restore_step or 0.0, start=trial.start_step)
+        if step % 2 == 0:
+            time.sleep(1.0)
+        trial.checkpoint(state)
+
+
+def test_pbt_clone_waits_for_the_donor_checkpoint_it_clones(client, tmp_path):
+    """The engine exploits a donor as soon as it reports the boundary; the clone must not start
+    from the donor's previous checkpoint while the boundary's one is still being written."""
+    import nbtune
+
+    rt = runtime(client, tmp_path)
+    exp = nbtune.tune(train_slow_boundary_checkpoint, SPACE, algorithm="pbt", metric="loss",
+                      mode="min", max_budget=6, num_trials=4, runtime=rt, validate=True,
+                      seed=3, perturbation_interval=2, quantile_fraction=0.5)
+    try:
+        exp.wait(WAIT)
+        assert exp.done
+    finally:
+        rt.close()
+    eng = exp.engine
+    clones = [t for t in eng.trials.values() if t.restore_from not in (None, t.trial_id)]
+    assert clones, "PBT exploited no trial: the test needs a different seed"
+    for t in clones:
+        for _, _, m in t.results:
+            if m["start"] > 0:  # every segment went on from the step it was launched at
+                assert m["restored"] == m["start"], (t.trial_id, t.results)
+        state = ck.load_state(ck.latest_checkpoint(rt.checkpoint_dir, t.trial_id)[1])
+        assert state["steps"] == [1, 2, 3, 4, 5, 6]

@@ -7,8 +7,10 @@ the driver thread only, which is what makes it safe to touch the engine.
 A *run* is one process group (one process per rank) training one trial from
 ``start_step`` toward ``budget``. A trial has at most one live run; a Launch
 for a trial whose previous run is still writing its last checkpoint waits
-(``_deferred``) until that run exits, and a resize relaunches the trial on
-the engine's current placement from its newest checkpoint.
+(``_deferred``) until that run exits; a clone of a trial whose process is
+still writing the checkpoint it clones waits for that process (``_clones``);
+a resize relaunches the trial on the engine's current placement from its
+newest checkpoint.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,41 +26,16 @@ from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import Placement
 from nbtune.core.trial import TrialState
 from nbtune.runtimes.dask import checkpoints as ck
+from nbtune.runtimes.dask.runs import EPS, Run, RunRank, rank_env
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
-    from nbtune.runtimes.dask.cluster import Inventory, Slot
+    from nbtune.runtimes.dask.cluster import Inventory
     from nbtune.runtimes.dask.links import WorkerLinks
 
-__all__ = ["RunDriver", "rank_env"]
+__all__ = ["RunDriver"]
 
 log = logging.getLogger("nbtune.dask")
-EPS = 1e-9
-
-
-@dataclass
-class _Rank:
-    worker: str
-    exited: bool = False
-
-
-@dataclass
-class _Run:
-    """One process group running one trial from ``start_step`` toward ``budget``."""
-
-    trial_id: int
-    run_id: int
-    run_key: str
-    config: dict[str, Any]
-    placement: Placement
-    start_step: float
-    budget: float
-    ranks: list[_Rank] = field(default_factory=list)
-    cancelled: str | None = None  # "stop" | "pause" | "lost" | "killed"
-    resize: bool = False
-    last_step: float = 0.0
-    started: bool = False
-    error: dict[str, Any] | None = None
 
 
 class RunDriver:
@@ -77,9 +53,10 @@ class RunDriver:
     _engine: Engine | None
     _clock: Any
     _local: list[ev.Event]
-    _runs: dict[int, _Run]
-    _by_id: dict[int, _Run]
+    _runs: dict[int, Run]
+    _by_id: dict[int, Run]
     _deferred: dict[int, Launch]
+    _clones: dict[int, list[Launch]]
     _run_ids: Any
     _finish_at: float | None
     _paused_empty: bool
@@ -176,7 +153,7 @@ class RunDriver:
         return []
 
     # ------------------------------------------------------------ run ends
-    def _rank_exited(self, run: _Run, rank: int, m: dict[str, Any], now: float) -> list[ev.Event]:
+    def _rank_exited(self, run: Run, rank: int, m: dict[str, Any], now: float) -> list[ev.Event]:
         r = run.ranks[rank]
         if r.exited:
             return []
@@ -189,7 +166,14 @@ class RunDriver:
             return self._finalize(run, now)
         return []
 
-    def _finalize(self, run: _Run, now: float) -> list[ev.Event]:
+    def _finalize(self, run: Run, now: float) -> list[ev.Event]:
+        out = self._end_run(run, now)
+        # clones waiting for this donor's last checkpoint (PBT's exploit) may start now
+        for c in self._clones.pop(run.trial_id, []):
+            self._launch(c)
+        return out
+
+    def _end_run(self, run: Run, now: float) -> list[ev.Event]:
         assert self._engine is not None
         tid = run.trial_id
         if self._runs.get(tid) is run:
@@ -306,11 +290,13 @@ class RunDriver:
     def _execute(self, cmds: list[Command]) -> None:
         for c in cmds:
             if isinstance(c, Launch):
-                if c.trial_id in self._runs:
-                    self._deferred[c.trial_id] = c  # after the previous process exits
+                donor = self._runs.get(c.restore_from) if c.restore_from != c.trial_id else None
+                if donor is not None and donor.last_step <= c.start_budget + EPS:
+                    # the donor reported the budget the clone starts from, but its process
+                    # may still be writing that checkpoint: start when it has exited
+                    self._clones.setdefault(donor.trial_id, []).append(c)
                 else:
-                    self._start_run(c.trial_id, c.config, c.start_budget, c.budget, c.placement,
-                                    c.restore_from)
+                    self._launch(c)
             elif isinstance(c, Resize):
                 run = self._runs.get(c.trial_id)
                 if run is not None and run.cancelled is None and not run.resize:
@@ -326,6 +312,18 @@ class RunDriver:
             elif isinstance(c, Finish):
                 self._finish_at = time.monotonic() + self.shutdown_grace
 
+    def _launch(self, c: Launch) -> None:
+        """Carry out a Launch now, or once the trial's previous process has exited."""
+        assert self._engine is not None
+        if c.trial_id in self._runs:
+            self._deferred[c.trial_id] = c  # after the previous process exits
+            return
+        t = self._engine.trials.get(c.trial_id)
+        if t is None or t.state is not TrialState.RUNNING or c.trial_id not in self._engine.running:
+            return  # stopped or paused while it waited for its donor
+        self._start_run(c.trial_id, c.config, c.start_budget, c.budget,
+                        self._engine.running[c.trial_id], c.restore_from)
+
     def _start_run(self, tid: int, config: dict[str, Any], start: float, budget: float,
                    placement: Placement, restore_from: int | None) -> None:
         assert self.inventory is not None and self.checkpoint_dir is not None
@@ -337,7 +335,7 @@ class RunDriver:
             return
         found = self._restore_point(tid, start, restore_from)
         run_id = next(self._run_ids)
-        run = _Run(tid, run_id, f"{self._topic}-{tid}-{run_id}", dict(config), placement,
+        run = Run(tid, run_id, f"{self._topic}-{tid}-{run_id}", dict(config), placement,
                    float(start), float(budget), last_step=float(start))
         world = len(placement)
         jobs: list[tuple[str, dict[str, Any]]] = []
@@ -355,7 +353,7 @@ class RunDriver:
                 "memory_limit": self.trial_memory_limit,
                 "reuse": not self.gpus if self.reuse_processes is None else self.reuse_processes,
             }
-            run.ranks.append(_Rank(slot.worker))
+            run.ranks.append(RunRank(slot.worker))
             jobs.append((slot.worker, job))
         self._runs[tid] = run
         self._by_id[run_id] = run
@@ -380,7 +378,7 @@ class RunDriver:
             return None
         return ck.latest_checkpoint(self.checkpoint_dir, tid, start)
 
-    def _signal(self, run: _Run, msg: dict[str, Any]) -> None:
+    def _signal(self, run: Run, msg: dict[str, Any]) -> None:
         """Send a control message to every live rank of ``run`` (never blocks the driver)."""
         by_worker: dict[str, list[str]] = {}
         for i, r in enumerate(run.ranks):
@@ -389,24 +387,5 @@ class RunDriver:
         for worker, keys in by_worker.items():
             self._links.control(worker, keys, msg)
 
-    def _signal_rank(self, run: _Run, rank: int, msg: dict[str, Any]) -> None:
+    def _signal_rank(self, run: Run, rank: int, msg: dict[str, Any]) -> None:
         self._links.control(run.ranks[rank].worker, [f"{run.run_key}/{rank}"], msg)
-
-
-def rank_env(tid: int, slot: Slot, share: float, *, gpus: bool,
-             mps: bool) -> tuple[int, dict[str, str]]:
-    """Thread count and environment of one rank's process.
-
-    CPU threads follow the share of the slot's cores (at least one), so
-    packed CPU trials do not oversubscribe. On GPUs the process sees only its
-    GPU (by UUID); a packed rank under MPS gets the matching
-    ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``.
-    """
-    threads = max(int(round(slot.threads * min(share, 1.0))), 1)
-    env = {"NBTUNE_TRIAL_ID": str(tid), "OMP_NUM_THREADS": str(threads),
-           "MKL_NUM_THREADS": str(threads)}
-    if gpus:
-        env["CUDA_VISIBLE_DEVICES"] = str(slot.device)
-        if mps and share < 1.0 - EPS:
-            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(int(round(share * 100)), 1))
-    return threads, env

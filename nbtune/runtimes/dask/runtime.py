@@ -43,8 +43,9 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Launch
 from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.cluster import Inventory, connect
-from nbtune.runtimes.dask.driver import RunDriver, _Run
+from nbtune.runtimes.dask.driver import RunDriver
 from nbtune.runtimes.dask.links import WorkerLinks
+from nbtune.runtimes.dask.runs import Run
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
@@ -187,9 +188,10 @@ class DaskRuntime(RunDriver):
         self._done = threading.Event()
         self._halt = threading.Event()
         self._error: BaseException | None = None
-        self._runs: dict[int, _Run] = {}
-        self._by_id: dict[int, _Run] = {}
+        self._runs: dict[int, Run] = {}
+        self._by_id: dict[int, Run] = {}
         self._deferred: dict[int, Launch] = {}
+        self._clones: dict[int, list[Launch]] = {}
         self._run_ids = itertools.count(1)
         self._finish_at: float | None = None
         self._paused_empty = False
