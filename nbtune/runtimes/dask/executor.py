@@ -1,13 +1,13 @@
-"""Worker side: warm trial processes, the relay thread of each rank, control delivery.
+"""Worker side: each trial rank's process, its relay thread, control delivery.
 
-Each trial rank runs on a thread of the worker that owns its GPU, started by
-the worker's ``nbtune_launch`` handler (:mod:`.handlers`), so a one-thread
-worker can host several packed trials and a launch costs one direct message
-instead of a scheduler round trip. The thread takes a pre-started process
-from the worker's :class:`WarmPool` (torch already imported), hands it the
-job over a pipe and relays: trial messages go to the driver (batched per
-poll, in order), control messages from the driver (:func:`deliver`) go to
-the trial process. The relay also enforces ``trial_memory_limit`` and
+Each trial rank is started by the worker's ``nbtune_launch`` handler
+(:mod:`.handlers`) on the worker that owns its GPU, so a one-thread worker
+can host several packed trials and a launch costs one direct message instead
+of a scheduler round trip. It takes a pre-started process from the worker's
+:class:`~nbtune.runtimes.dask.pool.WarmPool` (torch already imported) and
+hands it the job over a pipe; the event loop forwards what the process says
+to the driver (:class:`_PipeReader`) and a relay thread passes control
+messages from the driver (:func:`deliver`) to the process. The relay also enforces ``trial_memory_limit`` and
 notices a process that died without saying goodbye (a segfault, the
 kernel's OOM killer).
 """
@@ -18,59 +18,24 @@ import atexit
 import contextlib
 import os
 import queue
-import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing import Pipe
-from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import psutil
-from distributed.diagnostics.plugin import WorkerPlugin
 
-__all__ = ["WarmPool", "WarmPoolPlugin", "run_rank", "deliver", "active_children", "get_pool",
-           "wait_pool_ready", "start_rank"]
+from nbtune.runtimes.dask.pool import _Child, get_pool
+
+__all__ = ["start_rank", "run_rank", "deliver", "active_children"]
 
 POLL = 0.02
 MAILBOX_TTL = 600.0  # seconds undelivered control is kept for a rank that has not started
 _LOCK = threading.Lock()
 _ACTIVE: dict[str, _Active] = {}
 _MAILBOX: dict[str, list[dict[str, Any]]] = {}  # control that arrived before its rank started
-_POOL: WarmPool | None = None
-
-
-@dataclass
-class _Child:
-    proc: subprocess.Popen[bytes]
-    conn: Connection
-    ready: bool = False  # said "ready": its preload imports are done
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def await_ready(self, timeout: float) -> bool:
-        """Read the process's "ready" (only while no trial owns it: one reader per pipe)."""
-        with contextlib.suppress(EOFError, OSError):
-            while not self.ready and self.conn.poll(max(timeout, 0.0)):
-                self.ready = self.conn.recv().get("k") == "ready"
-        return self.ready
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                for p in psutil.Process(self.proc.pid).children(recursive=True):
-                    p.kill()
-            except psutil.Error:
-                pass
-            self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
-        self.conn.close()
 
 
 @dataclass
@@ -79,206 +44,87 @@ class _Active:
     control: queue.SimpleQueue[dict[str, Any]] = field(default_factory=queue.SimpleQueue)
     child: _Child | None = None
     killed: bool = False
+    reader: _PipeReader | None = None
 
 
-class WarmPool:
-    """Keeps ``size`` trial processes started and idle, so a launch does not pay torch's import."""
+class _PipeReader:
+    """Reads one rank's pipe on the worker's event loop and forwards each batch at once.
 
-    def __init__(self, size: int = 2, preload: tuple[str, ...] = ("torch",)) -> None:
-        self.size = max(int(size), 0)
-        self.preload = tuple(preload)
-        self._idle: deque[_Child] = deque()
-        self._lock = threading.Lock()
-        self._closed = False
-        self._filling = False
-        self._ready = threading.Condition(self._lock)
+    The relay thread could read it too, but a message would then wake the
+    relay thread and then the event loop (which writes to the driver's
+    stream): one thread hand-off more per report, on the path between a
+    trial's last report and the next trial's launch. The relay thread learns
+    of the end through ``done``: the exit message, or None when the process
+    closed its pipe without one.
+    """
 
-    def _spawn(self) -> _Child:
-        ours, theirs = Pipe(duplex=True)
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[3])  # the directory holding `nbtune`
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "nbtune.runtimes.dask._child", str(theirs.fileno()),
-             ",".join(self.preload)],
-            pass_fds=(theirs.fileno(),), env=env,
-        )
-        theirs.close()
-        return _Child(proc, ours)
+    def __init__(self, loop: Any, child: _Child, tag: dict[str, Any], topic: str,
+                 put: Emit) -> None:
+        self.loop, self.child, self.tag, self.topic, self.put = loop, child, tag, topic, put
+        self.done: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
+        self._fd = child.conn.fileno()
+        self._on = False
 
-    def fill(self) -> None:
-        """Start processes until ``size`` are idle (one filler at a time: no overshoot)."""
-        with self._lock:
-            if self._filling:
-                return
-            self._filling = True
+    def start(self) -> None:
+        """On the loop: watch the pipe (anything already in it is read at once)."""
+        self._on = True
+        self.loop.add_reader(self._fd, self._readable)
+        self._readable()
+
+    def _readable(self) -> None:
+        if not self._on:
+            return
+        batch: list[dict[str, Any]] = []
+        end, exit_msg = False, None
         try:
-            while True:
-                with self._lock:
-                    if self._closed or len(self._idle) >= self.size:
-                        return
-                child = self._spawn()
-                with self._lock:
-                    if self._closed:
-                        child.kill()
-                        return
-                    self._idle.append(child)
-                    self._ready.notify_all()
-        finally:
-            with self._lock:
-                self._filling = False
-                self._ready.notify_all()
-
-    def wait_ready(self, timeout: float) -> bool:
-        """Block until ``size`` idle processes have finished their imports, or ``timeout``.
-
-        A runtime calls this before its experiment's clock starts, so that the
-        first trials do not pay interpreter start-up and ``preload`` imports
-        (the cluster is started, then the experiment). The idle processes are
-        taken out of the pool while they are waited on: a pipe has one reader.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            self.fill()
-            with self._lock:
-                waiting, self._idle = list(self._idle), deque()
-            if not waiting:  # another thread is still starting them
-                time.sleep(0.05)
-            try:
-                for c in waiting:
-                    c.await_ready(deadline - time.monotonic())
-            finally:
-                with self._lock:
-                    self._idle.extendleft(reversed([c for c in waiting if c.alive()]))
-                    enough = sum(c.ready for c in self._idle) >= self.size
-                    self._ready.notify_all()
-            if enough or self._closed or time.monotonic() >= deadline:
-                return enough
-
-    def fill_async(self) -> None:
-        threading.Thread(target=self.fill, name="nbtune-warm-pool", daemon=True).start()
-
-    def take_idle(self, refill: bool = True) -> _Child | None:
-        """An idle live process now, or None (never waits, never spawns: safe on an event loop)."""
-        with self._lock:
-            while self._idle:
-                c = self._idle.popleft()
-                if c.alive():
+            while self.child.conn.poll(0):
+                msg = self.child.conn.recv()
+                if msg.get("k") == "ready":  # a process nobody waited on to be ready
+                    self.child.ready = True
+                    continue
+                msg.update(self.tag)
+                batch.append(msg)
+                if msg.get("k") == "exit":
+                    end, exit_msg = True, msg
                     break
-                c.conn.close()
-            else:
-                return None
-        if refill:
-            self.fill_async()
-        return c
+        except (EOFError, OSError):
+            end = True
+        if batch:
+            self.put(self.topic, batch)
+        if end:
+            self._off()
+            self.done.put(exit_msg)
 
-    def take(self, refill: bool = True) -> _Child:
-        """An idle started process, else a fresh one; with ``refill`` the pool refills behind.
+    def _off(self) -> None:
+        if self._on:
+            self._on = False
+            self.loop.remove_reader(self._fd)
 
-        A process the filler is starting right now is waited for rather than
-        duplicated: two torch imports at once on a small machine take twice as
-        long each. Pools of reusable (CPU) processes need no refill: finished
-        trials hand their process back.
-        """
-        child = None
-        deadline = time.monotonic() + 60
-        with self._ready:
-            while child is None:
-                while self._idle:
-                    c = self._idle.popleft()
-                    if c.alive():
-                        child = c
-                        break
-                    c.conn.close()
-                if child is not None or not self._filling or time.monotonic() > deadline:
-                    break
-                self._ready.wait(0.5)
-        if child is None:
-            child = self._spawn()
-        if refill:
-            self.fill_async()
-        return child
+    def stop(self, timeout: float = 5.0) -> None:
+        """From another thread: stop watching (before the pipe is closed or handed on)."""
+        stopped = threading.Event()
 
-    def give_back(self, child: _Child) -> None:
-        """A process that finished a trial cleanly serves again (CPU trials only)."""
-        with self._lock:
-            if not self._closed and child.alive() and len(self._idle) < 2 * max(self.size, 1):
-                self._idle.append(child)
-                self._ready.notify_all()
-                return
-        child.kill()
+        def off() -> None:
+            self._off()
+            stopped.set()
 
-    def shutdown(self) -> None:
-        with self._lock:
-            self._closed = True
-            idle, self._idle = list(self._idle), deque()
-        for c in idle:
-            c.kill()
-
-    @property
-    def idle(self) -> int:
-        return len(self._idle)
+        try:
+            self.loop.call_soon_threadsafe(off)
+        except RuntimeError:  # the loop is closed: nothing watches the pipe any more
+            return
+        stopped.wait(timeout)
 
 
-def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None) -> WarmPool:
-    """This worker process's pool, created on first use; a new size or preload reconfigures it."""
-    global _POOL
-    stale: list[_Child] = []
+def _kill_active() -> None:
+    """At the worker's exit: no trial process may outlive it."""
     with _LOCK:
-        if _POOL is None or _POOL._closed:
-            _POOL = WarmPool(2 if size is None else size, ("torch",) if preload is None else preload)
-        else:
-            if size is not None:
-                _POOL.size = max(int(size), 0)
-            if preload is not None and tuple(preload) != _POOL.preload:
-                _POOL.preload = tuple(preload)
-                with _POOL._lock:  # idle processes imported the old modules: start afresh
-                    stale, _POOL._idle = list(_POOL._idle), deque()
-        pool = _POOL
-    for c in stale:
-        c.kill()
-    return pool
-
-
-def wait_pool_ready(timeout: float = 120.0) -> bool:
-    """Run on every worker by ``DaskRuntime.connect``: True once its warm pool is ready."""
-    return get_pool().wait_ready(timeout)
-
-
-def _shutdown_all() -> None:
-    with _LOCK:
-        pool, entries = _POOL, list(_ACTIVE.values())
-    if pool is not None:
-        pool.shutdown()
+        entries = list(_ACTIVE.values())
     for e in entries:
         if e.child is not None:
             e.child.kill()
 
 
-atexit.register(_shutdown_all)
-
-
-class WarmPoolPlugin(WorkerPlugin):
-    """Starts (or reconfigures) the warm pool on every worker, present and future.
-
-    Registering it again (another runtime on the same cluster) only changes
-    the pool's size and preload; running trials are untouched. Trial
-    processes end with their worker: an ``atexit`` hook kills them on a clean
-    shutdown, and each one exits by itself when its parent disappears.
-    """
-
-    name = "nbtune-warm-pool"
-
-    def __init__(self, size: int = 2, preload: tuple[str, ...] = ("torch",)) -> None:
-        self.size = size
-        self.preload = tuple(preload)
-
-    def setup(self, worker: Any) -> None:
-        from nbtune.runtimes.dask.handlers import install
-
-        install(worker)
-        get_pool(self.size, self.preload).fill_async()
-
+atexit.register(_kill_active)
 
 
 # ------------------------------------------------------------------ control
@@ -324,15 +170,17 @@ Emit = Callable[[str, list[dict[str, Any]]], None]
 FAST_HANDOFF = 1 << 16  # bytes: a job this small is written to an idle process's pipe at once
 
 
-def start_rank(worker: Any, job: dict[str, Any], emit: Emit) -> None:
+def start_rank(worker: Any, job: dict[str, Any], emit: Emit, put: Emit) -> None:
     """Start one trial rank (on the worker's event loop, from the ``nbtune_launch`` handler).
 
     Not a Dask task: a task costs a scheduler round trip per trial, and a trial
     would hold a thread of the worker's pool for its whole life. When a warm
     process is idle (the usual case) the job goes down its pipe right here, so
     the trial starts before the relay thread does; the relay thread then
-    watches it (:func:`run_rank`). ``emit`` sends a batch of messages to the
-    driver; the last one of a rank is always its ``exit``.
+    watches it (:func:`run_rank`) while the loop forwards what it says
+    (:class:`_PipeReader`). ``emit`` sends a batch of messages to the driver
+    from any thread, ``put`` from the loop; the last message of a rank is
+    always its ``exit``.
     """
     key = f"{job['run_key']}/{job['rank']}"
     entry = _Active(slot=int(job.get("slot", 0)))
@@ -351,8 +199,17 @@ def start_rank(worker: Any, job: dict[str, Any], emit: Emit) -> None:
             except OSError:  # it died while idle: the relay thread takes another
                 entry.child = None
     sent = entry.child is not None
-    threading.Thread(target=run_rank, args=(worker, job, entry, child_job, sent, emit),
+    loop = worker.loop.asyncio_loop
+    if sent:
+        assert entry.child is not None
+        entry.reader = _PipeReader(loop, entry.child, _tag(job), job["topic"], put)
+        entry.reader.start()
+    threading.Thread(target=run_rank, args=(worker, job, entry, child_job, sent, emit, put),
                      daemon=True, name=f"nbtune-{job['run_key']}-r{job['rank']}").start()
+
+
+def _tag(job: dict[str, Any]) -> dict[str, Any]:
+    return {"trial": job["trial_id"], "run": job["run_id"], "rank": job["rank"]}
 
 
 def _child_job(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
@@ -376,10 +233,10 @@ def _child_job(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_rank(worker: Any, job: dict[str, Any], entry: _Active, child_job: dict[str, Any],
-             sent: bool, emit: Emit) -> dict[str, Any]:
+             sent: bool, emit: Emit, put: Emit) -> dict[str, Any]:
     """The relay thread of one rank: its process (taken now unless ``sent``), until it exits."""
     key = f"{job['run_key']}/{job['rank']}"
-    tag = {"trial": job["trial_id"], "run": job["run_id"], "rank": job["rank"]}
+    tag = _tag(job)
     try:
         if not sent:
             if entry.killed:
@@ -389,6 +246,9 @@ def run_rank(worker: Any, job: dict[str, Any], entry: _Active, child_job: dict[s
                 return out
             entry.child = get_pool().take(refill=not job.get("reuse"))
             entry.child.conn.send(child_job)
+            entry.reader = _PipeReader(worker.loop.asyncio_loop, entry.child, tag, job["topic"],
+                                       put)
+            worker.loop.add_callback(entry.reader.start)
         out = _relay(entry, tag, job["topic"], job.get("memory_limit"), emit)
         assert entry.child is not None
         if out.get("reusable") and entry.child.alive():
@@ -404,73 +264,67 @@ def run_rank(worker: Any, job: dict[str, Any], entry: _Active, child_job: dict[s
     finally:
         with _LOCK:
             _ACTIVE.pop(key, None)
+        if entry.reader is not None:
+            entry.reader.stop()
         if entry.child is not None:
             entry.child.kill()
     return out
 
 
 def _relay(entry: _Active, tag: dict[str, Any], topic: str, memory_limit: float | None,
-           emit: Callable[[str, list[dict[str, Any]]], None]) -> dict[str, Any]:
-    child = entry.child
-    assert child is not None
+           emit: Emit) -> dict[str, Any]:
+    """Until the rank's process ends: control to it, its death and memory watched.
+
+    Its messages are forwarded by its :class:`_PipeReader` on the loop; an exit
+    this thread makes up (killed, died, out of memory) is emitted here, after
+    the reader has stopped, so it is the rank's last message.
+    """
+    child, reader = entry.child, entry.reader
+    assert child is not None and reader is not None
     exit_msg: dict[str, Any] | None = None
     next_mem = 0.0
     while exit_msg is None:
-        batch: list[dict[str, Any]] = []
+        made_up: dict[str, Any] | None = None
         while True:
             try:
                 msg = entry.control.get_nowait()
             except queue.Empty:
                 break
             if msg.get("k") == "kill":
-                child.kill()
-                exit_msg = {"k": "exit", "ok": False, "killed": True, "oom": False,
-                            "error": str(msg.get("reason", "killed by the runtime"))}
+                made_up = {"k": "exit", "ok": False, "killed": True, "oom": False,
+                           "error": str(msg.get("reason", "killed by the runtime"))}
                 break
             with contextlib.suppress(OSError):
                 child.conn.send(msg)
-        if exit_msg is None:
-            batch.extend(_drain(child, POLL))
-            exit_msg = next((m for m in batch if m.get("k") == "exit"), None)
-        if exit_msg is None and child.proc.poll() is not None:
-            batch.extend(_drain(child, 0))
-            exit_msg = next((m for m in batch if m.get("k") == "exit"), None)
-            if exit_msg is None:
-                rc = child.proc.returncode
-                exit_msg = {"k": "exit", "ok": False, "oom": rc == -9,
-                            "error": f"trial process died with exit code {rc}"
-                            + (" (SIGKILL: likely the kernel's out-of-memory killer)"
-                               if rc == -9 else "")}
+        if made_up is None:
+            try:
+                said = reader.done.get(timeout=POLL)
+            except queue.Empty:
+                said = False
+            if said:
+                return said  # the process's own exit, already forwarded
+            if said is None or child.proc.poll() is not None:
+                if said is not None:  # died: let the reader take what it wrote first
+                    with contextlib.suppress(queue.Empty):
+                        said = reader.done.get(timeout=1.0)
+                    if said:
+                        return said
+                rc = child.proc.wait()
+                made_up = {"k": "exit", "ok": False, "oom": rc == -9,
+                           "error": f"trial process died with exit code {rc}"
+                           + (" (SIGKILL: likely the kernel's out-of-memory killer)"
+                              if rc == -9 else "")}
         now = time.monotonic()
-        if exit_msg is None and memory_limit and now >= next_mem:
+        if made_up is None and memory_limit and now >= next_mem:
             next_mem = now + 0.1
             rss = _tree_rss(child.proc.pid)
             if rss > memory_limit:
-                child.kill()
-                exit_msg = {"k": "exit", "ok": False, "oom": True,
-                            "error": f"trial used {rss / 1e9:.2f} GB, more than its "
-                                     f"trial_memory_limit of {memory_limit / 1e9:.2f} GB"}
-        if exit_msg is not None and exit_msg not in batch:
-            batch.append(exit_msg)
-        if batch:
-            for m in batch:
-                m.update(tag)
-            emit(topic, batch)
+                made_up = {"k": "exit", "ok": False, "oom": True,
+                           "error": f"trial used {rss / 1e9:.2f} GB, more than its "
+                                    f"trial_memory_limit of {memory_limit / 1e9:.2f} GB"}
+        if made_up is not None:
+            reader.stop()
+            child.kill()
+            exit_msg = {**made_up, **tag}
+            emit(topic, [exit_msg])
     return exit_msg
-
-
-def _drain(child: _Child, timeout: float) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    try:
-        if child.conn.poll(timeout):
-            while True:
-                msg = child.conn.recv()
-                if msg.get("k") == "ready":  # a process nobody waited on to be ready
-                    child.ready = True
-                else:
-                    out.append(msg)
-                if msg.get("k") == "exit" or not child.conn.poll(0):
-                    break
-    except (EOFError, OSError):
-        pass
-    return out

@@ -17,7 +17,7 @@ directly instead, over the comm layer Dask already has (the way actors do):
   opened yet, or it broke) messages go through ``worker.log_event`` to the
   same topic, which the driver also subscribes to: nothing is dropped.
 
-:class:`~nbtune.runtimes.dask.executor.WarmPoolPlugin` installs the handlers
+:class:`~nbtune.runtimes.dask.pool.WarmPoolPlugin` installs the handlers
 on every worker, present and future.
 """
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import pickle
 from collections.abc import Callable
 from typing import Any
@@ -77,7 +78,7 @@ def _launch_handler(worker: Any) -> Callable[..., dict[str, Any]]:
             host = _host(worker)
             out = {"master_addr": host, "master_port": ddp.free_port(host)}
             j.update(out)
-        start_rank(worker, j, emitter(worker))
+        start_rank(worker, j, emitter(worker), functools.partial(_put, worker))
         return {"started": True, **out}
 
     return nbtune_launch

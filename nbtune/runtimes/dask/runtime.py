@@ -219,7 +219,7 @@ class DaskRuntime(RunDriver):
         if self.client is not None:
             return self
         from nbtune.runtimes.dask import gpu
-        from nbtune.runtimes.dask.executor import WarmPoolPlugin, wait_pool_ready
+        from nbtune.runtimes.dask.pool import WarmPoolPlugin, wait_pool_ready
 
         gpus = self.gpus
         if gpus is None and self.cluster_arg is None:

@@ -1,0 +1,276 @@
+"""Warm trial processes: each worker keeps a few started, with torch already imported.
+
+A launch takes an idle process instead of paying interpreter start-up and
+``import torch`` (seconds) per trial; on CPU a process that ended a trial
+cleanly serves the next one (:meth:`WarmPool.give_back`).
+:class:`WarmPoolPlugin` sets the pool up on every worker, present and
+future, and installs nbtune's handlers there (:mod:`.handlers`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import psutil
+from distributed.diagnostics.plugin import WorkerPlugin
+
+__all__ = ["WarmPool", "WarmPoolPlugin", "get_pool", "wait_pool_ready"]
+
+_LOCK = threading.Lock()
+_POOL: WarmPool | None = None
+
+
+@dataclass
+class _Child:
+    proc: subprocess.Popen[bytes]
+    conn: Connection
+    ready: bool = False  # said "ready": its preload imports are done
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def await_ready(self, timeout: float) -> bool:
+        """Read the process's "ready" (only while no trial owns it: one reader per pipe)."""
+        with contextlib.suppress(EOFError, OSError):
+            while not self.ready and self.conn.poll(max(timeout, 0.0)):
+                self.ready = self.conn.recv().get("k") == "ready"
+        return self.ready
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                for p in psutil.Process(self.proc.pid).children(recursive=True):
+                    p.kill()
+            except psutil.Error:
+                pass
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        self.conn.close()
+
+
+
+class WarmPool:
+    """Keeps ``size`` trial processes started and idle, so a launch does not pay torch's import."""
+
+    def __init__(self, size: int = 2, preload: tuple[str, ...] = ("torch",)) -> None:
+        self.size = max(int(size), 0)
+        self.preload = tuple(preload)
+        self._idle: deque[_Child] = deque()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._filling = False
+        self._ready = threading.Condition(self._lock)
+
+    def _spawn(self) -> _Child:
+        ours, theirs = Pipe(duplex=True)
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[3])  # the directory holding `nbtune`
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nbtune.runtimes.dask._child", str(theirs.fileno()),
+             ",".join(self.preload)],
+            pass_fds=(theirs.fileno(),), env=env,
+        )
+        theirs.close()
+        return _Child(proc, ours)
+
+    def fill(self) -> None:
+        """Start processes until ``size`` are idle (one filler at a time: no overshoot)."""
+        with self._lock:
+            if self._filling:
+                return
+            self._filling = True
+        try:
+            while True:
+                with self._lock:
+                    if self._closed or len(self._idle) >= self.size:
+                        return
+                child = self._spawn()
+                with self._lock:
+                    if self._closed:
+                        child.kill()
+                        return
+                    self._idle.append(child)
+                    self._ready.notify_all()
+        finally:
+            with self._lock:
+                self._filling = False
+                self._ready.notify_all()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until ``size`` idle processes have finished their imports, or ``timeout``.
+
+        A runtime calls this before its experiment's clock starts, so that the
+        first trials do not pay interpreter start-up and ``preload`` imports
+        (the cluster is started, then the experiment). The idle processes are
+        taken out of the pool while they are waited on: a pipe has one reader.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self.fill()
+            with self._lock:
+                waiting, self._idle = list(self._idle), deque()
+            if not waiting:  # another thread is still starting them
+                time.sleep(0.05)
+            try:
+                for c in waiting:
+                    c.await_ready(deadline - time.monotonic())
+            finally:
+                with self._lock:
+                    self._idle.extendleft(reversed([c for c in waiting if c.alive()]))
+                    enough = sum(c.ready for c in self._idle) >= self.size
+                    self._ready.notify_all()
+            if enough or self._closed or time.monotonic() >= deadline:
+                return enough
+
+    def fill_async(self) -> None:
+        threading.Thread(target=self.fill, name="nbtune-warm-pool", daemon=True).start()
+
+    def take_idle(self, refill: bool = True) -> _Child | None:
+        """An idle live process now, or None (never waits, never spawns: safe on an event loop)."""
+        with self._lock:
+            c = self._pop_live()
+        if c is not None and refill:
+            self.fill_async()
+        return c
+
+    def take(self, refill: bool = True) -> _Child:
+        """An idle started process, else one that becomes idle soon; with ``refill`` the pool
+        refills behind.
+
+        A process the filler is starting right now is waited for rather than
+        duplicated: two torch imports at once on a small machine take twice as
+        long each. With none idle, a filler is started and whichever comes
+        first is taken: the new process, or one a finishing trial hands back
+        (:meth:`give_back`; on CPU a trial's process serves the next one,
+        and the next launch often comes a few milliseconds before the
+        previous process is back). Only a pool of size 0 spawns on the spot.
+        """
+        child = None
+        deadline = time.monotonic() + 60
+        asked_at: float | None = None
+        while child is None and self.size > 0 and time.monotonic() < deadline:
+            with self._ready:
+                child = self._pop_live()
+                if child is not None:
+                    break
+                starting = asked_at is not None and time.monotonic() - asked_at < 1.0
+                if not (self._filling or starting):
+                    if asked_at is not None:
+                        break  # the filler ended and left nothing: start one here
+                    asked_at = time.monotonic()
+                else:
+                    self._ready.wait(0.05)
+                    continue
+            self.fill_async()
+        if child is None:
+            child = self._spawn()
+        if refill:
+            self.fill_async()
+        return child
+
+    def _pop_live(self) -> _Child | None:
+        """A live idle process, one known to be ready first (dead ones are dropped).
+
+        A process started moments ago may still be importing; one handed back
+        by a finished trial, or waited on by :meth:`wait_ready`, is not. Call
+        with the lock held.
+        """
+        for c in [c for c in self._idle if not c.alive()]:
+            self._idle.remove(c)
+            c.conn.close()
+        for c in self._idle:
+            if c.ready:
+                self._idle.remove(c)
+                return c
+        return self._idle.popleft() if self._idle else None
+
+    def give_back(self, child: _Child) -> None:
+        """A process that finished a trial cleanly serves again (CPU trials only)."""
+        with self._lock:
+            if not self._closed and child.alive() and len(self._idle) < 2 * max(self.size, 1):
+                self._idle.append(child)
+                self._ready.notify_all()
+                return
+        child.kill()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = list(self._idle), deque()
+        for c in idle:
+            c.kill()
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+
+def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None) -> WarmPool:
+    """This worker process's pool, created on first use; a new size or preload reconfigures it."""
+    global _POOL
+    stale: list[_Child] = []
+    with _LOCK:
+        if _POOL is None or _POOL._closed:
+            _POOL = WarmPool(2 if size is None else size, ("torch",) if preload is None else preload)
+        else:
+            if size is not None:
+                _POOL.size = max(int(size), 0)
+            if preload is not None and tuple(preload) != _POOL.preload:
+                _POOL.preload = tuple(preload)
+                with _POOL._lock:  # idle processes imported the old modules: start afresh
+                    stale, _POOL._idle = list(_POOL._idle), deque()
+        pool = _POOL
+    for c in stale:
+        c.kill()
+    return pool
+
+
+def wait_pool_ready(timeout: float = 120.0) -> bool:
+    """Run on every worker by ``DaskRuntime.connect``: True once its warm pool is ready."""
+    return get_pool().wait_ready(timeout)
+
+
+def _shutdown_pool() -> None:
+    with _LOCK:
+        pool = _POOL
+    if pool is not None:
+        pool.shutdown()
+
+
+atexit.register(_shutdown_pool)
+
+
+class WarmPoolPlugin(WorkerPlugin):
+    """Starts (or reconfigures) the warm pool on every worker, present and future.
+
+    Registering it again (another runtime on the same cluster) only changes
+    the pool's size and preload; running trials are untouched. Trial
+    processes end with their worker: an ``atexit`` hook kills them on a clean
+    shutdown, and each one exits by itself when its parent disappears.
+    """
+
+    name = "nbtune-warm-pool"
+
+    def __init__(self, size: int = 2, preload: tuple[str, ...] = ("torch",)) -> None:
+        self.size = size
+        self.preload = tuple(preload)
+
+    def setup(self, worker: Any) -> None:
+        from nbtune.runtimes.dask.handlers import install
+
+        install(worker)
+        get_pool(self.size, self.preload).fill_async()
