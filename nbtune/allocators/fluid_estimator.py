@@ -1,0 +1,154 @@
+"""Fluid's runtime estimates h_i1 and h_{i,w} for live trials, from what the view offers.
+
+h_i1 is remaining budget × seconds per unit on one GPU. Seconds per unit come
+from the engine's measurement (``view.unit_time``, converted to width 1
+through the overhead model), else a profile in the ``ProfileStore`` the
+runtime put in ``view.hints["profiles"]``, else the workload prior the
+simulator puts in ``view.hints["workload"]``, else the mean of the other live
+trials, else 1. Nothing here knows which runtime runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nbtune.allocators.base import SchedulingView
+from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
+from nbtune.core.resources import width
+from nbtune.workloads.base import OverheadModel
+
+__all__ = ["FluidEstimator", "with_hints"]
+
+_TOL = 1e-9
+
+
+class FluidEstimator:
+    """h_i1 and h_{i,w} for live trials from what a :class:`SchedulingView` offers."""
+
+    def __init__(
+        self,
+        view: SchedulingView,
+        *,
+        alpha: float | None = None,
+        beta: float | None = None,
+        signature_keys: Iterable[str] | None = None,
+    ) -> None:
+        self.view = view
+        self.fixed = None if alpha is None and beta is None else OverheadModel(alpha or 1.0,
+                                                                              beta or 1.0)
+        self.keys = None if signature_keys is None else list(signature_keys)
+        hints = view.hints
+        self.workload = hints.get("workload")
+        store = hints.get("profiles")
+        self.store: ProfileStore | None = store if isinstance(store, ProfileStore) else None
+        self._h1: dict[int, float] = {}
+        self._oh: dict[int, OverheadModel] = {}
+
+    def _profile(self, tid: int) -> Profile | None:
+        if self.store is None:
+            return None
+        try:
+            return self.store.get(model_signature(self.view.trial(tid).config, self.keys))
+        except KeyError:
+            return None
+
+    def overhead(self, tid: int) -> OverheadModel:
+        oh = self._oh.get(tid)
+        if oh is None:
+            prof = self._profile(tid)
+            if self.fixed is not None:
+                oh = self.fixed
+            elif prof is not None:
+                oh = prof.overhead
+            elif self.workload is not None and hasattr(self.workload, "overhead"):
+                oh = self.workload.overhead(self.view.trial(tid).config)
+            else:
+                oh = OverheadModel()
+            self._oh[tid] = oh
+        return oh
+
+    def unit_time(self, tid: int) -> float | None:
+        """Seconds per budget unit alone on one GPU, or None if nothing is known."""
+        seen = self.view.unit_time(tid)
+        if seen is not None and seen[0] > 0 and seen[1] > 0:
+            return seen[0] / self.overhead(tid).factor(seen[1])
+        return self._prior_unit_time(tid)
+
+    def remaining(self, tid: int, target: float) -> float:
+        """Budget left to ``target``, counting progress since the last report when it is known."""
+        t = self.view.trial(tid)
+        left = target - t.budget_used
+        seen = self.view.unit_time(tid)
+        pl = self.view.running.get(tid)
+        if seen is not None and pl is not None and t.results and seen[0] > 0:
+            last_t = t.results[-1][0]
+            if last_t >= t.share_since - _TOL and abs(width(pl) - seen[1]) < 1e-6:
+                left -= max(self.view.time - last_t, 0.0) / seen[0]
+        return max(left, 1e-6 * max(target, 1.0))
+
+    def _prior_unit_time(self, tid: int) -> float | None:
+        """Seconds per unit when nothing was measured: profile, else workload prior, else None."""
+        prof = self._profile(tid)
+        if prof is not None and prof.unit_time:
+            return prof.unit_time
+        if self.workload is not None and hasattr(self.workload, "unit_time"):
+            t = self.view.trial(tid)
+            return float(self.workload.unit_time(tid, t.config))
+        return None
+
+    def h1(self, targets: Mapping[int, float]) -> dict[int, float]:
+        """Remaining runtime at width 1 for each ``{trial_id: target budget}``.
+
+        :meth:`unit_time` and :meth:`remaining` inlined into one pass (the plan
+        runs over every live trial on every scheduling call): same arithmetic.
+        """
+        view = self.view
+        trial_of, seen_of, running, now = view.trial, view.unit_time, view.running, view.time
+        rows = []
+        known = []
+        for tid, target in targets.items():
+            t = trial_of(tid)
+            seen = seen_of(tid)
+            if seen is not None and seen[0] > 0 and seen[1] > 0:
+                u = seen[0] / self.overhead(tid).factor(seen[1])
+            else:
+                u = self._prior_unit_time(tid)
+            if u is not None:
+                known.append(u)
+            left = target - t.budget_used
+            pl = running.get(tid)
+            if seen is not None and pl is not None and t.results and seen[0] > 0:
+                last_t = t.results[-1][0]
+                if last_t >= t.share_since - _TOL and abs(width(pl) - seen[1]) < 1e-6:
+                    left -= max(now - last_t, 0.0) / seen[0]
+            rows.append((tid, max(left, 1e-6 * max(target, 1.0)), u))
+        fallback = sum(known) / len(known) if known else 1.0
+        out = {}
+        h1 = self._h1
+        for tid, rem, u in rows:
+            out[tid] = h1[tid] = rem * (u if u is not None else fallback)
+        return out
+
+    def runtime(self, tid: int, w: float) -> float:
+        """h_{i,w}: remaining time at width ``w`` (call :meth:`h1` first)."""
+        return self._h1[tid] * self.overhead(tid).factor(w)
+
+
+class _WithHints:
+    """A view with extra hints (a ProfileStore given to the allocator rather than the runtime)."""
+
+    def __init__(self, view: SchedulingView, hints: Mapping[str, Any]) -> None:
+        self._view, self._hints = view, hints
+
+    @property
+    def hints(self) -> Mapping[str, Any]:
+        return self._hints
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+
+def with_hints(view: SchedulingView, hints: Mapping[str, Any]) -> SchedulingView:
+    """``view`` with ``hints`` in place of its own."""
+    return _WithHints(view, hints)  # type: ignore[return-value]

@@ -1,0 +1,319 @@
+"""The fast water-filling allocators decide exactly what the reference (pre-scaling) code decides.
+
+``tests/allocators/fluid_reference.py`` holds the code as it was before the
+incremental placement book. Here the two are compared on random inputs: the
+placement function alone, the leftover filling, allocators called on
+sequences of hand-built views that share one cluster (so the book kept
+between calls must follow arbitrary changes, not only the engine's), and
+whole simulations in which every ``capacity`` and ``allocate`` call goes to
+both and must agree to the last float and in dict order, across packing,
+multi-GPU widths, and GPUs lost and gained (``ResourcesChanged``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nbtune.algorithms import make_algorithm
+from nbtune.allocators import (
+    DynamicFluidAllocator,
+    FluidKnapsackAllocator,
+    StaticFluidAllocator,
+)
+from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.waterfill import fill_leftover, place_widths
+from nbtune.core.events import ResourcesChanged
+from nbtune.core.resources import GPU, ClusterSpec, Demand, Placement
+from nbtune.core.space import loguniform, uniform
+from nbtune.core.trial import Trial, TrialSpec, TrialState
+from nbtune.engine.engine import Engine
+from nbtune.runtimes.sim import SimRuntime
+from nbtune.workloads import SyntheticWorkload
+from nbtune.workloads.base import OverheadModel
+from tests.allocators.fluid_reference import (
+    ReferenceDynamicFluid,
+    ReferenceFluidKnapsack,
+    ReferenceStaticFluid,
+    reference_fill_leftover,
+    reference_place_widths,
+)
+
+SHARES = [0.25, 1 / 3, 0.5, 0.2, 1 / 6, 0.75]
+
+
+def _outcome(fn, *args, **kw) -> Any:
+    """A call's result, or the type of what it raised (both sides must fail alike)."""
+    try:
+        return fn(*args, **kw)
+    except Exception as e:  # noqa: BLE001 - compared, not swallowed
+        return type(e)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, and for dicts equal in iteration order too (the engine applies them in order)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a.items()) == list(b.items())
+    return a == b
+
+
+@st.composite
+def clusters(draw, max_gpus: int = 16) -> ClusterSpec:
+    n = draw(st.integers(1, max_gpus))
+    ids = draw(st.lists(st.integers(0, 40), min_size=n, max_size=n, unique=True))
+    n_nodes = draw(st.integers(1, max(1, n // 2)))
+    return ClusterSpec.of([GPU(g, f"n{draw(st.integers(0, n_nodes - 1))}") for g in ids])
+
+
+@st.composite
+def placements(draw, cluster: ClusterSpec, n: int, first_id: int = 0) -> dict[int, Placement]:
+    """Random running placements: fractions (odd ones too), whole and multi-GPU, stray GPUs."""
+    ids = [g.gpu_id for g in cluster.gpus]
+    out: dict[int, Placement] = {}
+    for tid in range(first_id, first_id + n):
+        kind = draw(st.integers(0, 9))
+        if kind < 5:
+            out[tid] = ((draw(st.sampled_from(ids)), draw(st.sampled_from(SHARES))),)
+        elif kind < 9:
+            k = draw(st.integers(1, min(3, len(ids))))
+            gs = draw(st.lists(st.sampled_from(ids), min_size=k, max_size=k, unique=True))
+            out[tid] = tuple((g, 1.0) for g in gs)
+        else:
+            out[tid] = ((99, 1.0),)  # a GPU the cluster no longer has
+    return out
+
+
+# ------------------------------------------------------------------ the functions alone
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_place_widths_matches_the_reference(data):
+    cluster = data.draw(clusters())
+    running = data.draw(placements(cluster, data.draw(st.integers(0, 14))))
+    c = data.draw(st.integers(1, 4))
+    ids = [g.gpu_id for g in cluster.gpus]
+    caps = data.draw(st.sampled_from(["one", "wide", "map"]))
+    max_share: Any = {"one": 1.0, "wide": 1.5}.get(caps) or {
+        g: data.draw(st.sampled_from([0.5, 1.0, 1.0, 2.0])) for g in ids}
+    movable = [t for t, pl in running.items() if all(g in ids for g, _ in pl)]
+    tids = data.draw(st.lists(st.sampled_from(movable + list(range(100, 110))), unique=True,
+                              max_size=10))
+    widths = {t: data.draw(st.sampled_from([1 / c, 0.25, 1 / 3, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0]))
+              for t in tids}
+    shrink = data.draw(st.booleans())
+    a = _outcome(reference_place_widths, widths, cluster, running, c=c, max_share=max_share,
+                 shrink_to_fit=shrink)
+    b = _outcome(place_widths, widths, cluster, running, c=c, max_share=max_share,
+                 shrink_to_fit=shrink)
+    assert _same(a, b), (widths, running, a, b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(h=st.lists(st.floats(0.0, 100.0), min_size=1, max_size=12),
+       ws=st.lists(st.sampled_from([0.25, 1 / 3, 1.0, 2.0, 3.0]), min_size=12, max_size=12),
+       n=st.integers(0, 30), c=st.integers(1, 4), d=st.integers(1, 4),
+       alpha=st.floats(1.0, 1.6), beta=st.floats(1.0, 1.3))
+def test_fill_leftover_matches_the_reference(h, ws, n, c, d, alpha, beta):
+    oh = OverheadModel(alpha, beta)
+    widths = {i: ws[i] for i in range(len(h))}
+
+    def runtime(tid: int, w: float) -> float:
+        return h[tid] * oh.factor(w)
+
+    a = reference_fill_leftover(widths, runtime, n, c, d)
+    b = fill_leftover(widths, runtime, n, c, d)
+    assert _same(a, b)
+
+
+# ------------------------------------------------------------------ allocators on views
+@dataclass
+class RandomView:
+    """A SchedulingView with every field random (the engine's views are one special case)."""
+
+    cluster: ClusterSpec
+    trials: dict[int, Trial]
+    running: dict[int, Placement]
+    pending: list[TrialSpec] = field(default_factory=list)
+    hints: dict[str, Any] = field(default_factory=dict)
+    measured: dict[int, tuple[float, float]] = field(default_factory=dict)
+    time: float = 0.0
+    max_budget: float = 27.0
+    max_concurrent: int | None = None
+
+    @property
+    def gpu_load(self) -> dict[int, float]:
+        load = {g.gpu_id: 0.0 for g in self.cluster.gpus}
+        for pl in self.running.values():
+            for g, s in pl:
+                if g in load:
+                    load[g] += s
+        return load
+
+    @property
+    def idle_gpus(self) -> set[int]:
+        return {g for g, v in self.gpu_load.items() if v <= 1e-12}
+
+    def trial(self, tid: int) -> Trial:
+        return self.trials[tid]
+
+    def group(self, gid: int) -> None:
+        return None
+
+    def unit_time(self, tid: int) -> tuple[float, float] | None:
+        return self.measured.get(tid)
+
+
+@st.composite
+def views(draw, cluster: ClusterSpec, keep: dict[int, Placement], wl: SyntheticWorkload):
+    """A view on ``cluster``; some trials keep the very placement objects of ``keep``."""
+    n_run = draw(st.integers(0, 12))
+    running = draw(placements(cluster, n_run, first_id=draw(st.integers(0, 6))))
+    running = {t: pl for t, pl in running.items() if all(g != 99 for g, _ in pl)}
+    for t, pl in keep.items():  # the same objects as last time, somewhere in the order
+        if draw(st.booleans()):
+            running[t] = pl
+    order = draw(st.permutations(list(running)))
+    running = {t: running[t] for t in order}
+    now = draw(st.floats(0.0, 100.0))
+    trials, measured = {}, {}
+    for t, pl in running.items():
+        used = draw(st.floats(0.0, 20.0))
+        target = used + draw(st.floats(0.5, 10.0))
+        last = draw(st.floats(0.0, now))
+        tr = Trial(t, {"i": t}, TrialState.RUNNING, target_budget=target, budget_used=used,
+                   results=[(last, used, {})] if draw(st.booleans()) else [],
+                   share_since=draw(st.floats(0.0, now)))
+        trials[t] = tr
+        if draw(st.booleans()):
+            w = sum(s for _, s in pl) if draw(st.booleans()) else 1.0
+            measured[t] = (draw(st.floats(0.1, 5.0)), w)
+    pending = []
+    for t in range(50, 50 + draw(st.integers(0, 6))):
+        trials[t] = Trial(t, {"i": t}, TrialState.PENDING)
+        pending.append(TrialSpec(t, {"i": t}, draw(st.floats(1.0, 27.0))))
+    return RandomView(cluster, trials, running, pending, {"workload": wl}, measured, now,
+                      max_concurrent=draw(st.sampled_from([None, None, 4, 20])))
+
+
+def _fluid_pair(kind: str, **kw: Any) -> tuple[BaseAllocator, BaseAllocator]:
+    if kind == "waterfill":
+        return DynamicFluidAllocator(**kw), ReferenceDynamicFluid(**kw)
+    if kind == "waterfill-static":
+        kw.pop("resize_overhead", None)
+        return StaticFluidAllocator(**kw), ReferenceStaticFluid(**kw)
+    return FluidKnapsackAllocator(**kw), ReferenceFluidKnapsack(**kw)
+
+
+def _check_call(fast: BaseAllocator, ref: BaseAllocator, view: SchedulingView) -> Allocation:
+    assert _same(_outcome(fast.capacity, view), _outcome(ref.capacity, view))
+    a, b = _outcome(fast.allocate, view), _outcome(ref.allocate, view)
+    if isinstance(a, Allocation) and isinstance(b, Allocation):
+        assert _same(a.launch, b.launch), (a, b)
+        assert _same(a.resize, b.resize), (a, b)
+    else:
+        assert a == b, (a, b)
+    return a
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), kind=st.sampled_from(["waterfill", "waterfill-static", "fluid+knapsack"]),
+       c=st.integers(1, 4), d=st.integers(1, 4), alpha=st.floats(1.0, 1.5),
+       beta=st.floats(1.0, 1.25), eps=st.sampled_from([0.0, 0.5, 5.0]), fill=st.booleans())
+def test_allocators_match_the_reference_on_sequences_of_random_views(
+        data, kind, c, d, alpha, beta, eps, fill):
+    wl = SyntheticWorkload({"i": uniform(0, 1)}, unit_time=lambda cfg: 1.0 + cfg["i"] % 7,
+                           alpha=alpha, beta=beta)
+    fast, ref = _fluid_pair(kind, c=c, d=d, fill=fill, resize_overhead=eps)
+    cluster = data.draw(clusters(max_gpus=12))
+    keep: dict[int, Placement] = {}
+    for _ in range(data.draw(st.integers(1, 4))):
+        if data.draw(st.integers(0, 5)) == 0:  # now and then the cluster itself changes
+            cluster = data.draw(clusters(max_gpus=12))
+            keep = {}
+        view = data.draw(views(cluster, keep, wl))
+        out = _check_call(fast, ref, view)
+        # next view: what this one ran, resized as decided, kept as the same objects
+        keep = dict(view.running)
+        if isinstance(out, Allocation):
+            keep.update(out.resize)
+
+
+# ------------------------------------------------------------------ whole simulations
+class Shadow(BaseAllocator):
+    """Sends every call to the fast allocator and the reference; they must agree."""
+
+    def __init__(self, fast: BaseAllocator, ref: BaseAllocator) -> None:
+        self.fast, self.ref = fast, ref
+        self.name = fast.name
+        self.calls = self.resizes = 0
+
+    def capacity(self, view: SchedulingView) -> int:
+        a, b = self.fast.capacity(view), self.ref.capacity(view)
+        assert a == b
+        return a
+
+    def allocate(self, view: SchedulingView) -> Allocation:
+        out = _check_call(self.fast, self.ref, view)
+        self.calls += 1
+        self.resizes += len(out.resize)
+        return out
+
+    def max_share(self, view: SchedulingView, gpu_id: int) -> float:
+        return self.fast.max_share(view, gpu_id)
+
+
+SPACE = {"lr": loguniform(1e-4, 1e-1), "width": uniform(0.0, 1.0)}
+
+
+def _simulate(kind: str, algo: str, n_trials: int, cluster: ClusterSpec, changes: list,
+              seed: int, *, c: int, d: int, alpha: float, beta: float, eps: float,
+              max_budget: float = 27.0) -> Shadow:
+    wl = SyntheticWorkload(SPACE, unit_time=lambda cfg: 2.0 + 30.0 * cfg["width"],
+                           alpha=alpha, beta=beta, unit_time_jitter=0.2, seed=seed, launch_overhead=1.0,
+                           demand=lambda cfg: Demand(0.2 + 0.6 * cfg["width"],
+                                                     2.0 + 8 * cfg["width"], 1.0))
+    opts = {"oversubscription": {"generic": 1.5}} if kind == "fluid+knapsack" else {}
+    fast, ref = _fluid_pair(kind, c=c, d=d, resize_overhead=eps, **opts)
+    shadow = Shadow(fast, ref)
+    kw = {"eta": 3} if algo in ("asha", "hyperband") else {}
+    alg = make_algorithm(algo, SPACE, metric="loss", max_budget=max_budget,
+                         num_trials=n_trials, seed=seed, **kw)
+    engine = Engine(alg, shadow, validate=True, hints={"workload": wl})
+    sim = SimRuntime(cluster=cluster, resize_overhead=eps)
+    for t, new in changes:
+        sim.at(t, ResourcesChanged, cluster=new)
+    sim.start(engine, wl)
+    assert engine.done
+    return shadow
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(["waterfill", "waterfill-static", "fluid+knapsack"]),
+       algo=st.sampled_from(["asha", "hyperband", "random"]),
+       n_trials=st.integers(1, 40), n_gpus=st.integers(1, 16), per_node=st.integers(1, 8),
+       changes=st.lists(st.tuples(st.floats(1.0, 200.0), st.integers(1, 16),
+                                  st.integers(1, 8)), max_size=2),
+       seed=st.integers(0, 10_000), c=st.integers(1, 4), d=st.integers(1, 4),
+       alpha=st.floats(1.0, 1.5), beta=st.floats(1.0, 1.25),
+       eps=st.sampled_from([0.0, 1.0, 10.0]))
+def test_simulations_decide_exactly_as_the_reference(kind, algo, n_trials, n_gpus, per_node,
+                                                      changes, seed, c, d, alpha, beta, eps):
+    cluster = ClusterSpec.homogeneous(n_gpus, gpus_per_node=per_node)
+    moves = [(t, ClusterSpec.homogeneous(n, gpus_per_node=p)) for t, n, p in changes]
+    shadow = _simulate(kind, algo, n_trials, cluster, moves, seed, c=c, d=d, alpha=alpha,
+                       beta=beta, eps=eps)
+    assert shadow.calls > 0
+
+
+def test_a_larger_asha_run_with_resizes_decides_as_the_reference():
+    """ASHA on 48 GPUs over 6 nodes with a node lost and regained: hundreds of decisions."""
+    cluster = ClusterSpec.homogeneous(48, gpus_per_node=8)
+    changes = [(60.0, ClusterSpec.homogeneous(40, gpus_per_node=8)),
+               (150.0, ClusterSpec.homogeneous(48, gpus_per_node=8))]
+    for kind in ("waterfill", "fluid+knapsack"):
+        shadow = _simulate(kind, "asha", 150, cluster, changes, 3, c=4, d=4, alpha=1.2,
+                           beta=1.1, eps=2.0)
+        assert shadow.calls > 100
+        assert shadow.resizes > 0 or kind != "waterfill"
