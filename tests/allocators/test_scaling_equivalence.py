@@ -25,6 +25,7 @@ from nbtune.allocators import (
     StaticFluidAllocator,
 )
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.gpu_book import HeldBook
 from nbtune.allocators.waterfill import fill_leftover, place_widths
 from nbtune.core.events import ResourcesChanged
 from nbtune.core.resources import GPU, ClusterSpec, Demand, Placement
@@ -42,7 +43,7 @@ from tests.allocators.fluid_reference import (
     reference_place_widths,
 )
 
-SHARES = [0.25, 1 / 3, 0.5, 0.2, 1 / 6, 0.75]
+SHARES = [0.25, 1 / 3, 0.5, 0.2, 1 / 6, 0.75, 0.1, 0.3]
 
 
 def _outcome(fn, *args, **kw) -> Any:
@@ -96,7 +97,7 @@ def test_place_widths_matches_the_reference(data):
     ids = [g.gpu_id for g in cluster.gpus]
     caps = data.draw(st.sampled_from(["one", "wide", "map"]))
     max_share: Any = {"one": 1.0, "wide": 1.5}.get(caps) or {
-        g: data.draw(st.sampled_from([0.5, 1.0, 1.0, 2.0])) for g in ids}
+        g: data.draw(st.sampled_from([0.5, 1.0, 1.0, 2.0, 1.25])) for g in ids}
     movable = [t for t, pl in running.items() if all(g in ids for g, _ in pl)]
     tids = data.draw(st.lists(st.sampled_from(movable + list(range(100, 110))), unique=True,
                               max_size=10))
@@ -317,3 +318,77 @@ def test_a_larger_asha_run_with_resizes_decides_as_the_reference():
                            beta=1.1, eps=2.0)
         assert shadow.calls > 100
         assert shadow.resizes > 0 or kind != "waterfill"
+
+
+# ------------------------------------------------------------------ the book's own invariants
+def _rebuilt(book: HeldBook) -> tuple[dict[int, float], dict[int, int]]:
+    """Loads as place_widths' rebuild computes them: ``held``'s shares added in its order."""
+    load = dict.fromkeys(book.gpus, 0.0)
+    count = dict.fromkeys(book.gpus, 0)
+    for pl in book.held.values():
+        for g, s in pl:
+            if g in load:
+                load[g] += s
+                count[g] += 1
+    return load, count
+
+
+def _check_book(book: HeldBook) -> None:
+    load, count = _rebuilt(book)
+    assert book.load == load and book.count == count  # exact floats, not approximately
+    assert list(book.pos) == list(book.held)
+    assert list(book.pos.values()) == sorted(book.pos.values())
+    idle = sorted(g for g in book.gpus if load[g] <= 1e-9)
+    assert book._idle == idle
+    free: dict[str, list[int]] = {}
+    for g in idle:
+        if book.cap[g] + 1e-9 >= 1.0:
+            free.setdefault(book.node[g], []).append(g)
+    assert {n: gs for n, gs in book._node_free.items() if gs} == free
+    assert {k: v for k, v in book._bucket.items() if v} == {
+        k: sorted(n for n, gs in free.items() if len(gs) == k)
+        for k in {len(gs) for gs in free.values()}}
+    shared: dict[float, list] = {}
+    for g in book.gpus:
+        if load[g] > 1e-9 and count[g] < book.c:
+            shared.setdefault(book.cap[g], []).append((load[g], -g))
+    assert {k: v for k, v in book._shared.items() if v} == {k: sorted(v)
+                                                             for k, v in shared.items()}
+    spread = set()
+    for g in book.gpus:
+        tids = [t for t, pl in book.held.items() for h, _ in pl if h == g]
+        if tids and all(len(book.held[t]) == 1 and book.held[t][0][1] < 1 - 1e-9
+                        for t in tids):
+            share = min(book.cap[g], 1.0) / len(tids)
+            if any(book.held[t][0][1] < share - 1e-9 for t in tids):
+                spread.add(g)
+    assert book.spreadable == spread
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), c=st.integers(1, 4))
+def test_the_held_book_matches_a_rebuild_after_any_sequence_of_changes(data, c):
+    cluster = data.draw(clusters(max_gpus=8))
+    caps = data.draw(st.sampled_from([1.0, {g.gpu_id: 2.0 for g in cluster.gpus}]))
+    held = data.draw(placements(cluster, data.draw(st.integers(0, 10))))
+    book = HeldBook(cluster, c, caps, held)
+    _check_book(book)
+    for _ in range(data.draw(st.integers(1, 8))):
+        op = data.draw(st.sampled_from(["sync", "move", "append", "place"]))
+        if op == "sync":  # some trials kept (same objects), some new, in a new order
+            new = data.draw(placements(cluster, data.draw(st.integers(0, 10)), first_id=20))
+            kept = {t: pl for t, pl in book.held.items() if data.draw(st.booleans())}
+            merged = {**kept, **new}
+            order = data.draw(st.permutations(list(merged)))
+            book.sync({t: merged[t] for t in order})
+        elif op == "move" and book.held:
+            tid = data.draw(st.sampled_from(list(book.held)))
+            book.move(tid, data.draw(placements(cluster, 1))[0])
+        elif op == "append":
+            book.append(data.draw(st.integers(40, 45)), data.draw(placements(cluster, 1))[0])
+        elif book.held:
+            tid = data.draw(st.sampled_from(list(book.held)))
+            before = (dict(book.load), dict(book.count))
+            book.trial_placement(tid, data.draw(st.sampled_from([0.25, 1 / 3, 1.0, 2.0])))
+            assert (book.load, book.count) == before  # a question, not a change
+        _check_book(book)
