@@ -241,6 +241,22 @@ def test_allocators_match_the_reference_on_sequences_of_random_views(
             keep.update(out.resize)
 
 
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), alpha=st.floats(1.0, 1.5), beta=st.floats(1.0, 1.25),
+       prior=st.booleans())
+def test_h1_matches_the_reference_estimator_exactly(data, alpha, beta, prior):
+    wl = SyntheticWorkload({"i": uniform(0, 1)}, unit_time=lambda cfg: 1.0 + cfg["i"] % 7,
+                           alpha=alpha, beta=beta)
+    view = data.draw(views(data.draw(clusters(max_gpus=8)), {}, wl))
+    if not prior:
+        view.hints = {}  # no workload: unmeasured trials take the mean of the measured ones
+    fast = DynamicFluidAllocator().estimator(view)
+    ref = ReferenceDynamicFluid().estimator(view)
+    targets = {t: view.trials[t].target_budget for t in view.running}
+    targets.update({s.trial_id: s.budget for s in view.pending})
+    assert _same(fast.h1(targets), ref.h1(targets))
+
+
 # ------------------------------------------------------------------ whole simulations
 class Shadow(BaseAllocator):
     """Sends every call to the fast allocator and the reference; they must agree."""
