@@ -15,7 +15,8 @@ from typing import Any
 
 from nbtune.allocators.base import SchedulingView
 from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
-from nbtune.core.resources import width
+from nbtune.core.resources import Placement, width
+from nbtune.core.trial import Trial
 from nbtune.workloads.base import OverheadModel
 
 __all__ = ["FluidEstimator", "with_hints"]
@@ -70,25 +71,11 @@ class FluidEstimator:
 
     def unit_time(self, tid: int) -> float | None:
         """Seconds per budget unit alone on one GPU, or None if nothing is known."""
-        seen = self.view.unit_time(tid)
+        return self._unit(tid, self.view.unit_time(tid))
+
+    def _unit(self, tid: int, seen: tuple[float, float] | None) -> float | None:
         if seen is not None and seen[0] > 0 and seen[1] > 0:
             return seen[0] / self.overhead(tid).factor(seen[1])
-        return self._prior_unit_time(tid)
-
-    def remaining(self, tid: int, target: float) -> float:
-        """Budget left to ``target``, counting progress since the last report when it is known."""
-        t = self.view.trial(tid)
-        left = target - t.budget_used
-        seen = self.view.unit_time(tid)
-        pl = self.view.running.get(tid)
-        if seen is not None and pl is not None and t.results and seen[0] > 0:
-            last_t = t.results[-1][0]
-            if last_t >= t.share_since - _TOL and abs(width(pl) - seen[1]) < 1e-6:
-                left -= max(self.view.time - last_t, 0.0) / seen[0]
-        return max(left, 1e-6 * max(target, 1.0))
-
-    def _prior_unit_time(self, tid: int) -> float | None:
-        """Seconds per unit when nothing was measured: profile, else workload prior, else None."""
         prof = self._profile(tid)
         if prof is not None and prof.unit_time:
             return prof.unit_time
@@ -97,32 +84,31 @@ class FluidEstimator:
             return float(self.workload.unit_time(tid, t.config))
         return None
 
+    def remaining(self, tid: int, target: float) -> float:
+        """Budget left to ``target``, counting progress since the last report when it is known."""
+        view = self.view
+        return _left(view.trial(tid), view.unit_time(tid), view.running.get(tid), target,
+                     view.time)
+
     def h1(self, targets: Mapping[int, float]) -> dict[int, float]:
         """Remaining runtime at width 1 for each ``{trial_id: target budget}``.
 
-        :meth:`unit_time` and :meth:`remaining` inlined into one pass (the plan
-        runs over every live trial on every scheduling call): same arithmetic.
+        One pass over the view per trial (the plan runs over every live trial on
+        every scheduling call); each trial's overhead model is looked up here
+        once, which :meth:`runtime` then reads.
         """
         view = self.view
         trial_of, seen_of, running, now = view.trial, view.unit_time, view.running, view.time
+        overhead = self.overhead
         rows = []
         known = []
         for tid, target in targets.items():
-            t = trial_of(tid)
             seen = seen_of(tid)
-            if seen is not None and seen[0] > 0 and seen[1] > 0:
-                u = seen[0] / self.overhead(tid).factor(seen[1])
-            else:
-                u = self._prior_unit_time(tid)
+            u = self._unit(tid, seen)
             if u is not None:
                 known.append(u)
-            left = target - t.budget_used
-            pl = running.get(tid)
-            if seen is not None and pl is not None and t.results and seen[0] > 0:
-                last_t = t.results[-1][0]
-                if last_t >= t.share_since - _TOL and abs(width(pl) - seen[1]) < 1e-6:
-                    left -= max(now - last_t, 0.0) / seen[0]
-            rows.append((tid, max(left, 1e-6 * max(target, 1.0)), u))
+            overhead(tid)
+            rows.append((tid, _left(trial_of(tid), seen, running.get(tid), target, now), u))
         fallback = sum(known) / len(known) if known else 1.0
         out = {}
         h1 = self._h1
@@ -132,7 +118,25 @@ class FluidEstimator:
 
     def runtime(self, tid: int, w: float) -> float:
         """h_{i,w}: remaining time at width ``w`` (call :meth:`h1` first)."""
-        return self._h1[tid] * self.overhead(tid).factor(w)
+        oh = self._oh.get(tid)
+        if oh is None:
+            oh = self.overhead(tid)
+        return self._h1[tid] * oh.factor(w)
+
+
+def _left(t: Trial, seen: tuple[float, float] | None, pl: Placement | None, target: float,
+          now: float) -> float:
+    """Budget ``t`` has left to ``target``, less the progress since its last report if known.
+
+    That progress counts only when the measurement ``seen`` was taken at the
+    width the trial holds now and since it got it.
+    """
+    left = target - t.budget_used
+    if seen is not None and pl is not None and t.results and seen[0] > 0:
+        last_t = t.results[-1][0]
+        if last_t >= t.share_since - _TOL and abs(width(pl) - seen[1]) < 1e-6:
+            left -= max(now - last_t, 0.0) / seen[0]
+    return max(left, 1e-6 * max(target, 1.0))
 
 
 class _WithHints:

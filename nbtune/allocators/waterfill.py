@@ -55,15 +55,20 @@ def fluid_widths(h1: Mapping[int, float], n_gpus: float, c: int, d: int) -> dict
     group with no work left at all gives everyone ``1/c``.
     """
     _check_limits(n_gpus, c, d)
-    for tid, h in h1.items():
-        if not (math.isfinite(h) and h >= 0):
-            raise ValueError(f"trial {tid}: h_i1 must be a finite runtime >= 0, got {h!r}")
-    order = sorted(h1, key=lambda t: (-h1[t], t))
     total = sum(h1.values())
+    # a finite sum means no NaN or inf among them; then the least one says if any is negative
+    if not (math.isfinite(total) and (not h1 or min(h1.values()) >= 0)):
+        for tid, h in h1.items():
+            if not (math.isfinite(h) and h >= 0):
+                raise ValueError(f"trial {tid}: h_i1 must be a finite runtime >= 0, got {h!r}")
+    # non-increasing h, ties by id (a reverse sort is stable: equal h keep the id order)
+    order = sorted(sorted(h1), key=h1.__getitem__, reverse=True)
     out: dict[int, float] = {}
-    for tid in order:
-        share = h1[tid] / total * n_gpus if total > 0 else 0.0
-        out[tid] = float(min(max(math.floor(share + _TOL), 1.0 / c), d))
+    lo, floor = 1.0 / c, math.floor
+    for tid in order:  # w = min(max(floor(share), 1/c), d), spelled out for speed
+        f = floor(h1[tid] / total * n_gpus + _TOL) if total > 0 else floor(0.0 + _TOL)
+        v = lo if lo > f else f
+        out[tid] = float(d if d < v else v)
     return out
 
 
@@ -106,20 +111,24 @@ def fill_leftover(
     order = {tid: i for i, tid in enumerate(out)}
     heap: list[tuple[float, int, int]] = []
 
-    def candidate(tid: int, w: float) -> tuple[float, int, int] | None:
+    def offer(tid: int, w: float) -> None:
         nxt = step(w)
         if nxt > d + _TOL:
-            return None
+            return
         now = runtime(tid, w)
-        return (-now, order[tid], tid) if runtime(tid, nxt) < now - _TOL else None
+        if runtime(tid, nxt) < now - _TOL:
+            heapq.heappush(heap, (-now, order[tid], tid))
 
-    def offer(tid: int, w: float) -> None:
-        item = candidate(tid, w)
-        if item is not None:
-            heapq.heappush(heap, item)
-
-    # keys are unique (the order breaks ties), so heapify pops exactly what pushes would
-    heap = [item for tid, w in out.items() if (item := candidate(tid, w)) is not None]
+    # the first offers inlined; keys are unique (the order breaks ties), so heapify pops
+    # exactly what one push per trial would
+    lim, one, floor = d + _TOL, 1 - _TOL, math.floor
+    for i, (tid, w) in enumerate(out.items()):
+        nxt = 1.0 if w < one else floor(w + _TOL) + 1.0
+        if nxt > lim:
+            continue
+        now = runtime(tid, w)
+        if runtime(tid, nxt) < now - _TOL:
+            heap.append((-now, i, tid))
     heapq.heapify(heap)
     while heap and total - (whole + math.ceil(n_frac / c)) > 0:
         _, _, tid = heapq.heappop(heap)

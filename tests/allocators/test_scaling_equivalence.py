@@ -25,7 +25,9 @@ from nbtune.allocators import (
     StaticFluidAllocator,
 )
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.demand import DemandLookup
 from nbtune.allocators.gpu_book import HeldBook
+from nbtune.allocators.knapsack import cluster_room
 from nbtune.allocators.waterfill import fill_leftover, place_widths
 from nbtune.core.events import ResourcesChanged
 from nbtune.core.resources import GPU, ClusterSpec, Demand, Placement
@@ -39,6 +41,7 @@ from tests.allocators.fluid_reference import (
     ReferenceDynamicFluid,
     ReferenceFluidKnapsack,
     ReferenceStaticFluid,
+    reference_cluster_room,
     reference_fill_leftover,
     reference_place_widths,
 )
@@ -255,6 +258,21 @@ def test_h1_matches_the_reference_estimator_exactly(data, alpha, beta, prior):
     targets = {t: view.trials[t].target_budget for t in view.running}
     targets.update({s.trial_id: s.budget for s in view.pending})
     assert _same(fast.h1(targets), ref.h1(targets))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), r=st.sampled_from([1.0, 1.5, 2.0]))
+def test_cluster_room_matches_the_reference_exactly(data, r):
+    """The knapsack allocators' free compute, memory and cores (shared by all of them)."""
+    wl = SyntheticWorkload({"i": uniform(0, 1)}, demand=lambda cfg: Demand(
+        0.3, 1.5 + (cfg["i"] * 7) % 5.3, 0.7 + (cfg["i"] * 3) % 2.1))
+    view = data.draw(views(data.draw(clusters(max_gpus=10)), {}, wl))
+    lookup = DemandLookup()
+    a = reference_cluster_room(view, {"generic": r}, lookup)
+    b = cluster_room(view, {"generic": r}, lookup)
+    for name in ("compute", "memory", "gpu_node", "node_cpus", "speed", "ratio"):
+        assert getattr(a, name).tolist() == getattr(b, name).tolist(), name
+    assert (a.gpu_ids, a.nodes) == (b.gpu_ids, b.nodes)
 
 
 # ------------------------------------------------------------------ whole simulations
