@@ -237,7 +237,8 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         if not view.running:
             return {}
         target = self.plan(view, est)
-        current = {tid: width(pl) for tid, pl in view.running.items()}
+        current = {tid: pl[0][1] if len(pl) == 1 else width(pl)  # width(), one share fast
+                   for tid, pl in view.running.items()}
         ups = [t for t, w in target.items() if w > current[t] + _TOL]
         # every placement held now, kept current as trials move
         book = self._book(view, {**view.running, **launch})

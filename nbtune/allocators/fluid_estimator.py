@@ -93,22 +93,37 @@ class FluidEstimator:
     def h1(self, targets: Mapping[int, float]) -> dict[int, float]:
         """Remaining runtime at width 1 for each ``{trial_id: target budget}``.
 
-        One pass over the view per trial (the plan runs over every live trial on
-        every scheduling call); each trial's overhead model is looked up here
-        once, which :meth:`runtime` then reads.
+        The plan runs this over every live trial on every scheduling call, so
+        :meth:`unit_time` and :meth:`remaining` (:func:`_left`) are spelled out
+        inline for the common case (a measured trial); the same arithmetic,
+        checked against them by ``tests/allocators/test_scaling_equivalence.py``.
+        Each trial's overhead model is looked up once here for :meth:`runtime`.
         """
         view = self.view
         trial_of, seen_of, running, now = view.trial, view.unit_time, view.running, view.time
-        overhead = self.overhead
+        oh_of, overhead, unit = self._oh.get, self.overhead, self._unit
         rows = []
         known = []
         for tid, target in targets.items():
             seen = seen_of(tid)
-            u = self._unit(tid, seen)
+            oh = oh_of(tid)
+            if oh is None:
+                oh = overhead(tid)
+            if seen is not None and seen[0] > 0 and seen[1] > 0:
+                u = seen[0] / oh.factor(seen[1])
+            else:
+                u = unit(tid, seen)
             if u is not None:
                 known.append(u)
-            overhead(tid)
-            rows.append((tid, _left(trial_of(tid), seen, running.get(tid), target, now), u))
+            t = trial_of(tid)
+            left = target - t.budget_used
+            pl = running.get(tid)
+            if seen is not None and pl is not None and t.results and seen[0] > 0:
+                last_t = t.results[-1][0]
+                if last_t >= t.share_since - _TOL and abs(
+                        (pl[0][1] if len(pl) == 1 else width(pl)) - seen[1]) < 1e-6:
+                    left -= max(now - last_t, 0.0) / seen[0]
+            rows.append((tid, max(left, 1e-6 * max(target, 1.0)), u))
         fallback = sum(known) / len(known) if known else 1.0
         out = {}
         h1 = self._h1
@@ -118,10 +133,7 @@ class FluidEstimator:
 
     def runtime(self, tid: int, w: float) -> float:
         """h_{i,w}: remaining time at width ``w`` (call :meth:`h1` first)."""
-        oh = self._oh.get(tid)
-        if oh is None:
-            oh = self.overhead(tid)
-        return self._h1[tid] * oh.factor(w)
+        return self._h1[tid] * (self._oh.get(tid) or self.overhead(tid)).factor(w)
 
 
 def _left(t: Trial, seen: tuple[float, float] | None, pl: Placement | None, target: float,
