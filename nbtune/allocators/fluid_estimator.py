@@ -45,6 +45,9 @@ class FluidEstimator:
         self.store: ProfileStore | None = store if isinstance(store, ProfileStore) else None
         self._h1: dict[int, float] = {}
         self._oh: dict[int, OverheadModel] = {}
+        # the workload prior's methods, looked up once (this runs per trial per decision)
+        self._wl_overhead = getattr(self.workload, "overhead", None)
+        self._wl_unit_time = getattr(self.workload, "unit_time", None)
 
     def _profile(self, tid: int) -> Profile | None:
         if self.store is None:
@@ -57,13 +60,13 @@ class FluidEstimator:
     def overhead(self, tid: int) -> OverheadModel:
         oh = self._oh.get(tid)
         if oh is None:
-            prof = self._profile(tid)
+            prof = None if self.store is None else self._profile(tid)
             if self.fixed is not None:
                 oh = self.fixed
             elif prof is not None:
                 oh = prof.overhead
-            elif self.workload is not None and hasattr(self.workload, "overhead"):
-                oh = self.workload.overhead(self.view.trial(tid).config)
+            elif self._wl_overhead is not None:
+                oh = self._wl_overhead(self.view.trial(tid).config)
             else:
                 oh = OverheadModel()
             self._oh[tid] = oh
@@ -76,12 +79,12 @@ class FluidEstimator:
     def _unit(self, tid: int, seen: tuple[float, float] | None) -> float | None:
         if seen is not None and seen[0] > 0 and seen[1] > 0:
             return seen[0] / self.overhead(tid).factor(seen[1])
-        prof = self._profile(tid)
-        if prof is not None and prof.unit_time:
-            return prof.unit_time
-        if self.workload is not None and hasattr(self.workload, "unit_time"):
-            t = self.view.trial(tid)
-            return float(self.workload.unit_time(tid, t.config))
+        if self.store is not None:
+            prof = self._profile(tid)
+            if prof is not None and prof.unit_time:
+                return prof.unit_time
+        if self._wl_unit_time is not None:
+            return float(self._wl_unit_time(tid, self.view.trial(tid).config))
         return None
 
     def remaining(self, tid: int, target: float) -> float:
