@@ -166,10 +166,14 @@ class GpuBook:
             k -= 1
         return self._fraction(1.0 / self.c, ())
 
-    def _whole(self, k: int, cur: Placement) -> Placement | None:
-        """``k`` idle GPUs on the fewest nodes: own first, best-fit node, else most idle first."""
+    def _whole(self, k: int, cur: Placement, own: list[int] | None = None) -> Placement | None:
+        """``k`` idle GPUs on the fewest nodes: own first, best-fit node, else most idle first.
+
+        ``own``: the trial's GPUs that are whole for it, when the caller worked them out.
+        """
         load, cap = self.load, self.cap
-        own = [g for g, _ in cur if g in self.gpus and load[g] + 1.0 <= cap[g] + _TOL]
+        if own is None:
+            own = [g for g, _ in cur if g in self.gpus and load[g] + 1.0 <= cap[g] + _TOL]
         if len(own) >= k:
             return tuple((g, 1.0) for g in own[:k])
         own_set = set(own)
@@ -351,8 +355,29 @@ class HeldBook(GpuBook):
             self._resum(g)
 
     def trial_placement(self, tid: int, w: float) -> Placement:
-        """Where ``tid`` would go at width ``w`` with its own GPUs free for it (else where it is)."""
+        """Where ``tid`` would go at width ``w`` with its own GPUs free for it (else where it is).
+
+        Usually answered without touching the indexes: when each of the trial's
+        GPUs is busy (so not indexed as idle) and can hold a whole share, its
+        GPUs' entries cannot change the answer. A GPU it could stay on is found
+        by the first check, from its loads less its shares; an index entry of
+        one it could not stay on fails every test the search makes, before and
+        after release alike (loads and counts only drop on release); and the
+        GPUs freed for a whole width are exactly the ones ``own`` lists.
+        """
         cur = self.held[tid]
+        load, count, cap = self.load, self.count, self.cap
+        if self._indexed and len({g for g, _ in cur}) == len(cur) and all(
+                g in load and load[g] > _TOL and cap[g] >= 1.0 for g, _ in cur):
+            if w < 1 - _TOL:
+                for g, sh in cur:  # stay where it is if it can
+                    if count[g] - 1 < self.c and load[g] - sh + w <= cap[g] + _TOL:
+                        return ((g, w),)
+                pl = self._fraction(w, ())
+            else:
+                own = [g for g, sh in cur if load[g] - sh + 1.0 <= cap[g] + _TOL]
+                pl = self._whole(int(math.floor(w + _TOL)), cur, own)
+            return cur if pl is None else pl
         saved = [(g, self.load[g], self.count[g]) for g, _ in cur if g in self.load]
         self.remove(cur)
         pl = self.place(w, cur)

@@ -407,7 +407,7 @@ def test_the_held_book_matches_a_rebuild_after_any_sequence_of_changes(data, c):
     held = data.draw(placements(cluster, data.draw(st.integers(0, 10))))
     book = HeldBook(cluster, c, caps, held)
     _check_book(book)
-    for _ in range(data.draw(st.integers(1, 8))):
+    for _ in range(data.draw(st.integers(1, 12))):
         op = data.draw(st.sampled_from(["sync", "move", "append", "place"]))
         if op == "sync":  # some trials kept (same objects), some new, in a new order
             new = data.draw(placements(cluster, data.draw(st.integers(0, 10)), first_id=20))
@@ -423,6 +423,11 @@ def test_the_held_book_matches_a_rebuild_after_any_sequence_of_changes(data, c):
         elif book.held:
             tid = data.draw(st.sampled_from(list(book.held)))
             before = (dict(book.load), dict(book.count))
-            book.trial_placement(tid, data.draw(st.sampled_from([0.25, 1 / 3, 1.0, 2.0])))
+            w = data.draw(st.sampled_from([0.25, 1 / 3, 0.5, 1.0, 2.0, 3.0]))
+            got = book.trial_placement(tid, w)
             assert (book.load, book.count) == before  # a question, not a change
+            if all(g in book.gpus for g, _ in book.held[tid]):
+                want = reference_place_widths({tid: w}, cluster, book.held, c=c,
+                                              max_share=caps).get(tid, book.held[tid])
+                assert got == want
         _check_book(book)
