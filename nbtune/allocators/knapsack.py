@@ -95,25 +95,19 @@ def _room_and_demands(
     node_cpus = base.node_cpus.copy()
     # every running trial's memory off its GPUs and cores off their nodes, in the order the
     # per-trial loop took them (ufunc.at applies repeated indices one after another)
-    gi: list[int] = []
-    mem: list[float] = []
-    cpus: list[float] = []
-    trial = view.trial
-    demands = []
-    for tid, placement in view.running.items():
-        d = demand_of(view, tid, trial(tid).config)
-        demands.append(d)
-        for g, _ in placement:
-            i = pos.get(g)
-            if i is None:
-                continue
-            gi.append(i)
-            mem.append(d.memory_gb)
-            cpus.append(d.cpus)
-    if gi:
-        idx = np.asarray(gi, dtype=np.int64)
-        np.subtract.at(memory, idx, np.asarray(mem, dtype=float))
-        np.subtract.at(node_cpus, gpu_node[idx], np.asarray(cpus, dtype=float))
+    running = view.running
+    demands = demand_of.many(view, running)
+    pos_get = pos.get
+    entries = [(pos_get(g), k) for k, pl in enumerate(running.values()) for g, _ in pl]
+    if entries:
+        if any(i is None for i, _ in entries):  # GPUs the cluster no longer has
+            entries = [(i, k) for i, k in entries if i is not None]
+        idx = np.fromiter((i for i, _ in entries), dtype=np.int64, count=len(entries))
+        owner = np.fromiter((k for _, k in entries), dtype=np.int64, count=len(entries))
+        mem = np.array([d.memory_gb for d in demands], dtype=float)
+        cpus = np.array([d.cpus for d in demands], dtype=float)
+        np.subtract.at(memory, idx, mem[owner])
+        np.subtract.at(node_cpus, gpu_node[idx], cpus[owner])
     return ClusterRoom(list(gpu_ids), ratio, compute, memory, gpu_node.copy(), node_cpus,
                        base.speed.copy(), list(base.nodes)), demands
 

@@ -267,6 +267,9 @@ def test_cluster_room_matches_the_reference_exactly(data, r):
     wl = SyntheticWorkload({"i": uniform(0, 1)}, demand=lambda cfg: Demand(
         0.3, 1.5 + (cfg["i"] * 7) % 5.3, 0.7 + (cfg["i"] * 3) % 2.1))
     view = data.draw(views(data.draw(clusters(max_gpus=10)), {}, wl))
+    if data.draw(st.booleans()):  # a trial still on a GPU the cluster lost
+        view.running[77] = ((99, 1.0),) + tuple(view.running.get(0, ()))
+        view.trials[77] = Trial(77, {"i": 0.7}, TrialState.RUNNING)
     lookup = DemandLookup()
     a = reference_cluster_room(view, {"generic": r}, lookup)
     b = cluster_room(view, {"generic": r}, lookup)
