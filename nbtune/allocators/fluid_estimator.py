@@ -45,6 +45,7 @@ class FluidEstimator:
         self.store: ProfileStore | None = store if isinstance(store, ProfileStore) else None
         self._h1: dict[int, float] = {}
         self._oh: dict[int, OverheadModel] = {}
+        self._factors: dict[tuple[int, float], float] = {}  # (id of a model in _oh, w)
         # the workload prior's methods, looked up once (this runs per trial per decision)
         self._wl_overhead = getattr(self.workload, "overhead", None)
         self._wl_unit_time = getattr(self.workload, "unit_time", None)
@@ -136,7 +137,12 @@ class FluidEstimator:
 
     def runtime(self, tid: int, w: float) -> float:
         """h_{i,w}: remaining time at width ``w`` (call :meth:`h1` first)."""
-        return self._h1[tid] * (self._oh.get(tid) or self.overhead(tid)).factor(w)
+        oh = self._oh.get(tid) or self.overhead(tid)
+        key = (id(oh), w)  # widths take few values and most trials share one model
+        f = self._factors.get(key)
+        if f is None:
+            f = self._factors[key] = oh.factor(w)
+        return self._h1[tid] * f
 
 
 def _left(t: Trial, seen: tuple[float, float] | None, pl: Placement | None, target: float,
