@@ -17,7 +17,7 @@ indexes that answer Fluid's placement questions without a scan:
   (float addition is monotone).
 
 The rules, the tie-breaks and the float arithmetic on loads are exactly those
-of the scan they replace (a loads' value depends on the order shares were added,
+of the scan they replace (a load's value depends on the order shares were added,
 so :class:`HeldBook` re-adds a GPU's shares in the caller's trial order
 whenever one of them changes, as the rebuild did).
 """
