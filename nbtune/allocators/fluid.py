@@ -121,7 +121,8 @@ class StaticFluidAllocator(BaseAllocator):
 
         Kept from one call to the next so a decision costs what changed since
         the last one, not a rebuild of every GPU's load (the book follows any
-        ``held`` exactly; keeping it only saves work).
+        ``held`` exactly; keeping it only saves work). It makes the allocator
+        stateful: one instance must not decide for two engines at the same time.
         """
         caps = self._caps(view)
         book = getattr(self, "_held_book", None)

@@ -4,8 +4,10 @@
 load from all running placements and then scan every GPU for each trial it
 placed; DynamicFluid calls it once per scale-up step, on every engine
 schedule call, so a decision cost O(trials × GPUs). A :class:`GpuBook` is
-built once per decision and kept current as trials are placed, with three
-indexes that answer Fluid's placement questions without a scan:
+built once per ``place_widths`` call (a :class:`HeldBook` is kept by the
+Fluid allocators from one decision to the next) and kept current as trials
+are placed, with three indexes that answer Fluid's placement questions
+without a scan:
 
 * idle GPUs (load ≤ tolerance), sorted by id: the lowest fresh GPU for a fraction;
 * per node, the idle GPUs a whole worker may take (capacity ≥ 1), and the
