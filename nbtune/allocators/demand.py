@@ -134,3 +134,25 @@ class DemandLookup:
         d = trial_demand(view, trial_id, config, self.default)
         self._memo[trial_id] = (config, d)
         return d
+
+    def many(self, view: SchedulingView, trial_ids: Iterable[int]) -> list[Demand]:
+        """``[self(view, tid, view.trial(tid).config) for tid in trial_ids]``, the hints read once."""
+        trial = view.trial
+        hints = view.hints
+        if hints.get("profiles") is not None:
+            return [trial_demand(view, tid, trial(tid).config, self.default) for tid in trial_ids]
+        model = hints.get("workload")
+        if model is not self._model:
+            self._model, self._memo = model, {}
+        memo = self._memo
+        out = []
+        for tid in trial_ids:
+            config = trial(tid).config
+            hit = memo.get(tid)
+            if hit is not None and (hit[0] is config or hit[0] == config):
+                out.append(hit[1])
+                continue
+            d = trial_demand(view, tid, config, self.default)
+            memo[tid] = (config, d)
+            out.append(d)
+        return out

@@ -34,100 +34,15 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
-from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
+from nbtune.allocators.fluid_estimator import FluidEstimator, with_hints
+from nbtune.allocators.gpu_book import HeldBook
+from nbtune.allocators.profiling import Profile, ProfileStore
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
 from nbtune.core.resources import Placement, width
-from nbtune.workloads.base import OverheadModel
 
 __all__ = ["StaticFluidAllocator", "DynamicFluidAllocator", "FluidEstimator"]
 
 _TOL = 1e-9
-
-
-class FluidEstimator:
-    """h_i1 and h_{i,w} for live trials from what a :class:`SchedulingView` offers."""
-
-    def __init__(
-        self,
-        view: SchedulingView,
-        *,
-        alpha: float | None = None,
-        beta: float | None = None,
-        signature_keys: Iterable[str] | None = None,
-    ) -> None:
-        self.view = view
-        self.fixed = None if alpha is None and beta is None else OverheadModel(alpha or 1.0,
-                                                                              beta or 1.0)
-        self.keys = None if signature_keys is None else list(signature_keys)
-        hints = view.hints
-        self.workload = hints.get("workload")
-        store = hints.get("profiles")
-        self.store: ProfileStore | None = store if isinstance(store, ProfileStore) else None
-        self._h1: dict[int, float] = {}
-        self._oh: dict[int, OverheadModel] = {}
-
-    def _profile(self, tid: int) -> Profile | None:
-        if self.store is None:
-            return None
-        try:
-            return self.store.get(model_signature(self.view.trial(tid).config, self.keys))
-        except KeyError:
-            return None
-
-    def overhead(self, tid: int) -> OverheadModel:
-        oh = self._oh.get(tid)
-        if oh is None:
-            prof = self._profile(tid)
-            if self.fixed is not None:
-                oh = self.fixed
-            elif prof is not None:
-                oh = prof.overhead
-            elif self.workload is not None and hasattr(self.workload, "overhead"):
-                oh = self.workload.overhead(self.view.trial(tid).config)
-            else:
-                oh = OverheadModel()
-            self._oh[tid] = oh
-        return oh
-
-    def unit_time(self, tid: int) -> float | None:
-        """Seconds per budget unit alone on one GPU, or None if nothing is known."""
-        seen = self.view.unit_time(tid)
-        if seen is not None and seen[0] > 0 and seen[1] > 0:
-            return seen[0] / self.overhead(tid).factor(seen[1])
-        prof = self._profile(tid)
-        if prof is not None and prof.unit_time:
-            return prof.unit_time
-        if self.workload is not None and hasattr(self.workload, "unit_time"):
-            t = self.view.trial(tid)
-            return float(self.workload.unit_time(tid, t.config))
-        return None
-
-    def remaining(self, tid: int, target: float) -> float:
-        """Budget left to ``target``, counting progress since the last report when it is known."""
-        t = self.view.trial(tid)
-        left = target - t.budget_used
-        seen = self.view.unit_time(tid)
-        pl = self.view.running.get(tid)
-        if seen is not None and pl is not None and t.results and seen[0] > 0:
-            last_t = t.results[-1][0]
-            if last_t >= t.share_since - _TOL and abs(width(pl) - seen[1]) < 1e-6:
-                left -= max(self.view.time - last_t, 0.0) / seen[0]
-        return max(left, 1e-6 * max(target, 1.0))
-
-    def h1(self, targets: Mapping[int, float]) -> dict[int, float]:
-        """Remaining runtime at width 1 for each ``{trial_id: target budget}``."""
-        units = {tid: self.unit_time(tid) for tid in targets}
-        known = [u for u in units.values() if u is not None]
-        fallback = sum(known) / len(known) if known else 1.0
-        out = {}
-        for tid, target in targets.items():
-            u = units[tid] if units[tid] is not None else fallback
-            out[tid] = self._h1[tid] = self.remaining(tid, target) * u
-        return out
-
-    def runtime(self, tid: int, w: float) -> float:
-        """h_{i,w}: remaining time at width ``w`` (call :meth:`h1` first)."""
-        return self._h1[tid] * self.overhead(tid).factor(w)
 
 
 class StaticFluidAllocator(BaseAllocator):
@@ -191,12 +106,31 @@ class StaticFluidAllocator(BaseAllocator):
     # ------------------------------------------------------------ helpers
     def estimator(self, view: SchedulingView) -> FluidEstimator:
         if self.profiles is not None and "profiles" not in view.hints:
-            view = _WithHints(view, {**view.hints, "profiles": self.profiles})
+            view = with_hints(view, {**view.hints, "profiles": self.profiles})
         return FluidEstimator(view, alpha=self.alpha, beta=self.beta,
                               signature_keys=self.signature_keys)
 
     def _caps(self, view: SchedulingView) -> dict[int, float]:
-        return {g.gpu_id: self.max_share(view, g.gpu_id) for g in view.cluster.gpus}
+        ids = [g.gpu_id for g in view.cluster.gpus]
+        if type(self).max_share is BaseAllocator.max_share:
+            return dict.fromkeys(ids, BaseAllocator.max_share(self, view, ids[0]) if ids else 1.0)
+        return {g: self.max_share(view, g) for g in ids}
+
+    def _book(self, view: SchedulingView, held: Mapping[int, Placement]) -> HeldBook:
+        """The allocator's :class:`HeldBook`, brought up to ``held`` (rebuilt if the cluster changed).
+
+        Kept from one call to the next so a decision costs what changed since
+        the last one, not a rebuild of every GPU's load (the book follows any
+        ``held`` exactly; keeping it only saves work). It makes the allocator
+        stateful: one instance must not decide for two engines at the same time.
+        """
+        caps = self._caps(view)
+        book = getattr(self, "_held_book", None)
+        if book is None or book.cluster is not view.cluster or book.caps != caps:
+            book = self._held_book = HeldBook(view.cluster, self.c, caps, held)
+        else:
+            book.sync(held)
+        return book
 
     def _limit(self, view: SchedulingView) -> int | None:
         caps = [x for x in (view.max_concurrent, self.concurrency) if x is not None]
@@ -210,17 +144,19 @@ class StaticFluidAllocator(BaseAllocator):
         algorithms (ASHA) then run up to ``c`` times as many trials as GPUs,
         which is where packing's throughput comes from.
         """
-        counts: dict[int, int] = {}
-        for pl in view.running.values():
-            for g, _ in pl:
-                counts[g] = counts.get(g, 0) + 1
+        count = self._book(view, view.running).count  # trials on each GPU of the cluster
+        load_of = view.gpu_load.get
+        c, frac = self.c, 1.0 / self.c
+        fixed = type(self).max_share is BaseAllocator.max_share
+        cap = BaseAllocator.max_share(self, view, 0) + _TOL
         slots = 0
         for g in view.cluster.gpus:
-            load = view.gpu_load.get(g.gpu_id, 0.0)
+            gid = g.gpu_id
+            load = load_of(gid, 0.0)
             if load <= _TOL:
-                slots += self.c
-            elif load + 1.0 / self.c <= self.max_share(view, g.gpu_id) + _TOL:
-                slots += max(self.c - counts.get(g.gpu_id, 0), 0)
+                slots += c
+            elif load + frac <= (cap if fixed else self.max_share(view, gid) + _TOL):
+                slots += max(c - count[gid], 0)
         limit = self._limit(view)
         if limit is not None:
             slots = min(slots, max(limit - len(view.running), 0))
@@ -242,8 +178,22 @@ class StaticFluidAllocator(BaseAllocator):
         widths = fluid_widths(h1, n_idle, self.c, self.d)
         if self.fill:
             widths = fill_leftover(widths, est.runtime, n_idle, self.c, self.d)
-        return place_widths(widths, view.cluster, view.running, c=self.c,
-                            max_share=self._caps(view), shrink_to_fit=True)
+        if any(tid in view.running for tid in widths):  # re-placing a running trial: the general way
+            return place_widths(widths, view.cluster, view.running, c=self.c,
+                                max_share=self._caps(view), shrink_to_fit=True)
+        # place_widths(..., shrink_to_fit=True) on the kept book: the same rules and arithmetic
+        book = self._book(view, view.running)
+        launch: dict[int, Placement] = {}
+        for tid, w in widths.items():
+            if not (w > 0 and math.isfinite(w)):
+                raise ValueError(f"trial {tid}: width must be a finite number > 0, got {w!r}")
+            pl = book.place(w)
+            if pl is None:
+                pl = book.shrunk(w)
+            if pl is not None:
+                launch[tid] = pl
+                book.append(tid, pl)
+        return launch
 
 
 class DynamicFluidAllocator(StaticFluidAllocator):
@@ -288,38 +238,41 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         if not view.running:
             return {}
         target = self.plan(view, est)
-        current = {tid: width(pl) for tid, pl in view.running.items()}
+        current = {tid: pl[0][1] if len(pl) == 1 else width(pl)  # width(), one share fast
+                   for tid, pl in view.running.items()}
         ups = [t for t, w in target.items() if w > current[t] + _TOL]
-        held: dict[int, Placement] = {**view.running, **launch}
-        caps = self._caps(view)
+        # every placement held now, kept current as trials move
+        book = self._book(view, {**view.running, **launch})
+        held = book.held
         resize: dict[int, Placement] = {}
-        short = self._grow(view, est, ups, target, current, held, caps, resize)
+        short = self._grow(est, ups, target, current, book, resize)
         shrunk: set[int] = set()
         if short:  # scale-downs only to feed scale-ups that lack GPUs (alone they free idle GPUs)
             downs = [t for t, w in target.items() if w < current[t] - _TOL
                      and self.pays(est, t, current[t], w)]
             before_held, before_resize = dict(held), dict(resize)
             for tid in downs:
-                pl = place_widths({tid: target[tid]}, view.cluster, held, c=self.c,
-                                  max_share=caps)[tid]
+                pl = book.trial_placement(tid, target[tid])
                 if pl != held[tid]:
-                    held[tid] = resize[tid] = pl
+                    book.move(tid, pl)
+                    resize[tid] = pl
                     shrunk.add(tid)
             widths_before = {t: width(held[t]) for t in short}
-            self._grow(view, est, short, target, current, held, caps, resize)
+            self._grow(est, short, target, current, book, resize)
             if all(abs(width(held[t]) - widths_before[t]) < _TOL for t in short):
-                held, resize, shrunk = before_held, before_resize, set()
-        return self._spread(view, est, held, caps, resize, shrunk)
+                for tid, pl in before_held.items():  # nothing gained: undo the scale-downs
+                    if held[tid] is not pl:
+                        book.move(tid, pl)
+                resize, shrunk = before_resize, set()
+        return self._spread(view, est, book, resize, shrunk)
 
     def _grow(
         self,
-        view: SchedulingView,
         est: FluidEstimator,
         ups: list[int],
         target: Mapping[int, float],
         current: Mapping[int, float],
-        held: dict[int, Placement],
-        caps: Mapping[int, float],
+        book: HeldBook,
         resize: dict[int, Placement],
     ) -> list[int]:
         """Scale-ups in non-increasing h order (the longest trial chooses first).
@@ -328,16 +281,17 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         ε; returns the trials still short of w'.
         """
         short = []
+        held = book.held
         for tid in ups:
             for w_new in _steps_down(target[tid], current[tid]):
                 if w_new <= width(held[tid]) + _TOL:
                     break
                 if not self.pays(est, tid, current[tid], w_new):
                     break  # smaller steps pay even less
-                pl = place_widths({tid: w_new}, view.cluster, held, c=self.c,
-                                  max_share=caps)[tid]
+                pl = book.trial_placement(tid, w_new)
                 if abs(width(pl) - w_new) < 1e-6 and pl != held[tid]:
-                    held[tid] = resize[tid] = pl
+                    book.move(tid, pl)
+                    resize[tid] = pl
                     break
             if width(held[tid]) < target[tid] - _TOL:
                 short.append(tid)
@@ -347,8 +301,7 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         self,
         view: SchedulingView,
         est: FluidEstimator,
-        held: dict[int, Placement],
-        caps: Mapping[int, float],
+        book: HeldBook,
         resize: dict[int, Placement],
         shrunk: Collection[int] = (),
     ) -> dict[int, Placement]:
@@ -360,23 +313,21 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         scale-up (on the same GPU: nothing moves). Trials scaled down in this
         round (``shrunk``) are left alone: that would undo a step Alg. 2 took.
         """
-        on_gpu: dict[int, list[int]] = {}
-        for tid, pl in held.items():
-            for g, _ in pl:
-                on_gpu.setdefault(g, []).append(tid)
-        for g, tids in on_gpu.items():
-            if any(len(held[t]) != 1 or held[t][0][1] >= 1 - _TOL for t in tids):
-                continue  # a whole-GPU trial is there (or a trial spans GPUs)
-            if any(t not in view.running or t in shrunk for t in tids):
+        held, running = book.held, view.running
+        # GPUs in the order they first appear in ``held``, each with its trials in that order;
+        # only those with nothing but single-GPU fractions, some below an equal split
+        for _, g in sorted((min(book.on[g]), g) for g in book.spreadable):
+            on = book.on[g]
+            tids = [on[p][0] for p in sorted(on) for _ in on[p][1]]
+            if any(t not in running or t in shrunk for t in tids):
                 continue  # just launched or just scaled down: leave it as placed
-            share = min(caps.get(g, 1.0), 1.0) / len(tids)
-            if all(held[t][0][1] >= share - _TOL for t in tids):
-                continue
+            share = min(book.cap[g], 1.0) / len(tids)
             if all(self.pays(est, t, held[t][0][1], share) for t in tids):
                 for t in tids:
-                    held[t] = resize[t] = ((g, share),)
+                    book.move(t, ((g, share),))
+                    resize[t] = held[t]
         # a trial scaled down and spread back to where it was has not moved at all
-        return {t: pl for t, pl in resize.items() if pl != view.running.get(t)}
+        return {t: pl for t, pl in resize.items() if pl != running.get(t)}
 
 
 def _steps_down(w_target: float, w_now: float) -> list[float]:
@@ -387,17 +338,3 @@ def _steps_down(w_target: float, w_now: float) -> list[float]:
         out.append(float(k))
         k -= 1
     return out
-
-
-class _WithHints:
-    """A view with extra hints (a ProfileStore given to the allocator rather than the runtime)."""
-
-    def __init__(self, view: SchedulingView, hints: Mapping[str, Any]) -> None:
-        self._view, self._hints = view, hints
-
-    @property
-    def hints(self) -> Mapping[str, Any]:
-        return self._hints
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._view, name)

@@ -193,6 +193,18 @@ class FluidKnapsackAllocator(KnapsackAllocator):
         target = dyn.plan(view, est)
         pos = {g: i for i, g in enumerate(room.gpu_ids)}
         resize: dict[int, Placement] = {}
+        compute = room.compute
+        # GPUs with a whole GPU of compute free: colocate(k) needs k of them, so when fewer
+        # are free it would say no, and is not asked (kept current through every _place)
+        n_whole = int(np.count_nonzero(compute >= 1.0 - _TOL))
+
+        def place(idx: list[int], share: float, dem: Demand, sign: float = 1.0) -> None:
+            nonlocal n_whole
+            for i in idx:
+                was = compute[i] >= 1.0 - _TOL
+                self._place(room, [i], share, dem, sign)
+                n_whole += int(compute[i] >= 1.0 - _TOL) - int(was)
+
         for tid, w_new in target.items():  # non-increasing h: the longest trial chooses first
             cur = view.running[tid]
             w = width(cur)
@@ -202,18 +214,20 @@ class FluidKnapsackAllocator(KnapsackAllocator):
             mine = [(pos[g], sh) for g, sh in cur if g in pos]
             own = [i for i, _ in mine]
             for i, sh in mine:  # its own share is free for it while it chooses
-                self._place(room, [i], sh, dem, -1.0)
+                place([i], sh, dem, -1.0)
             placed = None
             for k in range(int(math.floor(w_new + _TOL)), 0, -1):
                 if k <= w + _TOL or not dyn.pays(est, tid, w, float(k)):
                     break  # smaller steps pay even less
+                if k > n_whole:
+                    continue  # fewer than k GPUs have a whole GPU free: colocate says None
                 placed = colocate(k, dem, room, prefer=own)
                 if placed is not None:
                     break
             if placed is None:
                 for i, sh in mine:
-                    self._place(room, [i], sh, dem)
+                    place([i], sh, dem)
                 continue
-            self._place(room, placed, 1.0, dem)
+            place(placed, 1.0, dem)
             resize[tid] = tuple((room.gpu_ids[i], 1.0) for i in placed)
         return resize

@@ -75,29 +75,76 @@ def cluster_room(
     demand_of: DemandLookup | None = None,
 ) -> ClusterRoom:
     """Remaining compute, memory and CPUs per GPU/node after the running trials' demands."""
+    return _room_and_demands(view, ratios, demand_of)[0]
+
+
+def _room_and_demands(
+    view: SchedulingView,
+    ratios: Mapping[str, float],
+    demand_of: DemandLookup | None = None,
+) -> tuple[ClusterRoom, list[Demand]]:
+    """:func:`cluster_room`, and the running trials' demands (in ``view.running`` order)."""
     demand_of = demand_of or DemandLookup()
     cluster: ClusterSpec = view.cluster
+    base = _cluster_arrays(cluster)
+    gpu_ids, pos, gpu_node = base.gpu_ids, base.pos, base.gpu_node
+    ratio = np.array([ratios.get(k, DEFAULT_RATIO) for k in base.kinds], dtype=float)
+    load = view.gpu_load
+    compute = ratio - np.array([load.get(g, 0.0) for g in gpu_ids], dtype=float)
+    memory = base.memory.copy()
+    node_cpus = base.node_cpus.copy()
+    # every running trial's memory off its GPUs and cores off their nodes, in the order the
+    # per-trial loop took them (ufunc.at applies repeated indices one after another)
+    running = view.running
+    demands = demand_of.many(view, running)
+    pos_get = pos.get
+    entries = [(pos_get(g), k) for k, pl in enumerate(running.values()) for g, _ in pl]
+    if entries:
+        if any(i is None for i, _ in entries):  # GPUs the cluster no longer has
+            entries = [(i, k) for i, k in entries if i is not None]
+        idx = np.fromiter((i for i, _ in entries), dtype=np.int64, count=len(entries))
+        owner = np.fromiter((k for _, k in entries), dtype=np.int64, count=len(entries))
+        mem = np.array([d.memory_gb for d in demands], dtype=float)
+        cpus = np.array([d.cpus for d in demands], dtype=float)
+        np.subtract.at(memory, idx, mem[owner])
+        np.subtract.at(node_cpus, gpu_node[idx], cpus[owner])
+    return ClusterRoom(list(gpu_ids), ratio, compute, memory, gpu_node.copy(), node_cpus,
+                       base.speed.copy(), list(base.nodes)), demands
+
+
+@dataclass
+class _ClusterArrays:
+    """What :func:`cluster_room` reads of a cluster that does not change while it is the same."""
+
+    gpu_ids: list[int]
+    pos: dict[int, int]
+    kinds: list[str]
+    memory: np.ndarray
+    gpu_node: np.ndarray
+    node_cpus: np.ndarray
+    speed: np.ndarray
+    nodes: list[str]
+
+
+_LAST_CLUSTER: list[tuple[ClusterSpec, _ClusterArrays]] = []
+
+
+def _cluster_arrays(cluster: ClusterSpec) -> _ClusterArrays:
+    """The cluster's per-GPU arrays, remembered for the last cluster object seen."""
+    hit = _LAST_CLUSTER[0] if _LAST_CLUSTER else None
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
     gpus = cluster.gpus
     nodes = list(dict.fromkeys(g.node for g in gpus))
     node_ix = {n: i for i, n in enumerate(nodes)}
-    pos = {g.gpu_id: i for i, g in enumerate(gpus)}
-    ratio = np.array([ratios.get(g.kind, DEFAULT_RATIO) for g in gpus], dtype=float)
-    load = view.gpu_load
-    compute = ratio - np.array([load.get(g.gpu_id, 0.0) for g in gpus], dtype=float)
-    memory = np.array([g.memory_gb for g in gpus], dtype=float)
-    gpu_node = np.array([node_ix[g.node] for g in gpus], dtype=np.int64)
-    node_cpus = np.array([float(cluster.node_cpus.get(n, 0.0)) for n in nodes], dtype=float)
-    for tid, placement in view.running.items():
-        d = demand_of(view, tid, view.trial(tid).config)
-        for g, _ in placement:
-            i = pos.get(g)
-            if i is None:
-                continue
-            memory[i] -= d.memory_gb
-            node_cpus[gpu_node[i]] -= d.cpus
-    speed = np.array([g.speed for g in gpus], dtype=float)
-    return ClusterRoom([g.gpu_id for g in gpus], ratio, compute, memory, gpu_node, node_cpus,
-                       speed, nodes)
+    out = _ClusterArrays(
+        [g.gpu_id for g in gpus], {g.gpu_id: i for i, g in enumerate(gpus)},
+        [g.kind for g in gpus], np.array([g.memory_gb for g in gpus], dtype=float),
+        np.array([node_ix[g.node] for g in gpus], dtype=np.int64),
+        np.array([float(cluster.node_cpus.get(n, 0.0)) for n in nodes], dtype=float),
+        np.array([g.speed for g in gpus], dtype=float), nodes)
+    _LAST_CLUSTER[:] = [(cluster, out)]
+    return out
 
 
 class KnapsackAllocator(BaseAllocator):
@@ -172,10 +219,8 @@ class KnapsackAllocator(BaseAllocator):
         running and pending trials' demands (or ``default_demand``) stands in.
         Never less than the number of idle GPUs, so the cluster cannot sit idle.
         """
-        room = cluster_room(view, self.ratios(view), self.demand_of)
-        known = [self.demand_of(view, s.trial_id, s.config) for s in view.pending] + [
-            self.demand_of(view, tid, view.trial(tid).config) for tid in view.running
-        ]
+        room, running = _room_and_demands(view, self.ratios(view), self.demand_of)
+        known = [self.demand_of(view, s.trial_id, s.config) for s in view.pending] + running
         if known:
             c = float(np.mean([d.compute for d in known]))
             m = float(np.mean([d.memory_gb for d in known]))

@@ -25,8 +25,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
 
+from nbtune.allocators.gpu_book import GpuBook
 from nbtune.core.resources import ClusterSpec, Placement
 
 __all__ = ["fluid_widths", "fill_leftover", "gpus_needed", "place_widths"]
@@ -55,15 +55,20 @@ def fluid_widths(h1: Mapping[int, float], n_gpus: float, c: int, d: int) -> dict
     group with no work left at all gives everyone ``1/c``.
     """
     _check_limits(n_gpus, c, d)
-    for tid, h in h1.items():
-        if not (math.isfinite(h) and h >= 0):
-            raise ValueError(f"trial {tid}: h_i1 must be a finite runtime >= 0, got {h!r}")
-    order = sorted(h1, key=lambda t: (-h1[t], t))
     total = sum(h1.values())
+    # a finite sum means no NaN or inf among them; then the least one says if any is negative
+    if not (math.isfinite(total) and (not h1 or min(h1.values()) >= 0)):
+        for tid, h in h1.items():
+            if not (math.isfinite(h) and h >= 0):
+                raise ValueError(f"trial {tid}: h_i1 must be a finite runtime >= 0, got {h!r}")
+    # non-increasing h, ties by id (a reverse sort is stable: equal h keep the id order)
+    order = sorted(sorted(h1), key=h1.__getitem__, reverse=True)
     out: dict[int, float] = {}
-    for tid in order:
-        share = h1[tid] / total * n_gpus if total > 0 else 0.0
-        out[tid] = float(min(max(math.floor(share + _TOL), 1.0 / c), d))
+    lo, floor = 1.0 / c, math.floor
+    for tid in order:  # w = min(max(floor(share), 1/c), d), spelled out for speed
+        f = floor(h1[tid] / total * n_gpus + _TOL) if total > 0 else floor(0.0 + _TOL)
+        v = lo if lo > f else f
+        out[tid] = float(d if d < v else v)
     return out
 
 
@@ -101,6 +106,8 @@ def fill_leftover(
     # a max-heap of the trials one more GPU would speed up, longest remaining time first
     # (ties: earliest in ``widths``); each pop hands out one GPU, so the whole pass is
     # O((trials + GPUs) log trials) instead of a scan of every trial per spare GPU
+    if total - (whole + math.ceil(n_frac / c)) <= 0:
+        return out  # no spare GPU: nothing to hand out (and no runtime to evaluate)
     order = {tid: i for i, tid in enumerate(out)}
     heap: list[tuple[float, int, int]] = []
 
@@ -112,8 +119,17 @@ def fill_leftover(
         if runtime(tid, nxt) < now - _TOL:
             heapq.heappush(heap, (-now, order[tid], tid))
 
-    for tid, w in out.items():
-        offer(tid, w)
+    # the first offers inlined; keys are unique (the order breaks ties), so heapify pops
+    # exactly what one push per trial would
+    lim, one, floor = d + _TOL, 1 - _TOL, math.floor
+    for i, (tid, w) in enumerate(out.items()):
+        nxt = 1.0 if w < one else floor(w + _TOL) + 1.0
+        if nxt > lim:
+            continue
+        now = runtime(tid, w)
+        if runtime(tid, nxt) < now - _TOL:
+            heap.append((-now, i, tid))
+    heapq.heapify(heap)
     while heap and total - (whole + math.ceil(n_frac / c)) > 0:
         _, _, tid = heapq.heappop(heap)
         w = out[tid]
@@ -123,10 +139,6 @@ def fill_leftover(
         out[tid] = step(w)
         offer(tid, out[tid])
     return out
-
-
-def _cap(max_share: float | Mapping[int, float], gpu: int) -> float:
-    return float(max_share.get(gpu, 1.0)) if isinstance(max_share, Mapping) else float(max_share)
 
 
 def place_widths(
@@ -162,123 +174,20 @@ def place_widths(
     """
     if isinstance(c, bool) or not isinstance(c, int) or c < 1:
         raise ValueError(f"c must be an integer >= 1, got {c!r}")
-    gpus = cluster.by_id()
-    load = {g: 0.0 for g in gpus}
-    count = {g: 0 for g in gpus}
-    for pl in running.values():
-        for g, s in pl:
-            if g in load:
-                load[g] += s
-                count[g] += 1
+    book = GpuBook(cluster, c, max_share)
+    book.count_running(running)
     out: dict[int, Placement] = {}
-
-    def release(pl: Placement) -> None:
-        for g, s in pl:
-            if g in load:
-                load[g] -= s
-                count[g] -= 1
-
-    def commit(tid: int, pl: Placement) -> None:
-        out[tid] = pl
-        for g, s in pl:
-            load[g] += s
-            count[g] += 1
-
-    def idle() -> list[int]:
-        return [g for g in gpus if load[g] <= _TOL]
-
     for tid, w in widths.items():
         if not (w > 0 and math.isfinite(w)):
             raise ValueError(f"trial {tid}: width must be a finite number > 0, got {w!r}")
         cur = running.get(tid, ())
-        release(cur)  # its own GPUs are free for it (and only for it: it is placed now)
-        pl = _place_one(w, cur, gpus, load, count, idle(), c, max_share)
+        book.remove(cur)  # its own GPUs are free for it (and only for it: it is placed now)
+        pl = book.place(w, cur)
         if pl is None and shrink_to_fit and not cur:
-            pl = _shrunk(w, gpus, load, count, idle(), c, max_share)
+            pl = book.shrunk(w)
         if pl is None and cur:
             pl = cur  # it keeps what it has
         if pl is not None:
-            commit(tid, pl)
+            out[tid] = pl
+            book.add(pl)
     return out
-
-
-def _place_one(
-    w: float,
-    cur: Placement,
-    gpus: Mapping[int, Any],
-    load: dict[int, float],
-    count: dict[int, int],
-    idle: list[int],
-    c: int,
-    max_share: float | Mapping[int, float],
-) -> Placement | None:
-    if w < 1 - _TOL:
-        return _place_fraction(w, cur, gpus, load, count, c, max_share)
-    k = int(math.floor(w + _TOL))
-    cur_ids = [g for g, _ in cur]
-    # keep own GPUs first (those still fully free for it), then grow next to them
-    own = [g for g in cur_ids if g in gpus and load[g] + 1.0 <= _cap(max_share, g) + _TOL]
-    if len(own) >= k:
-        return tuple((g, 1.0) for g in own[:k])
-    rest = [g for g in idle if g not in own and _cap(max_share, g) + _TOL >= 1.0]
-    if len(own) + len(rest) < k:
-        return None
-    nodes_of_own = {gpus[g].node for g in own}
-    by_node: dict[str, list[int]] = {}
-    for g in rest:
-        by_node.setdefault(gpus[g].node, []).append(g)
-    need = k - len(own)
-    if not own:
-        fits = [n for n, gs in by_node.items() if len(gs) >= need]
-        if fits:  # best fit: the node with the fewest idle GPUs that still has enough
-            node = min(fits, key=lambda n: (len(by_node[n]), n))
-            return tuple((g, 1.0) for g in sorted(by_node[node])[:need])
-    order = sorted(by_node, key=lambda n: (n not in nodes_of_own, -len(by_node[n]), n))
-    chosen = list(own)
-    for n in order:
-        for g in sorted(by_node[n]):
-            if len(chosen) == k:
-                break
-            chosen.append(g)
-    return tuple((g, 1.0) for g in chosen)
-
-
-def _place_fraction(
-    w: float,
-    cur: Placement,
-    gpus: Mapping[int, Any],
-    load: dict[int, float],
-    count: dict[int, int],
-    c: int,
-    max_share: float | Mapping[int, float],
-) -> Placement | None:
-    def fits(g: int) -> bool:
-        return count[g] < c and load[g] + w <= _cap(max_share, g) + _TOL
-
-    for g, _ in cur:  # stay where it is if it can
-        if g in gpus and fits(g):
-            return ((g, w),)
-    shared = [g for g in gpus if load[g] > _TOL and fits(g)]
-    if shared:  # pack: the fullest GPU that still has room
-        g = max(shared, key=lambda g: (load[g], -g))
-        return ((g, w),)
-    fresh = [g for g in gpus if load[g] <= _TOL and fits(g)]
-    return ((min(fresh), w),) if fresh else None
-
-
-def _shrunk(
-    w: float,
-    gpus: Mapping[int, Any],
-    load: dict[int, float],
-    count: dict[int, int],
-    idle: list[int],
-    c: int,
-    max_share: float | Mapping[int, float],
-) -> Placement | None:
-    k = min(int(math.floor(w + _TOL)), len(idle))
-    while k >= 1:
-        pl = _place_one(float(k), (), gpus, load, count, idle, c, max_share)
-        if pl is not None:
-            return pl
-        k -= 1
-    return _place_fraction(1.0 / c, (), gpus, load, count, c, max_share)

@@ -1,0 +1,179 @@
+"""Fluid's runtime estimates h_i1 and h_{i,w} for live trials, from what the view offers.
+
+h_i1 is remaining budget × seconds per unit on one GPU. Seconds per unit come
+from the engine's measurement (``view.unit_time``, converted to width 1
+through the overhead model), else a profile in the ``ProfileStore`` the
+runtime put in ``view.hints["profiles"]``, else the workload prior the
+simulator puts in ``view.hints["workload"]``, else the mean of the other live
+trials, else 1. Nothing here knows which runtime runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nbtune.allocators.base import SchedulingView
+from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
+from nbtune.core.resources import Placement, width
+from nbtune.core.trial import Trial
+from nbtune.workloads.base import OverheadModel
+
+__all__ = ["FluidEstimator", "with_hints"]
+
+_TOL = 1e-9
+
+
+class FluidEstimator:
+    """h_i1 and h_{i,w} for live trials from what a :class:`SchedulingView` offers."""
+
+    def __init__(
+        self,
+        view: SchedulingView,
+        *,
+        alpha: float | None = None,
+        beta: float | None = None,
+        signature_keys: Iterable[str] | None = None,
+    ) -> None:
+        self.view = view
+        self.fixed = None if alpha is None and beta is None else OverheadModel(alpha or 1.0,
+                                                                              beta or 1.0)
+        self.keys = None if signature_keys is None else list(signature_keys)
+        hints = view.hints
+        self.workload = hints.get("workload")
+        store = hints.get("profiles")
+        self.store: ProfileStore | None = store if isinstance(store, ProfileStore) else None
+        self._h1: dict[int, float] = {}
+        self._oh: dict[int, OverheadModel] = {}
+        self._factors: dict[tuple[int, float], float] = {}  # (id of a model in _oh, w)
+        # the workload prior's methods, looked up once (this runs per trial per decision)
+        self._wl_overhead = getattr(self.workload, "overhead", None)
+        self._wl_unit_time = getattr(self.workload, "unit_time", None)
+
+    def _profile(self, tid: int) -> Profile | None:
+        if self.store is None:
+            return None
+        try:
+            return self.store.get(model_signature(self.view.trial(tid).config, self.keys))
+        except KeyError:
+            return None
+
+    def overhead(self, tid: int) -> OverheadModel:
+        oh = self._oh.get(tid)
+        if oh is None:
+            prof = None if self.store is None else self._profile(tid)
+            if self.fixed is not None:
+                oh = self.fixed
+            elif prof is not None:
+                oh = prof.overhead
+            elif self._wl_overhead is not None:
+                oh = self._wl_overhead(self.view.trial(tid).config)
+            else:
+                oh = OverheadModel()
+            self._oh[tid] = oh
+        return oh
+
+    def unit_time(self, tid: int) -> float | None:
+        """Seconds per budget unit alone on one GPU, or None if nothing is known."""
+        return self._unit(tid, self.view.unit_time(tid))
+
+    def _unit(self, tid: int, seen: tuple[float, float] | None) -> float | None:
+        if seen is not None and seen[0] > 0 and seen[1] > 0:
+            return seen[0] / self.overhead(tid).factor(seen[1])
+        if self.store is not None:
+            prof = self._profile(tid)
+            if prof is not None and prof.unit_time:
+                return prof.unit_time
+        if self._wl_unit_time is not None:
+            return float(self._wl_unit_time(tid, self.view.trial(tid).config))
+        return None
+
+    def remaining(self, tid: int, target: float) -> float:
+        """Budget left to ``target``, counting progress since the last report when it is known."""
+        view = self.view
+        return _left(view.trial(tid), view.unit_time(tid), view.running.get(tid), target,
+                     view.time)
+
+    def h1(self, targets: Mapping[int, float]) -> dict[int, float]:
+        """Remaining runtime at width 1 for each ``{trial_id: target budget}``.
+
+        The plan runs this over every live trial on every scheduling call, so
+        :meth:`unit_time` and :meth:`remaining` (:func:`_left`) are spelled out
+        inline for the common case (a measured trial); the same arithmetic,
+        checked against them by ``tests/allocators/test_scaling_equivalence.py``.
+        Each trial's overhead model is looked up once here for :meth:`runtime`.
+        """
+        view = self.view
+        trial_of, seen_of, running, now = view.trial, view.unit_time, view.running, view.time
+        oh_of, overhead, unit = self._oh.get, self.overhead, self._unit
+        rows = []
+        known = []
+        for tid, target in targets.items():
+            seen = seen_of(tid)
+            oh = oh_of(tid)
+            if oh is None:
+                oh = overhead(tid)
+            if seen is not None and seen[0] > 0 and seen[1] > 0:
+                u = seen[0] / oh.factor(seen[1])
+            else:
+                u = unit(tid, seen)
+            if u is not None:
+                known.append(u)
+            t = trial_of(tid)
+            left = target - t.budget_used
+            pl = running.get(tid)
+            if seen is not None and pl is not None and t.results and seen[0] > 0:
+                last_t = t.results[-1][0]
+                if last_t >= t.share_since - _TOL and abs(
+                        (pl[0][1] if len(pl) == 1 else width(pl)) - seen[1]) < 1e-6:
+                    left -= max(now - last_t, 0.0) / seen[0]
+            rows.append((tid, max(left, 1e-6 * max(target, 1.0)), u))
+        fallback = sum(known) / len(known) if known else 1.0
+        out = {}
+        h1 = self._h1
+        for tid, rem, u in rows:
+            out[tid] = h1[tid] = rem * (u if u is not None else fallback)
+        return out
+
+    def runtime(self, tid: int, w: float) -> float:
+        """h_{i,w}: remaining time at width ``w`` (call :meth:`h1` first)."""
+        oh = self._oh.get(tid) or self.overhead(tid)
+        key = (id(oh), w)  # widths take few values and most trials share one model
+        f = self._factors.get(key)
+        if f is None:
+            f = self._factors[key] = oh.factor(w)
+        return self._h1[tid] * f
+
+
+def _left(t: Trial, seen: tuple[float, float] | None, pl: Placement | None, target: float,
+          now: float) -> float:
+    """Budget ``t`` has left to ``target``, less the progress since its last report if known.
+
+    That progress counts only when the measurement ``seen`` was taken at the
+    width the trial holds now and since it got it.
+    """
+    left = target - t.budget_used
+    if seen is not None and pl is not None and t.results and seen[0] > 0:
+        last_t = t.results[-1][0]
+        if last_t >= t.share_since - _TOL and abs(width(pl) - seen[1]) < 1e-6:
+            left -= max(now - last_t, 0.0) / seen[0]
+    return max(left, 1e-6 * max(target, 1.0))
+
+
+class _WithHints:
+    """A view with extra hints (a ProfileStore given to the allocator rather than the runtime)."""
+
+    def __init__(self, view: SchedulingView, hints: Mapping[str, Any]) -> None:
+        self._view, self._hints = view, hints
+
+    @property
+    def hints(self) -> Mapping[str, Any]:
+        return self._hints
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+
+def with_hints(view: SchedulingView, hints: Mapping[str, Any]) -> SchedulingView:
+    """``view`` with ``hints`` in place of its own."""
+    return _WithHints(view, hints)  # type: ignore[return-value]

@@ -1,0 +1,351 @@
+"""The fast water-filling allocators decide exactly what the reference (pre-scaling) code decides.
+
+``tests/allocators/fluid_reference.py`` holds the code as it was before the
+incremental placement book. Here the two are compared on random inputs: the
+placement function alone, the leftover filling, allocators called on
+sequences of hand-built views that share one cluster (so the book kept
+between calls must follow arbitrary changes, not only the engine's), and the
+book's own state against a rebuild. Whole simulations:
+``test_scaling_simulations.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nbtune.allocators import (
+    DynamicFluidAllocator,
+    FluidKnapsackAllocator,
+    StaticFluidAllocator,
+)
+from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.demand import DemandLookup
+from nbtune.allocators.gpu_book import HeldBook
+from nbtune.allocators.knapsack import cluster_room
+from nbtune.allocators.waterfill import fill_leftover, place_widths
+from nbtune.core.resources import GPU, ClusterSpec, Demand, Placement
+from nbtune.core.space import uniform
+from nbtune.core.trial import Trial, TrialSpec, TrialState
+from nbtune.workloads import SyntheticWorkload
+from nbtune.workloads.base import OverheadModel
+from tests.allocators.fluid_reference import (
+    ReferenceDynamicFluid,
+    ReferenceStaticFluid,
+    reference_fill_leftover,
+    reference_place_widths,
+)
+from tests.allocators.knapsack_reference import ReferenceFluidKnapsack, reference_cluster_room
+
+SHARES = [0.25, 1 / 3, 0.5, 0.2, 1 / 6, 0.75, 0.1, 0.3]
+
+
+def _outcome(fn, *args, **kw) -> Any:
+    """A call's result, or the type of what it raised (both sides must fail alike)."""
+    try:
+        return fn(*args, **kw)
+    except Exception as e:  # noqa: BLE001 - compared, not swallowed
+        return type(e)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, and for dicts equal in iteration order too (the engine applies them in order)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a.items()) == list(b.items())
+    return a == b
+
+
+@st.composite
+def clusters(draw, max_gpus: int = 16) -> ClusterSpec:
+    n = draw(st.integers(1, max_gpus))
+    ids = draw(st.lists(st.integers(0, 40), min_size=n, max_size=n, unique=True))
+    n_nodes = draw(st.integers(1, max(1, n // 2)))
+    return ClusterSpec.of([GPU(g, f"n{draw(st.integers(0, n_nodes - 1))}") for g in ids])
+
+
+@st.composite
+def placements(draw, cluster: ClusterSpec, n: int, first_id: int = 0) -> dict[int, Placement]:
+    """Random running placements: fractions (odd ones too), whole and multi-GPU, stray GPUs."""
+    ids = [g.gpu_id for g in cluster.gpus]
+    out: dict[int, Placement] = {}
+    for tid in range(first_id, first_id + n):
+        kind = draw(st.integers(0, 9))
+        if kind < 5:
+            out[tid] = ((draw(st.sampled_from(ids)), draw(st.sampled_from(SHARES))),)
+        elif kind < 9:
+            k = draw(st.integers(1, min(3, len(ids))))
+            gs = draw(st.lists(st.sampled_from(ids), min_size=k, max_size=k, unique=True))
+            out[tid] = tuple((g, 1.0) for g in gs)
+        else:
+            out[tid] = ((99, 1.0),)  # a GPU the cluster no longer has
+    return out
+
+
+# ------------------------------------------------------------------ the functions alone
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_place_widths_matches_the_reference(data):
+    cluster = data.draw(clusters())
+    running = data.draw(placements(cluster, data.draw(st.integers(0, 14))))
+    c = data.draw(st.integers(1, 4))
+    ids = [g.gpu_id for g in cluster.gpus]
+    caps = data.draw(st.sampled_from(["one", "wide", "map"]))
+    max_share: Any = {"one": 1.0, "wide": 1.5}.get(caps) or {
+        g: data.draw(st.sampled_from([0.5, 1.0, 1.0, 2.0, 1.25])) for g in ids}
+    movable = [t for t, pl in running.items() if all(g in ids for g, _ in pl)]
+    tids = data.draw(st.lists(st.sampled_from(movable + list(range(100, 110))), unique=True,
+                              max_size=10))
+    widths = {t: data.draw(st.sampled_from([1 / c, 0.25, 1 / 3, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0]))
+              for t in tids}
+    shrink = data.draw(st.booleans())
+    a = _outcome(reference_place_widths, widths, cluster, running, c=c, max_share=max_share,
+                 shrink_to_fit=shrink)
+    b = _outcome(place_widths, widths, cluster, running, c=c, max_share=max_share,
+                 shrink_to_fit=shrink)
+    assert _same(a, b), (widths, running, a, b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(h=st.lists(st.floats(0.0, 100.0), min_size=1, max_size=12),
+       ws=st.lists(st.sampled_from([0.25, 1 / 3, 1.0, 2.0, 3.0]), min_size=12, max_size=12),
+       n=st.integers(0, 30), c=st.integers(1, 4), d=st.integers(1, 4),
+       alpha=st.floats(1.0, 1.6), beta=st.floats(1.0, 1.3))
+def test_fill_leftover_matches_the_reference(h, ws, n, c, d, alpha, beta):
+    oh = OverheadModel(alpha, beta)
+    widths = {i: ws[i] for i in range(len(h))}
+
+    def runtime(tid: int, w: float) -> float:
+        return h[tid] * oh.factor(w)
+
+    a = reference_fill_leftover(widths, runtime, n, c, d)
+    b = fill_leftover(widths, runtime, n, c, d)
+    assert _same(a, b)
+
+
+# ------------------------------------------------------------------ allocators on views
+@dataclass
+class RandomView:
+    """A SchedulingView with every field random (the engine's views are one special case)."""
+
+    cluster: ClusterSpec
+    trials: dict[int, Trial]
+    running: dict[int, Placement]
+    pending: list[TrialSpec] = field(default_factory=list)
+    hints: dict[str, Any] = field(default_factory=dict)
+    measured: dict[int, tuple[float, float]] = field(default_factory=dict)
+    time: float = 0.0
+    max_budget: float = 27.0
+    max_concurrent: int | None = None
+
+    @property
+    def gpu_load(self) -> dict[int, float]:
+        load = {g.gpu_id: 0.0 for g in self.cluster.gpus}
+        for pl in self.running.values():
+            for g, s in pl:
+                if g in load:
+                    load[g] += s
+        return load
+
+    @property
+    def idle_gpus(self) -> set[int]:
+        return {g for g, v in self.gpu_load.items() if v <= 1e-12}
+
+    def trial(self, tid: int) -> Trial:
+        return self.trials[tid]
+
+    def group(self, gid: int) -> None:
+        return None
+
+    def unit_time(self, tid: int) -> tuple[float, float] | None:
+        return self.measured.get(tid)
+
+
+@st.composite
+def views(draw, cluster: ClusterSpec, keep: dict[int, Placement], wl: SyntheticWorkload):
+    """A view on ``cluster``; some trials keep the very placement objects of ``keep``."""
+    n_run = draw(st.integers(0, 12))
+    running = draw(placements(cluster, n_run, first_id=draw(st.integers(0, 6))))
+    running = {t: pl for t, pl in running.items() if all(g != 99 for g, _ in pl)}
+    for t, pl in keep.items():  # the same objects as last time, somewhere in the order
+        if draw(st.booleans()):
+            running[t] = pl
+    order = draw(st.permutations(list(running)))
+    running = {t: running[t] for t in order}
+    now = draw(st.floats(0.0, 100.0))
+    trials, measured = {}, {}
+    for t, pl in running.items():
+        used = draw(st.floats(0.0, 20.0))
+        target = used + draw(st.floats(0.5, 10.0))
+        last = draw(st.floats(0.0, now))
+        tr = Trial(t, {"i": t}, TrialState.RUNNING, target_budget=target, budget_used=used,
+                   results=[(last, used, {})] if draw(st.booleans()) else [],
+                   share_since=draw(st.floats(0.0, now)))
+        trials[t] = tr
+        if draw(st.booleans()):
+            w = sum(s for _, s in pl) if draw(st.booleans()) else 1.0
+            measured[t] = (draw(st.floats(0.1, 5.0)), w)
+    pending = []
+    for t in range(50, 50 + draw(st.integers(0, 6))):
+        trials[t] = Trial(t, {"i": t}, TrialState.PENDING)
+        pending.append(TrialSpec(t, {"i": t}, draw(st.floats(1.0, 27.0))))
+    return RandomView(cluster, trials, running, pending, {"workload": wl}, measured, now,
+                      max_concurrent=draw(st.sampled_from([None, None, 4, 20])))
+
+
+def _fluid_pair(kind: str, **kw: Any) -> tuple[BaseAllocator, BaseAllocator]:
+    if kind == "waterfill":
+        return DynamicFluidAllocator(**kw), ReferenceDynamicFluid(**kw)
+    if kind == "waterfill-static":
+        kw.pop("resize_overhead", None)
+        return StaticFluidAllocator(**kw), ReferenceStaticFluid(**kw)
+    return FluidKnapsackAllocator(**kw), ReferenceFluidKnapsack(**kw)
+
+
+def _check_call(fast: BaseAllocator, ref: BaseAllocator, view: SchedulingView) -> Allocation:
+    assert _same(_outcome(fast.capacity, view), _outcome(ref.capacity, view))
+    a, b = _outcome(fast.allocate, view), _outcome(ref.allocate, view)
+    if isinstance(a, Allocation) and isinstance(b, Allocation):
+        assert _same(a.launch, b.launch), (a, b)
+        assert _same(a.resize, b.resize), (a, b)
+    else:
+        assert a == b, (a, b)
+    return a
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), kind=st.sampled_from(["waterfill", "waterfill-static", "fluid+knapsack"]),
+       c=st.integers(1, 4), d=st.integers(1, 4), alpha=st.floats(1.0, 1.5),
+       beta=st.floats(1.0, 1.25), eps=st.sampled_from([0.0, 0.5, 5.0]), fill=st.booleans())
+def test_allocators_match_the_reference_on_sequences_of_random_views(
+        data, kind, c, d, alpha, beta, eps, fill):
+    wl = SyntheticWorkload({"i": uniform(0, 1)}, unit_time=lambda cfg: 1.0 + cfg["i"] % 7,
+                           alpha=alpha, beta=beta)
+    fast, ref = _fluid_pair(kind, c=c, d=d, fill=fill, resize_overhead=eps)
+    cluster = data.draw(clusters(max_gpus=12))
+    keep: dict[int, Placement] = {}
+    for _ in range(data.draw(st.integers(1, 4))):
+        if data.draw(st.integers(0, 5)) == 0:  # now and then the cluster itself changes
+            cluster = data.draw(clusters(max_gpus=12))
+            keep = {}
+        view = data.draw(views(cluster, keep, wl))
+        out = _check_call(fast, ref, view)
+        # next view: what this one ran, resized as decided, kept as the same objects
+        keep = dict(view.running)
+        if isinstance(out, Allocation):
+            keep.update(out.resize)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), alpha=st.floats(1.0, 1.5), beta=st.floats(1.0, 1.25),
+       prior=st.booleans())
+def test_h1_matches_the_reference_estimator_exactly(data, alpha, beta, prior):
+    wl = SyntheticWorkload({"i": uniform(0, 1)}, unit_time=lambda cfg: 1.0 + cfg["i"] % 7,
+                           alpha=alpha, beta=beta)
+    view = data.draw(views(data.draw(clusters(max_gpus=8)), {}, wl))
+    if not prior:
+        view.hints = {}  # no workload: unmeasured trials take the mean of the measured ones
+    fast = DynamicFluidAllocator().estimator(view)
+    ref = ReferenceDynamicFluid().estimator(view)
+    targets = {t: view.trials[t].target_budget for t in view.running}
+    targets.update({s.trial_id: s.budget for s in view.pending})
+    assert _same(fast.h1(targets), ref.h1(targets))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), r=st.sampled_from([1.0, 1.5, 2.0]))
+def test_cluster_room_matches_the_reference_exactly(data, r):
+    """The knapsack allocators' free compute, memory and cores (shared by all of them)."""
+    wl = SyntheticWorkload({"i": uniform(0, 1)}, demand=lambda cfg: Demand(
+        0.3, 1.5 + (cfg["i"] * 7) % 5.3, 0.7 + (cfg["i"] * 3) % 2.1))
+    view = data.draw(views(data.draw(clusters(max_gpus=10)), {}, wl))
+    if data.draw(st.booleans()):  # a trial still on a GPU the cluster lost
+        view.running[77] = ((99, 1.0),) + tuple(view.running.get(0, ()))
+        view.trials[77] = Trial(77, {"i": 0.7}, TrialState.RUNNING)
+    lookup = DemandLookup()
+    a = reference_cluster_room(view, {"generic": r}, lookup)
+    b = cluster_room(view, {"generic": r}, lookup)
+    for name in ("compute", "memory", "gpu_node", "node_cpus", "speed", "ratio"):
+        assert getattr(a, name).tolist() == getattr(b, name).tolist(), name
+    assert (a.gpu_ids, a.nodes) == (b.gpu_ids, b.nodes)
+
+
+# ------------------------------------------------------------------ the book's own invariants
+def _rebuilt(book: HeldBook) -> tuple[dict[int, float], dict[int, int]]:
+    """Loads as place_widths' rebuild computes them: ``held``'s shares added in its order."""
+    load = dict.fromkeys(book.gpus, 0.0)
+    count = dict.fromkeys(book.gpus, 0)
+    for pl in book.held.values():
+        for g, s in pl:
+            if g in load:
+                load[g] += s
+                count[g] += 1
+    return load, count
+
+
+def _check_book(book: HeldBook) -> None:
+    load, count = _rebuilt(book)
+    assert book.load == load and book.count == count  # exact floats, not approximately
+    assert list(book.pos) == list(book.held)
+    assert list(book.pos.values()) == sorted(book.pos.values())
+    idle = sorted(g for g in book.gpus if load[g] <= 1e-9)
+    assert book._idle == idle
+    free: dict[str, list[int]] = {}
+    for g in idle:
+        if book.cap[g] + 1e-9 >= 1.0:
+            free.setdefault(book.node[g], []).append(g)
+    assert {n: gs for n, gs in book._node_free.items() if gs} == free
+    assert {k: v for k, v in book._bucket.items() if v} == {
+        k: sorted(n for n, gs in free.items() if len(gs) == k)
+        for k in {len(gs) for gs in free.values()}}
+    shared: dict[float, list] = {}
+    for g in book.gpus:
+        if load[g] > 1e-9 and count[g] < book.c:
+            shared.setdefault(book.cap[g], []).append((load[g], -g))
+    assert {k: v for k, v in book._shared.items() if v} == {k: sorted(v)
+                                                             for k, v in shared.items()}
+    spread = set()
+    for g in book.gpus:
+        tids = [t for t, pl in book.held.items() for h, _ in pl if h == g]
+        if tids and all(len(book.held[t]) == 1 and book.held[t][0][1] < 1 - 1e-9
+                        for t in tids):
+            share = min(book.cap[g], 1.0) / len(tids)
+            if any(book.held[t][0][1] < share - 1e-9 for t in tids):
+                spread.add(g)
+    assert book.spreadable == spread
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), c=st.integers(1, 4))
+def test_the_held_book_matches_a_rebuild_after_any_sequence_of_changes(data, c):
+    cluster = data.draw(clusters(max_gpus=8))
+    caps = data.draw(st.sampled_from([1.0, {g.gpu_id: 2.0 for g in cluster.gpus}]))
+    held = data.draw(placements(cluster, data.draw(st.integers(0, 10))))
+    book = HeldBook(cluster, c, caps, held)
+    _check_book(book)
+    for _ in range(data.draw(st.integers(1, 12))):
+        op = data.draw(st.sampled_from(["sync", "move", "append", "place"]))
+        if op == "sync":  # some trials kept (same objects), some new, in a new order
+            new = data.draw(placements(cluster, data.draw(st.integers(0, 10)), first_id=20))
+            kept = {t: pl for t, pl in book.held.items() if data.draw(st.booleans())}
+            merged = {**kept, **new}
+            order = data.draw(st.permutations(list(merged)))
+            book.sync({t: merged[t] for t in order})
+        elif op == "move" and book.held:
+            tid = data.draw(st.sampled_from(list(book.held)))
+            book.move(tid, data.draw(placements(cluster, 1))[0])
+        elif op == "append":
+            book.append(data.draw(st.integers(40, 45)), data.draw(placements(cluster, 1))[0])
+        elif book.held:
+            tid = data.draw(st.sampled_from(list(book.held)))
+            before = (dict(book.load), dict(book.count))
+            w = data.draw(st.sampled_from([0.25, 1 / 3, 0.5, 1.0, 2.0, 3.0]))
+            got = book.trial_placement(tid, w)
+            assert (book.load, book.count) == before  # a question, not a change
+            if all(g in book.gpus for g, _ in book.held[tid]):
+                want = reference_place_widths({tid: w}, cluster, book.held, c=c,
+                                              max_share=caps).get(tid, book.held[tid])
+                assert got == want
+        _check_book(book)
