@@ -3,7 +3,9 @@
 ``nbtune demo`` runs a real tuning job on a local Dask cluster (a small CNN
 on scikit-learn's digits, ASHA, water-filling; see :mod:`nbtune.demo`);
 ``nbtune demo --sim`` tunes a simulated job with Hyperband on the
-discrete-event simulator instead; ``nbtune version`` prints the version.
+discrete-event simulator instead; ``nbtune ls``, ``nbtune show`` and
+``nbtune resume`` read and continue the experiments of a store
+(:mod:`nbtune.cli_store`); ``nbtune version`` prints the version.
 Heavy imports (pandas, the engine) happen inside the commands, so ``--help``
 and ``version`` stay fast.
 """
@@ -71,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--report", default=None,
                       help="HTML report path (default: <store folder>/<experiment>.html)")
     demo.set_defaults(func=_cmd_demo)
+
+    from nbtune.cli_store import add_parsers  # the store commands; no heavy import at load
+
+    add_parsers(sub)
 
     ver = sub.add_parser("version", help="print nbtune's version")
     ver.set_defaults(func=_cmd_version)
@@ -148,6 +154,19 @@ def _per_gpu_utilization(exp: Any) -> dict[int, float]:
     return out
 
 
+def _utilization_row(exp: Any, kind: str) -> tuple[str, str]:
+    """The summary's utilization row: per simulated GPU, or measured on the Dask workers."""
+    if kind != "sim":
+        return ("utilization", f"mean {exp.mean_utilization():.1%} (measured CPU of the workers)")
+    util = _per_gpu_utilization(exp)
+    mean_util = sum(util.values()) / len(util) if util else 0.0
+    if len(util) <= 8:
+        spread = "per GPU " + " ".join(f"{g}:{u:.0%}" for g, u in sorted(util.items()))
+    else:
+        spread = f"min {min(util.values()):.0%}, max {max(util.values()):.0%}"
+    return ("GPU utilization", f"mean {mean_util:.1%}; {spread}")
+
+
 def _outcome_rows(exp: Any) -> list[tuple[str, str]]:
     """The rows both demos print: trials by state, the best result and its config."""
     df = exp.results()
@@ -209,7 +228,7 @@ def _cmd_demo_real(args: argparse.Namespace) -> int:
             *_outcome_rows(exp)]
     rows += [
         ("makespan", f"{exp.makespan:,.1f} s measured"),
-        ("utilization", f"mean {exp.mean_utilization():.1%} (measured CPU of the workers)"),
+        _utilization_row(exp, "dask"),
         ("store", f"{res.store_path} (experiment {exp.name!r})"),
         ("report", str(res.report_path)),
         ("wall time", f"{res.wall:.1f} s (cluster start-up included)"),
@@ -239,17 +258,11 @@ def _cmd_demo_sim(args: argparse.Namespace) -> int:
     exp.wait()
     wall = time.perf_counter() - wall
 
-    util = _per_gpu_utilization(exp)
-    mean_util = sum(util.values()) / len(util) if util else 0.0
     rows = [("job", f"simulated {args.algorithm}, {args.gpus} GPUs, allocator {args.allocator}"),
             *_outcome_rows(exp)]
-    if len(util) <= 8:
-        spread = "per GPU " + " ".join(f"{g}:{u:.0%}" for g, u in sorted(util.items()))
-    else:
-        spread = f"min {min(util.values()):.0%}, max {max(util.values()):.0%}"
     rows += [
         ("makespan", f"{exp.makespan:,.1f} s simulated"),
-        ("GPU utilization", f"mean {mean_util:.1%}; {spread}"),
+        _utilization_row(exp, "sim"),
         ("wall time", f"{wall:.2f} s"),
     ]
     print("nbtune demo: a simulated tuning job on the discrete-event simulator (no GPU needed)")

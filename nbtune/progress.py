@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from nbtune.core import events as ev
@@ -26,20 +26,27 @@ class ProgressPrinter:
     """Prints launches, rung results and ends with a status tail (running, done, best, elapsed).
 
     ``total`` is the number of trials the algorithm will start (for the
-    ``done k/total`` counter; None prints ``done k``).
+    ``done k/total`` counter; None prints ``done k``). ``catch_up`` prints the
+    trials already running when it subscribes; a resumed engine's "running"
+    trials are the dead run's, about to be relaunched, so resume turns it off.
+    ``clock`` gives the time printed at the start of each line (default: wall
+    seconds since the printer started; the simulator's own clock reads better).
     """
 
     def __init__(self, engine: Any, *, total: int | None = None, out: TextIO | None = None,
-                 unit: str = "slot") -> None:
+                 unit: str = "slot", catch_up: bool = True,
+                 clock: Callable[[], float] | None = None) -> None:
         self.engine = engine
         self.total = total
         self.out = out if out is not None else sys.stdout
         self.unit = unit
         self.lines = 0
         self._t0 = time.monotonic()
+        self._clock = clock
         self._lock = threading.Lock()
         self._unsubscribe = engine.subscribe(self)
-        self._catch_up()
+        if catch_up:
+            self._catch_up()
 
     def _catch_up(self) -> None:
         """Print the trials launched before this printer subscribed (the first handle call).
@@ -106,7 +113,7 @@ class ProgressPrinter:
         return t is not None and t.state is not TrialState.RUNNING
 
     def elapsed(self) -> float:
-        return time.monotonic() - self._t0
+        return self._clock() if self._clock is not None else time.monotonic() - self._t0
 
     def status(self) -> str:
         """``running r, started s/total, done d, best <metric> (trial t)`` from the engine.

@@ -14,6 +14,8 @@ from nbtune.store.resume import (
     ExperimentFinishedError,
     RestartableEngine,
     ResumeError,
+    Resumption,
+    prepare_resume,
     rebuild_algorithm,
     rebuild_allocator,
     replay,
@@ -29,7 +31,8 @@ from nbtune.store.store import (
 )
 
 __all__ = [
-    "Store", "open_store", "Recorder", "start_recording", "resume", "replay",
+    "Store", "open_store", "Recorder", "start_recording", "resume", "prepare_resume",
+    "Resumption", "replay",
     "rebuild_algorithm", "rebuild_allocator",
     "RestartableEngine", "SqlProfileStore", "ResumeError", "ExperimentFinishedError",
     "ExperimentExistsError", "UnknownExperimentError", "DEFAULT_DIR", "DEFAULT_FILE",

@@ -37,8 +37,8 @@ from nbtune.store.serialize import from_jsonable, load_space
 from nbtune.store.store import Store, command_payload, open_store
 from nbtune.workloads.base import WorkloadModel
 
-__all__ = ["RestartableEngine", "replay", "resume", "rebuild_algorithm", "rebuild_allocator",
-           "ResumeError", "ExperimentFinishedError"]
+__all__ = ["RestartableEngine", "replay", "resume", "prepare_resume", "Resumption",
+           "rebuild_algorithm", "rebuild_allocator", "ResumeError", "ExperimentFinishedError"]
 
 
 class ResumeError(RuntimeError):
@@ -183,6 +183,80 @@ def _continue_clock(rt: Runtime, t: float) -> None:
         advance(t)
 
 
+@dataclasses.dataclass
+class Resumption:
+    """A stored experiment rebuilt and replayed but not running yet: :meth:`start` continues it.
+
+    :func:`resume` is ``prepare_resume(...).start(runtime)``. The two steps are
+    apart so a caller can look at the rebuilt engine first (its cluster, which
+    trials will continue) and subscribe to it before the runtime starts: the
+    simulator runs the whole rest of the experiment inside ``start``.
+    """
+
+    name: str
+    store: Store
+    row: ExperimentRow
+    trainable: Any
+    engine: RestartableEngine
+    #: how many stored batches the replay fed to the engine
+    batches: int
+
+    def start(self, runtime: Any = "sim", *, background: bool = True) -> Experiment:
+        """Start ``runtime`` (``"sim"``, ``"dask"`` or a runtime object) on the replayed engine."""
+        from nbtune.api import _make_runtime
+
+        st, name = self.store, self.name
+        rt = _make_runtime(runtime)
+        _continue_clock(rt, self.engine.time)
+        st.mark_restart(name)
+        recorder = Recorder(st, name, self.engine, background=background,
+                            checkpoints=runtime_checkpoints(st, name, rt))
+        exp = Experiment(name, self.engine, rt, self.trainable)
+        exp.store, exp.recorder = st, recorder
+        try:
+            rt.start(self.engine, self.trainable)
+        except BaseException:
+            recorder.close()
+            raise
+        return exp
+
+
+def prepare_resume(
+    name: str,
+    store: Any = True,
+    trainable: Any = None,
+    *,
+    algorithm: BaseAlgorithm | None = None,
+    allocator: BaseAllocator | None = None,
+    validate: bool = False,
+) -> Resumption:
+    """Rebuild experiment ``name`` from ``store`` and replay its log; nothing runs yet.
+
+    Raises what :func:`resume` raises, before any runtime exists: an unknown
+    name, a finished experiment, a trainable or algorithm that cannot be rebuilt.
+    """
+    st = open_store(True if store is None else store)
+    if not isinstance(st, Store):
+        raise ValueError("resume needs the store the experiment was recorded in: store=False "
+                         "keeps nothing to resume from")
+    row = st.experiment(name)
+    if row.state == "done":
+        raise ExperimentFinishedError(
+            f"experiment {name!r} already finished; read its results with "
+            f"nbtune.store.Store({str(st.url)!r}).results({name!r})"
+        )
+    work = _trainable(row, trainable)
+    algo = rebuild_algorithm(row, algorithm)
+    alloc = rebuild_allocator(row, allocator)
+    hints = {"workload": work} if isinstance(work, WorkloadModel) else {}
+    engine = RestartableEngine(algo, alloc, validate=validate, max_failures=row.max_failures,
+                               hints=hints)
+    batches = replay(engine, st.event_log(name))
+    if engine.done:
+        raise ExperimentFinishedError(f"experiment {name!r} had finished; nothing to resume")
+    return Resumption(name, st, row, work, engine, batches)
+
+
 def resume(
     name: str,
     store: Any = True,
@@ -202,37 +276,5 @@ def resume(
     instances rather than registry names. Returns the :class:`Experiment`,
     which keeps recording into the same store.
     """
-    from nbtune.api import _make_runtime
-
-    st = open_store(True if store is None else store)
-    if not isinstance(st, Store):
-        raise ValueError("resume needs the store the experiment was recorded in: store=False "
-                         "keeps nothing to resume from")
-    row = st.experiment(name)
-    if row.state == "done":
-        raise ExperimentFinishedError(
-            f"experiment {name!r} already finished; read its results with "
-            f"nbtune.store.Store({str(st.url)!r}).results({name!r})"
-        )
-    work = _trainable(row, trainable)
-    algo = rebuild_algorithm(row, algorithm)
-    alloc = rebuild_allocator(row, allocator)
-    hints = {"workload": work} if isinstance(work, WorkloadModel) else {}
-    engine = RestartableEngine(algo, alloc, validate=validate, max_failures=row.max_failures,
-                               hints=hints)
-    replay(engine, st.event_log(name))
-    if engine.done:
-        raise ExperimentFinishedError(f"experiment {name!r} had finished; nothing to resume")
-    rt = _make_runtime(runtime)
-    _continue_clock(rt, engine.time)
-    st.mark_restart(name)
-    recorder = Recorder(st, name, engine, background=background,
-                        checkpoints=runtime_checkpoints(st, name, rt))
-    exp = Experiment(name, engine, rt, work)
-    exp.store, exp.recorder = st, recorder
-    try:
-        rt.start(engine, work)
-    except BaseException:
-        recorder.close()
-        raise
-    return exp
+    return prepare_resume(name, store, trainable, algorithm=algorithm, allocator=allocator,
+                          validate=validate).start(runtime, background=background)

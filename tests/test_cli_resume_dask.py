@@ -1,0 +1,97 @@
+"""``nbtune resume --runtime dask``: a real tuning job dies mid-run, the command line continues it.
+
+The first run uses a LocalCluster of two workers (tests.dask_cluster); the
+"crash" drops the recorder's unflushed buffer and kills the runtime with its
+trial processes, as a dead kernel does. ``nbtune resume`` then starts its own
+LocalCluster (``--workers 2``), imports the training function the store
+recorded by name and finishes the job from the checkpoints. No mocks.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import nbtune
+from nbtune.cli import main
+from nbtune.core.space import uniform
+from nbtune.store import Store
+
+distributed = pytest.importorskip("distributed")
+cloudpickle = pytest.importorskip("cloudpickle")
+
+from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
+from tests.dask_cluster import local_client  # noqa: E402
+
+pytestmark = pytest.mark.integration
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+BUDGET = 6
+
+
+def gate(checkpoint_dir: str) -> Path:
+    """A file under the store: trials other than 0 wait for it before their 3rd step."""
+    return Path(checkpoint_dir).parent.parent / "gate-open"
+
+
+def train_counting(config, trial):
+    """Checkpoints every step; trials but 0 hold at step 3 until the gate opens.
+
+    So the crash always finds them mid-run with steps 1-2 reported and
+    checkpointed, however loaded the machine is.
+    """
+    state = trial.restore() or {"w": 0.0}
+    for step in trial.steps():
+        while trial.trial_id != 0 and step > 2 and not gate(trial.checkpoint_dir).exists():
+            time.sleep(0.05)
+        time.sleep(0.2)
+        state["w"] += config["lr"]
+        trial.report(step=step, loss=1.0 / (1.0 + state["w"]), restored=trial.restore_step or 0.0)
+        trial.checkpoint(state)
+
+
+def test_resume_on_dask_from_the_command_line(tmp_path, capsys):
+    store = tmp_path / "st"
+    with local_client() as client:
+        rt = DaskRuntime(client, preload=(), sample_interval=0.25, warm_processes=1)
+        exp = nbtune.tune(train_counting, {"lr": uniform(0.1, 1.0)}, algorithm="random",
+                          metric="loss", max_budget=BUDGET, num_trials=3, runtime=rt,
+                          store=store, name="dead", seed=1)
+        st = Store(store)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            reports = [e for events, _ in st.event_log("dead") for e in events
+                       if type(e).__name__ == "TrialReported"]
+            done = {e.trial_id for e in reports if e.budget >= BUDGET}
+            held = {e.trial_id for e in reports if e.budget >= 2 and e.trial_id != 0}
+            if 0 in done and held:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the store never held trial 0's completion and a held trial's step 2")
+        exp.recorder.abandon()  # the kernel dies: whatever was not committed is gone
+        rt.close()
+    capsys.readouterr()
+    gate(str(rt.checkpoint_dir)).touch()
+    crash_time = max(e.time for events, _ in st.event_log("dead") for e in events)
+
+    code = main(["resume", "dead", "--store", str(store), "--runtime", "dask", "--workers", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert re.search(r"^cluster up after [\d.]+ s$", out, re.M)
+    assert re.search(r"^\[ *[\d.]+s\] trial +\d+ promote \d+ -> 6 on slot", out, re.M), out
+    assert re.search(r"^job\s+random resumed on 2 Dask workers, allocator fifo$", out, re.M)
+    res = st.results("dead")
+    assert set(res["state"]) == {"completed"} and (res["budget_used"] == BUDGET).all()
+    best = res.loc[res["loss"].idxmin()]
+    assert re.search(rf"^best loss\s+{best['loss']:.4f} \(trial {best['trial_id']}, ", out, re.M)
+    curves = st.learning_curves("dead")
+    later = curves[curves["time"] > crash_time]
+    assert not (later["trial_id"] == 0).any(), "the completed trial ran again"
+    assert (later["restored"] >= 2).any(), "no trial continued from its checkpoint"
+    row = st.experiment("dead")
+    assert row.state == "done" and row.restarts == 1
