@@ -25,3 +25,23 @@ def local_client(n_workers: int = 2) -> Iterator[distributed.Client]:
     finally:
         client.close()
         cluster.close()
+
+
+def watched_engine(algorithm, allocator=None):
+    """An engine with ``validate=True`` and the list of every event it handled (for asserts)."""
+    from nbtune.engine.engine import Engine
+
+    eng = Engine(algorithm, allocator, validate=True)
+    seen: list = []
+    eng.subscribe(lambda events, cmds: seen.extend(events))
+    return eng, seen
+
+
+def wait_for_budget(engine, trial_id: int, budget: float, timeout: float) -> None:
+    """Block until trial ``trial_id`` has used ``budget`` (fail the test after ``timeout`` s)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while trial_id not in engine.trials or engine.trials[trial_id].budget_used < budget:
+        assert time.monotonic() < deadline, f"trial {trial_id} never reached budget {budget}"
+        time.sleep(0.05)

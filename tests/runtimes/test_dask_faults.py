@@ -23,7 +23,7 @@ from tests.engine.toy import OneShot
 distributed = pytest.importorskip("distributed")
 
 from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
-from tests.dask_cluster import local_client  # noqa: E402
+from tests.dask_cluster import local_client, wait_for_budget, watched_engine  # noqa: E402
 
 pytestmark = pytest.mark.integration
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -47,17 +47,12 @@ def train_steady(config, trial):
 
 def test_killed_worker_restarts_trial_from_checkpoint(client, tmp_path):
     algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=12, num_trials=2, seed=0)
-    eng = Engine(algo, validate=True)
-    seen: list[ev.Event] = []
-    eng.subscribe(lambda events, cmds: seen.extend(events))
+    eng, seen = watched_engine(algo)
     rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
                      sample_interval=0.5)
     rt.start(eng, train_steady)
     try:
-        deadline = time.monotonic() + 90
-        while 1 not in eng.trials or eng.trials[1].budget_used < 3:
-            assert time.monotonic() < deadline, "trial 1 never got going"
-            time.sleep(0.05)
+        wait_for_budget(eng, 1, 3, 90)
         victim = rt.inventory.slots[eng.running[1][0][0]].worker
         pid = client.run(os.getpid, workers=[victim])[victim]
         os.kill(pid, signal.SIGKILL)
@@ -109,17 +104,12 @@ def test_killed_worker_mid_ddp_trial_kills_the_other_rank_and_restarts(client, t
     from tests.runtimes.test_dask_runtime import Gang, train_ddp
 
     algo = OneShot({"lr": uniform(0.01, 0.1)}, metric="loss", max_budget=8, num_trials=1, seed=0)
-    eng = Engine(algo, Gang(), validate=True)
-    seen: list[ev.Event] = []
-    eng.subscribe(lambda events, cmds: seen.extend(events))
+    eng, seen = watched_engine(algo, Gang())
     rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=("torch",), warm_processes=1,
                      sample_interval=0.5)
     rt.start(eng, train_ddp)
     try:
-        deadline = time.monotonic() + 120
-        while 0 not in eng.trials or eng.trials[0].budget_used < 2:
-            assert time.monotonic() < deadline, "the DDP trial never got going"
-            time.sleep(0.05)
+        wait_for_budget(eng, 0, 2, 120)
         assert len(eng.running[0]) == 2
         victim = rt.inventory.slots[eng.running[0][1][0]].worker  # rank 1's worker
         pid = client.run(os.getpid, workers=[victim])[victim]

@@ -24,7 +24,7 @@ from tests.engine.toy import OneShot
 distributed = pytest.importorskip("distributed")
 
 from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
-from tests.dask_cluster import local_client  # noqa: E402
+from tests.dask_cluster import local_client, wait_for_budget, watched_engine  # noqa: E402
 
 pytestmark = pytest.mark.integration
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -68,17 +68,12 @@ def _reinstall(dask_worker) -> None:
 
 def test_broken_stream_requeues_its_runs_and_the_worker_comes_back(client, tmp_path):
     algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=10, num_trials=2, seed=0)
-    eng = Engine(algo, validate=True)
-    seen: list[ev.Event] = []
-    eng.subscribe(lambda events, cmds: seen.extend(events))
+    eng, seen = watched_engine(algo)
     rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
                      sample_interval=0.5)
     rt.start(eng, train_steady)
     try:
-        deadline = time.monotonic() + 60
-        while 0 not in eng.trials or eng.trials[0].budget_used < 2:
-            assert time.monotonic() < deadline, "trial 0 never got going"
-            time.sleep(0.05)
+        wait_for_budget(eng, 0, 2, 60)
         victim = rt.inventory.slots[eng.running[0][0][0]].worker
         assert client.run(_end_stream, rt._topic, workers=[victim])[victim]
         assert rt.wait(90)

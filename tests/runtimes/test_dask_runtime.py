@@ -59,15 +59,18 @@ def run(rt, engine, fn, timeout=WAIT):
 
 
 # ------------------------------------------------------------- train functions
-def train_simple(config, trial):
+def train_simple(config, trial, boundary_sleep=0.0):
+    """Checkpoints every step; ``boundary_sleep`` delays the checkpoint of even steps."""
     state = trial.restore() or {"w": 0.0, "steps": [], "ids": []}
     for step in trial.steps():
         time.sleep(0.05)
         state["w"] += config["lr"]
         state["steps"].append(step)
         state["ids"].append(trial.trial_id)
-        trial.report(step=step, loss=1.0 / (1.0 + state["w"]),
-                     restored=trial.restore_step or 0.0, world=trial.world_size)
+        trial.report(step=step, loss=1.0 / (1.0 + state["w"]), restored=trial.restore_step or 0.0,
+                     world=trial.world_size, start=trial.start_step)
+        if boundary_sleep and step % 2 == 0:
+            time.sleep(boundary_sleep)
         trial.checkpoint(state)
 
 
@@ -428,17 +431,7 @@ def test_pbt_clones_resume_from_the_donor_checkpoint(client, tmp_path):
 
 def train_slow_boundary_checkpoint(config, trial):
     """train_simple, but a PBT boundary's checkpoint is written a second after its report."""
-    state = trial.restore() or {"w": 0.0, "steps": [], "ids": []}
-    for step in trial.steps():
-        time.sleep(0.05)
-        state["w"] += config["lr"]
-        state["steps"].append(step)
-        state["ids"].append(trial.trial_id)
-        trial.report(step=step, loss=1.0 / (1.0 + state["w"]),
-                     restored=trial.restore_step or 0.0, start=trial.start_step)
-        if step % 2 == 0:
-            time.sleep(1.0)
-        trial.checkpoint(state)
+    train_simple(config, trial, boundary_sleep=1.0)
 
 
 def test_pbt_clone_waits_for_the_donor_checkpoint_it_clones(client, tmp_path):

@@ -10,13 +10,16 @@ and the engine sees the cluster shrink and then grow to what it was.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from nbtune.core.resources import GPU, ClusterSpec
 
-__all__ = ["Slot", "Inventory", "connect", "probe_worker"]
+__all__ = ["Slot", "Inventory", "connect", "probe_worker", "listen_all", "unlisten_all"]
 
 
 @dataclass(frozen=True)
@@ -162,3 +165,39 @@ def connect(
         f"cluster must be None, a scheduler address, a distributed.Client or a Cluster, "
         f"got {type(cluster).__name__}"
     )
+
+
+# one "all"-topic subscription per client, fanned out to every runtime using it
+_ALL_LOCK = threading.Lock()
+_ALL: dict[str, list[Callable[[Any], None]]] = {}
+
+
+def listen_all(client: Any, fn: Callable[[Any], None]) -> None:
+    """Call ``fn`` with every event of the scheduler's "all" topic (worker arrivals, losses).
+
+    A client can hold one subscription per topic, and several runtimes may share a client:
+    one subscription per client fans out to all of them.
+    """
+    with _ALL_LOCK:
+        subs = _ALL.get(client.id)
+        if subs is None:
+            subs = _ALL[client.id] = []
+            cid = client.id
+
+            def fan_out(event: Any) -> None:
+                for f in list(_ALL.get(cid, ())):
+                    f(event)
+
+            client.subscribe_topic("all", fan_out)
+        subs.append(fn)
+
+
+def unlisten_all(client: Any, fn: Callable[[Any], None]) -> None:
+    with _ALL_LOCK:
+        subs = _ALL.get(client.id, [])
+        if fn in subs:
+            subs.remove(fn)
+        if not subs and client.id in _ALL:
+            del _ALL[client.id]
+            with contextlib.suppress(Exception):
+                client.unsubscribe_topic("all")

@@ -33,7 +33,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +41,7 @@ import pandas as pd
 from nbtune.core import events as ev
 from nbtune.core.commands import Launch
 from nbtune.runtimes.dask import checkpoints as ck
-from nbtune.runtimes.dask.cluster import Inventory, connect
+from nbtune.runtimes.dask.cluster import Inventory, connect, listen_all, unlisten_all
 from nbtune.runtimes.dask.driver import RunDriver
 from nbtune.runtimes.dask.links import WorkerLinks
 from nbtune.runtimes.dask.runs import Run
@@ -71,37 +70,6 @@ class WallClock:
 
     def now(self) -> float:
         return 0.0 if self._t0 is None else time.monotonic() - self._t0
-
-
-# one "all"-topic subscription per client, fanned out to every runtime using it
-_ALL_LOCK = threading.Lock()
-_ALL: dict[str, list[Callable[[Any], None]]] = {}
-
-
-def _listen_all(client: Any, fn: Callable[[Any], None]) -> None:
-    with _ALL_LOCK:
-        subs = _ALL.get(client.id)
-        if subs is None:
-            subs = _ALL[client.id] = []
-            cid = client.id
-
-            def fan_out(event: Any) -> None:
-                for f in list(_ALL.get(cid, ())):
-                    f(event)
-
-            client.subscribe_topic("all", fan_out)
-        subs.append(fn)
-
-
-def _unlisten_all(client: Any, fn: Callable[[Any], None]) -> None:
-    with _ALL_LOCK:
-        subs = _ALL.get(client.id, [])
-        if fn in subs:
-            subs.remove(fn)
-        if not subs and client.id in _ALL:
-            del _ALL[client.id]
-            with contextlib.suppress(Exception):
-                client.unsubscribe_topic("all")
 
 
 class DaskRuntime(RunDriver):
@@ -283,7 +251,7 @@ class DaskRuntime(RunDriver):
         self.checkpoint_dir = Path(self.checkpoint_dir)  # a store may have set a str
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self.client.subscribe_topic(self._topic, self._on_topic)
-        _listen_all(self.client, self._on_all)
+        listen_all(self.client, self._on_all)
         self.inventory.refresh(self.client)  # a worker that came or went before we listened
         self._links = WorkerLinks(self.client, self._topic, self._inbox)
         workers = sorted({s.worker for s in self.inventory.slots.values()})
@@ -342,7 +310,7 @@ class DaskRuntime(RunDriver):
         if self.client is not None:
             with contextlib.suppress(Exception):
                 self.client.unsubscribe_topic(self._topic)
-            _unlisten_all(self.client, self._on_all)
+            unlisten_all(self.client, self._on_all)
             if self._sampler_name is not None:
                 with contextlib.suppress(Exception):
                     self.client.unregister_worker_plugin(self._sampler_name)
