@@ -45,15 +45,46 @@ def train_steady(config, trial):
         trial.checkpoint(state)
 
 
-async def _end_stream(topic: str) -> bool:
+async def _end_stream(topic: str, dask_worker=None) -> bool:
     """On a worker: end the runtime's stream from the worker's side, as a network fault would."""
     from nbtune.runtimes.dask import handlers
 
-    q = handlers._STREAMS.get(topic)
+    q = handlers._STREAMS.get((dask_worker.address, topic))
     if q is None:
         return False
     q.put_nowait(None)
     return True
+
+
+def _active() -> list[str]:
+    """On a worker: the ranks it runs now (``run_key/rank``)."""
+    from nbtune.runtimes.dask import executor
+
+    with executor._LOCK:
+        return [k for k, e in executor._ACTIVE.items() if e.child is not None and e.child.alive()]
+
+
+def _busy_loop() -> None:
+    """On a worker, on its event loop (``client.run`` of a plain function): 3 s of no service."""
+    time.sleep(3.0)
+
+
+def _break_free_port() -> None:
+    """On a worker: rank 0 cannot bind a rendezvous port (a contact address it does not own)."""
+    from nbtune.runtimes.dask import ddp
+
+    def free_port(host: str) -> int:
+        raise OSError(99, "Cannot assign requested address")
+
+    ddp.free_port = free_port
+
+
+def _mend_free_port() -> None:
+    import importlib
+
+    from nbtune.runtimes.dask import ddp
+
+    importlib.reload(ddp)
 
 
 def _drop_launch_handler(dask_worker) -> None:
@@ -75,7 +106,13 @@ def test_broken_stream_requeues_its_runs_and_the_worker_comes_back(client, tmp_p
     try:
         wait_for_budget(eng, 0, 2, 60)
         victim = rt.inventory.slots[eng.running[0][0][0]].worker
+        old_run = f"{rt._runs[0].run_key}/0"
         assert client.run(_end_stream, rt._topic, workers=[victim])[victim]
+        # the worker is alive: the old run's process must not train on beside the relaunch
+        deadline = time.monotonic() + 10
+        while old_run in client.run(_active, workers=[victim])[victim]:
+            assert time.monotonic() < deadline, "the run cut off by the broken stream lives on"
+            time.sleep(0.1)
         assert rt.wait(90)
     finally:
         rt.close()
@@ -111,3 +148,106 @@ def test_a_launch_the_worker_cannot_carry_out_fails_the_trial_not_the_experiment
     assert failed, states
     assert all("could not start the trial" in t.error for t in failed)
     assert any(s is TrialState.COMPLETED for s in states.values()), states
+
+
+def train_short(config, trial):
+    for step in trial.steps():
+        time.sleep(0.5)
+        trial.report(step=step, loss=1.0 / step)
+
+
+def test_a_clean_end_while_the_worker_loop_is_busy_is_not_a_crash(client, tmp_path):
+    """The process exits (not reused) while its worker's event loop is blocked for 3 s: its
+    last report and exit must still come through, not "died with exit code 0"."""
+    algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=3, num_trials=1, seed=0)
+    eng, seen = watched_engine(algo)
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
+                     sample_interval=0.5, reuse_processes=False)
+    rt.start(eng, train_short)
+    try:
+        wait_for_budget(eng, 0, 2, 60)
+        victim = rt.inventory.slots[eng.running[0][0][0]].worker
+        client.run(_busy_loop, workers=[victim])
+        assert rt.wait(60)
+    finally:
+        rt.close()
+    t = eng.trials[0]
+    assert t.state is TrialState.COMPLETED and t.failures == 0, t.error
+    assert [b for _, b, _ in t.results] == [1.0, 2.0, 3.0]
+
+
+def test_an_os_error_in_the_launch_handler_fails_the_trial_instead_of_looping(client, tmp_path):
+    """Rank 0's worker cannot pick a rendezvous port: that is the launch's error, not a lost
+    worker, so the trial fails (and is not requeued forever)."""
+    from tests.runtimes.test_dask_runtime import Gang
+
+    algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=2, num_trials=1, seed=0)
+    eng, seen = watched_engine(algo, Gang())
+    client.run(_break_free_port)
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
+                     sample_interval=0.5)
+    try:
+        rt.start(eng, train_steady)
+        assert rt.wait(60)
+    finally:
+        rt.close()
+        client.run(_mend_free_port)
+    failed = [e for e in seen if isinstance(e, ev.TrialFailed)]
+    assert failed and not any(e.worker_lost for e in failed)
+    assert len(failed) == 1  # max_failures=0: failed once, never requeued as "lost"
+    assert eng.trials[0].state is TrialState.ERROR
+    assert "Cannot assign requested address" in eng.trials[0].error
+
+
+def test_a_worker_lost_after_finish_does_not_hang_the_experiment(client, tmp_path):
+    """Stop the experiment, then kill the worker of a trial still finishing its step: the
+    runtime must still finish (nothing will ever come from that worker)."""
+    import os
+    import signal
+
+    algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=20, num_trials=2, seed=0)
+    eng, seen = watched_engine(algo)
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
+                     sample_interval=0.5, shutdown_grace=2.0)
+    rt.start(eng, train_slow_steps)
+    try:
+        wait_for_budget(eng, 0, 1, 60)
+        victim = rt.inventory.slots[eng.running[0][0][0]].worker
+        pid = client.run(os.getpid, workers=[victim])[victim]
+        rt.submit(ev.ExperimentStopRequested(rt.clock.now()))
+        deadline = time.monotonic() + 10
+        while rt._finish_at is None:
+            assert time.monotonic() < deadline, "the stop never reached Finish"
+            time.sleep(0.02)
+        os.kill(pid, signal.SIGKILL)
+        assert rt.wait(60), "the runtime waited forever for a run on a dead worker"
+    finally:
+        rt.close()
+
+
+def train_slow_steps(config, trial):
+    for step in trial.steps():
+        time.sleep(1.5)
+        trial.report(step=step, loss=1.0 / step)
+
+
+def test_workers_sharing_one_process_each_keep_their_stream(tmp_path):
+    """LocalCluster(processes=False), common in notebooks: two workers in one process must not
+    take each other's stream (each opening would end the other's, forever)."""
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                       dashboard_address=None, resources={"GPU": 1},
+                                       scheduler_kwargs={"dashboard_address": ":0"})
+    c = distributed.Client(cluster, set_as_default=False)
+    algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=3, num_trials=2, seed=0)
+    eng, seen = watched_engine(algo)
+    rt = DaskRuntime(c, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
+                     sample_interval=0.5)
+    try:
+        rt.start(eng, train_short)
+        assert rt.wait(60)
+    finally:
+        rt.close()
+        c.close()
+        cluster.close()
+    assert not [e for e in seen if isinstance(e, ev.TrialFailed)]
+    assert all(t.state is TrialState.COMPLETED for t in eng.trials.values())

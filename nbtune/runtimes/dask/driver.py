@@ -91,6 +91,8 @@ class RunDriver:
         if k == "util":
             return self._on_util(m, now)
         if k == "ckpt":
+            if int(m.get("run", -1)) not in self._by_id:
+                return []  # a run the driver already ended (killed after a broken stream)
             tid = int(m["trial"])
             prev = self.checkpoints.get(tid)
             if prev is None or m["step"] >= prev[0] - EPS:
@@ -127,18 +129,20 @@ class RunDriver:
             return []
         if lost and run.cancelled is None:
             # the worker could not be reached: like a lost worker, the trial goes back to the
-            # queue without counting as a failure (the scheduler reports the loss separately)
+            # queue without counting as a failure (the scheduler reports the loss separately).
+            # Every rank is told to die, this one too: its launch may have landed before the
+            # connection broke (a kill for a rank that never started waits in its mailbox).
             t = self._engine.trials.get(run.trial_id) if self._engine else None
+            running = t is not None and t.state is TrialState.RUNNING
+            if running:
+                self._deferred.pop(run.trial_id, None)
             run.cancelled = "lost"
-            for i, r in enumerate(run.ranks):
-                if i != rank and not r.exited:
-                    self._signal_rank(run, i, {"k": "kill", "reason": error})
+            self._signal(run, {"k": "kill", "reason": error})
             for r in run.ranks:
                 r.exited = True
             out = self._finalize(run, now)
-            if t is not None and t.state is TrialState.RUNNING:
+            if running:
                 out.insert(0, ev.TrialFailed(now, run.trial_id, worker_lost=True, error=error))
-                self._deferred.pop(run.trial_id, None)
             return out
         return self._rank_exited(run, rank, {"ok": False, "oom": False, "error": error}, now)
 
@@ -214,34 +218,40 @@ class RunDriver:
         return []
 
     def _on_lost(self, address: str, now: float) -> list[ev.Event]:
+        """A worker left (or its stream broke): its runs end, their trials are requeued.
+
+        The kill goes to every rank first, those on ``address`` included: after a
+        broken stream the worker may be alive, and its processes must not train
+        on beside the relaunch. After Finish the runs just end (no events), so
+        the experiment can finish.
+        """
         assert self.inventory is not None and self._engine is not None
-        if self._finish_at is not None:
-            self.inventory.drop_worker(address)
-            return []
+        finishing = self._finish_at is not None
         out: list[ev.Event] = []
         for run in list(self._runs.values()):
             hit = [i for i, r in enumerate(run.ranks) if r.worker == address]
             if not hit:
                 continue
             t = self._engine.trials.get(run.trial_id)
-            if run.cancelled is None and t is not None and t.state is TrialState.RUNNING:
+            if (not finishing and run.cancelled is None and t is not None
+                    and t.state is TrialState.RUNNING):
                 out.append(ev.TrialFailed(now, run.trial_id, worker_lost=True,
                                           error=f"worker {address} was lost"))
                 self._deferred.pop(run.trial_id, None)
-            run.cancelled = "lost"
+            run.cancelled = "killed" if finishing else "lost"
+            self._signal(run, {"k": "kill", "reason": f"worker {address} was lost"})
             for i in hit:
                 run.ranks[i].exited = True
-            self._signal(run, {"k": "kill", "reason": f"worker {address} was lost"})
             if all(r.exited for r in run.ranks):
                 out.extend(self._finalize(run, now))
         self._links.drop(address)
-        if self.inventory.drop_worker(address):
+        if self.inventory.drop_worker(address) and not finishing:
             out.extend(self._cluster_changed(now))
         return out
 
     def _on_joined(self, address: str, now: float) -> list[ev.Event]:
         """A worker joined: it becomes GPUs once its stream is open (``linked``)."""
-        if self._finish_at is None:
+        if self._finish_at is None and not self._links.linked(address):
             self._links.open_later(address)
         return []
 
@@ -386,6 +396,3 @@ class RunDriver:
                 by_worker.setdefault(r.worker, []).append(f"{run.run_key}/{i}")
         for worker, keys in by_worker.items():
             self._links.control(worker, keys, msg)
-
-    def _signal_rank(self, run: Run, rank: int, msg: dict[str, Any]) -> None:
-        self._links.control(run.ranks[rank].worker, [f"{run.run_key}/{rank}"], msg)

@@ -100,8 +100,12 @@ class _PipeReader:
             self._on = False
             self.loop.remove_reader(self._fd)
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """From another thread: stop watching (before the pipe is closed or handed on)."""
+    def stop(self, timeout: float = 60.0) -> None:
+        """From another thread: stop watching (before the pipe is closed or handed on).
+
+        Waits for the loop to confirm: closing a pipe the loop still watches would
+        leave a stale selector entry for the next pipe given that descriptor.
+        """
         stopped = threading.Event()
 
         def off() -> None:
@@ -271,6 +275,40 @@ def run_rank(worker: Any, job: dict[str, Any], entry: _Active, child_job: dict[s
     return out
 
 
+def _ended(child: _Child, reader: _PipeReader, said: dict[str, Any] | None | bool,
+           tag: dict[str, Any], topic: str, emit: Emit) -> dict[str, Any]:
+    """The process is gone (or its pipe closed): its last words, then an exit it did not send.
+
+    Normally the reader forwards what is left and the process's own exit; if the
+    worker's loop is slow to get there, the relay stops the reader and reads the
+    rest itself, so a clean end is never taken for a crash.
+    """
+    if said is not None:  # the process ended: its pipe gives EOF once the loop reads it
+        with contextlib.suppress(queue.Empty):
+            said = reader.done.get(timeout=10.0)
+        if said:
+            return said
+    reader.stop()
+    rest: list[dict[str, Any]] = []
+    with contextlib.suppress(EOFError, OSError):
+        while child.conn.poll(0):
+            msg = child.conn.recv()
+            if msg.get("k") != "ready":
+                rest.append({**msg, **tag})
+    out = next((m for m in rest if m.get("k") == "exit"), None)
+    if out is None:
+        rc = child.proc.poll()
+        if rc is None:  # its pipe closed but it lives on: it cannot be talked to any more
+            child.kill()
+            rc = child.proc.returncode
+        out = {"k": "exit", "ok": False, "oom": rc == -9, **tag,
+               "error": f"trial process died with exit code {rc}"
+               + (" (SIGKILL: likely the kernel's out-of-memory killer)" if rc == -9 else "")}
+        rest.append(out)
+    emit(topic, rest)
+    return out
+
+
 def _relay(entry: _Active, tag: dict[str, Any], topic: str, memory_limit: float | None,
            emit: Emit) -> dict[str, Any]:
     """Until the rank's process ends: control to it, its death and memory watched.
@@ -304,16 +342,7 @@ def _relay(entry: _Active, tag: dict[str, Any], topic: str, memory_limit: float 
             if said:
                 return said  # the process's own exit, already forwarded
             if said is None or child.proc.poll() is not None:
-                if said is not None:  # died: let the reader take what it wrote first
-                    with contextlib.suppress(queue.Empty):
-                        said = reader.done.get(timeout=1.0)
-                    if said:
-                        return said
-                rc = child.proc.wait()
-                made_up = {"k": "exit", "ok": False, "oom": rc == -9,
-                           "error": f"trial process died with exit code {rc}"
-                           + (" (SIGKILL: likely the kernel's out-of-memory killer)"
-                              if rc == -9 else "")}
+                return _ended(child, reader, said, tag, topic, emit)
         now = time.monotonic()
         if made_up is None and memory_limit and now >= next_mem:
             next_mem = now + 0.1

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import functools
 import pickle
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -36,8 +37,10 @@ from nbtune.runtimes.dask.executor import deliver, start_rank
 __all__ = ["install", "emitter", "HANDLERS"]
 
 HANDLERS = ("nbtune_launch", "nbtune_control", "nbtune_stream")
-#: topic -> queue of message batches for that runtime's open stream (worker event loop only)
-_STREAMS: dict[str, asyncio.Queue[list[dict[str, Any]] | None]] = {}
+#: (worker address, topic) -> queue of message batches for that runtime's open stream (touched
+#: on the worker's event loop only); keyed by worker too: a LocalCluster(processes=False) runs
+#: several workers in one process
+_STREAMS: dict[tuple[str, str], asyncio.Queue[list[dict[str, Any]] | None]] = {}
 
 
 def install(worker: Any) -> None:
@@ -59,7 +62,7 @@ def emitter(worker: Any) -> Callable[[str, list[dict[str, Any]]], None]:
 def _put(worker: Any, topic: str, batch: list[dict[str, Any]]) -> None:
     # on the worker's event loop, like every change to _STREAMS: no stream can close between
     # the look-up and the put
-    q = _STREAMS.get(topic)
+    q = _STREAMS.get((worker.address, topic))
     if q is not None:
         q.put_nowait(batch)
     else:
@@ -72,13 +75,18 @@ def _host(worker: Any) -> str:
 
 def _launch_handler(worker: Any) -> Callable[..., dict[str, Any]]:
     def nbtune_launch(job: bytes) -> dict[str, Any]:
-        j = pickle.loads(job)
-        out: dict[str, Any] = {}
-        if int(j["world_size"]) > 1 and int(j["rank"]) == 0:
-            host = _host(worker)
-            out = {"master_addr": host, "master_port": ddp.free_port(host)}
-            j.update(out)
-        start_rank(worker, j, emitter(worker), functools.partial(_put, worker))
+        # an error here is the launch's, not the connection's: it is answered, not raised,
+        # so the driver can tell it from an unreachable worker (whose trials it requeues)
+        try:
+            j = pickle.loads(job)
+            out: dict[str, Any] = {}
+            if int(j["world_size"]) > 1 and int(j["rank"]) == 0:
+                host = _host(worker)
+                out = {"master_addr": host, "master_port": ddp.free_port(host)}
+                j.update(out)
+            start_rank(worker, j, emitter(worker), functools.partial(_put, worker))
+        except Exception:
+            return {"started": False, "error": traceback.format_exc()}
         return {"started": True, **out}
 
     return nbtune_launch
@@ -91,8 +99,9 @@ def _control(keys: list[str], msg: dict[str, Any]) -> int:
 def _stream_handler(worker: Any) -> Callable[..., Any]:
     async def nbtune_stream(comm: Any, topic: str) -> None:
         q: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
-        old = _STREAMS.get(topic)
-        _STREAMS[topic] = q
+        key = (worker.address, topic)
+        old = _STREAMS.get(key)
+        _STREAMS[key] = q
         if old is not None:
             old.put_nowait(None)  # the driver reconnected: the older stream ends
         reader: asyncio.Future[Any] | None = None
@@ -114,8 +123,8 @@ def _stream_handler(worker: Any) -> Callable[..., Any]:
         except (OSError, asyncio.CancelledError):
             pass
         finally:
-            if _STREAMS.get(topic) is q:
-                del _STREAMS[topic]
+            if _STREAMS.get(key) is q:
+                del _STREAMS[key]
             if reader is not None:
                 reader.cancel()
                 with contextlib.suppress(BaseException):

@@ -22,7 +22,7 @@ import queue
 import time
 from typing import Any
 
-__all__ = ["WorkerLinks", "LinkError"]
+__all__ = ["WorkerLinks", "LinkError", "LaunchError"]
 
 log = logging.getLogger("nbtune.dask")
 OPEN_TIMEOUT = 10.0  # a new worker may still be setting up its plugins when it is announced
@@ -30,6 +30,10 @@ OPEN_TIMEOUT = 10.0  # a new worker may still be setting up its plugins when it 
 
 class LinkError(RuntimeError):
     """A worker offers no nbtune stream (its plugins are not set up, or it is gone)."""
+
+
+class LaunchError(RuntimeError):
+    """The worker was reached but could not start the rank (its answer says why)."""
 
 
 class WorkerLinks:
@@ -97,6 +101,9 @@ class WorkerLinks:
                 if self._closing or time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.2)
+        if self._closing:  # the runtime closed while this stream was opening
+            comm.abort()
+            raise LinkError("the runtime is closed")
         old = self._comms.pop(address, None)
         if old is not None:
             old.abort()
@@ -116,10 +123,16 @@ class WorkerLinks:
                     self.inbox.put(("unlinked", address))
 
     def drop(self, address: str) -> None:
-        """Forget a worker that left (its stream, if any, is closed)."""
-        comm = self._comms.pop(address, None)
-        if comm is not None:
-            self._loop.call_soon_threadsafe(comm.abort)
+        """Forget a worker that left (its stream, if any, is closed), on the loop like every
+        other change to the open streams."""
+
+        def go() -> None:
+            comm = self._comms.pop(address, None)
+            if comm is not None:
+                comm.abort()
+
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            self._loop.call_soon_threadsafe(go)
 
     # ------------------------------------------------------------------ calls
     def launch(self, run_id: int, ranks: list[tuple[str, dict[str, Any]]]) -> None:
@@ -145,12 +158,16 @@ class WorkerLinks:
 
     async def _launch_one(self, worker: str, job: dict[str, Any]) -> dict[str, Any]:
         reply = await self.client.rpc(worker).nbtune_launch(job=pickle.dumps(job))
-        if not (isinstance(reply, dict) and reply.pop("started", False)):
+        if not isinstance(reply, dict):
             # a worker without the handler answers None (and logs "No handler")
             raise LinkError(f"worker {worker} has no nbtune launch handler (answered {reply!r})")
+        if not reply.pop("started", False):
+            raise LaunchError(f"worker {worker} could not start it:\n{reply.get('error')}")
         return reply
 
     def _failed(self, run_id: int, rank: int, exc: BaseException) -> None:
+        # only a connection that failed means the worker is gone; the handler's own errors
+        # come back as answers (LaunchError) and fail the trial
         lost = isinstance(exc, OSError | asyncio.TimeoutError)
         self.inbox.put(("launch_failed", (run_id, rank, f"could not start the trial: {exc!r}",
                                           lost)))
@@ -173,7 +190,12 @@ class WorkerLinks:
 
     def close(self) -> None:
         self._closing = True
-        comms, self._comms = list(self._comms.values()), {}
-        for c in comms:
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(c.abort)
+
+        def go() -> None:
+            comms = list(self._comms.values())
+            self._comms.clear()
+            for c in comms:
+                c.abort()
+
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            self._loop.call_soon_threadsafe(go)

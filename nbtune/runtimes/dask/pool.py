@@ -239,9 +239,15 @@ def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None) ->
     return pool
 
 
-def wait_pool_ready(timeout: float = 120.0) -> bool:
-    """Run on every worker by ``DaskRuntime.connect``: True once its warm pool is ready."""
-    return get_pool().wait_ready(timeout)
+async def wait_pool_ready(timeout: float = 120.0) -> bool:
+    """Run on every worker by ``DaskRuntime.connect``: True once its warm pool is ready.
+
+    A coroutine, waiting in a thread: ``client.run`` calls a plain function on the
+    worker's event loop, which forwards every running trial's messages.
+    """
+    import asyncio
+
+    return await asyncio.to_thread(get_pool().wait_ready, timeout)
 
 
 def _shutdown_pool() -> None:
