@@ -199,32 +199,6 @@ def test_an_os_error_in_the_launch_handler_fails_the_trial_instead_of_looping(cl
     assert "Cannot assign requested address" in eng.trials[0].error
 
 
-def test_a_worker_lost_after_finish_does_not_hang_the_experiment(client, tmp_path):
-    """Stop the experiment, then kill the worker of a trial still finishing its step: the
-    runtime must still finish (nothing will ever come from that worker)."""
-    import os
-    import signal
-
-    algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=20, num_trials=2, seed=0)
-    eng, seen = watched_engine(algo)
-    rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
-                     sample_interval=0.5, shutdown_grace=2.0)
-    rt.start(eng, train_slow_steps)
-    try:
-        wait_for_budget(eng, 0, 1, 60)
-        victim = rt.inventory.slots[eng.running[0][0][0]].worker
-        pid = client.run(os.getpid, workers=[victim])[victim]
-        rt.submit(ev.ExperimentStopRequested(rt.clock.now()))
-        deadline = time.monotonic() + 10
-        while rt._finish_at is None:
-            assert time.monotonic() < deadline, "the stop never reached Finish"
-            time.sleep(0.02)
-        os.kill(pid, signal.SIGKILL)
-        assert rt.wait(60), "the runtime waited forever for a run on a dead worker"
-    finally:
-        rt.close()
-
-
 def train_slow_steps(config, trial):
     for step in trial.steps():
         time.sleep(1.5)
@@ -251,3 +225,55 @@ def test_workers_sharing_one_process_each_keep_their_stream(tmp_path):
         cluster.close()
     assert not [e for e in seen if isinstance(e, ev.TrialFailed)]
     assert all(t.state is TrialState.COMPLETED for t in eng.trials.values())
+
+
+def test_workers_the_client_cannot_reach_are_driven_through_the_scheduler(
+        client, tmp_path, monkeypatch):
+    """A client that reaches only the scheduler (Dask Gateway, some Kubernetes set-ups): no
+    direct stream opens, and trials still run, launched and reporting via the scheduler."""
+    from nbtune.runtimes.dask.links import WorkerLinks
+
+    async def unreachable(self, address, timeout):
+        raise OSError(f"{address} is not reachable from here")
+
+    monkeypatch.setattr(WorkerLinks, "_open", unreachable)
+    algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=3, num_trials=3, seed=0)
+    eng, seen = watched_engine(algo)
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
+                     sample_interval=0.5)
+    try:
+        rt.start(eng, train_short)
+        assert rt.wait(60)
+        relayed = set(rt._links.relayed)
+    finally:
+        rt.close()
+    assert relayed == set(client.scheduler_info()["workers"])
+    assert not [e for e in seen if isinstance(e, ev.TrialFailed)]
+    assert all(t.state is TrialState.COMPLETED for t in eng.trials.values())
+
+
+# last: it kills a worker of the module's cluster
+def test_a_worker_lost_after_finish_does_not_hang_the_experiment(client, tmp_path):
+    """Stop the experiment, then kill the worker of a trial still finishing its step: the
+    runtime must still finish (nothing will ever come from that worker)."""
+    import os
+    import signal
+
+    algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=20, num_trials=2, seed=0)
+    eng, seen = watched_engine(algo)
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
+                     sample_interval=0.5, shutdown_grace=2.0)
+    rt.start(eng, train_slow_steps)
+    try:
+        wait_for_budget(eng, 0, 1, 60)
+        victim = rt.inventory.slots[eng.running[0][0][0]].worker
+        pid = client.run(os.getpid, workers=[victim])[victim]
+        rt.submit(ev.ExperimentStopRequested(rt.clock.now()))
+        deadline = time.monotonic() + 10
+        while rt._finish_at is None:
+            assert time.monotonic() < deadline, "the stop never reached Finish"
+            time.sleep(0.02)
+        os.kill(pid, signal.SIGKILL)
+        assert rt.wait(60), "the runtime waited forever for a run on a dead worker"
+    finally:
+        rt.close()

@@ -34,7 +34,7 @@ from typing import Any
 from nbtune.runtimes.dask import ddp
 from nbtune.runtimes.dask.executor import deliver, start_rank
 
-__all__ = ["install", "emitter", "HANDLERS"]
+__all__ = ["install", "emitter", "launch_via_scheduler", "HANDLERS"]
 
 HANDLERS = ("nbtune_launch", "nbtune_control", "nbtune_stream")
 #: (worker address, topic) -> queue of message batches for that runtime's open stream (touched
@@ -90,6 +90,11 @@ def _launch_handler(worker: Any) -> Callable[..., dict[str, Any]]:
         return {"started": True, **out}
 
     return nbtune_launch
+
+
+def launch_via_scheduler(job: bytes, dask_worker: Any = None) -> dict[str, Any]:
+    """``nbtune_launch`` for a worker the client cannot reach directly (``client.run``)."""
+    return _launch_handler(dask_worker)(job)
 
 
 def _control(keys: list[str], msg: dict[str, Any]) -> int:

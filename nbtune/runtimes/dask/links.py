@@ -44,6 +44,9 @@ class WorkerLinks:
         self.topic = topic
         self.inbox = inbox
         self._comms: dict[str, Any] = {}
+        #: workers the client cannot reach directly (only the scheduler can): launches and
+        #: control go through the scheduler (``client.run``), messages through the topic
+        self.relayed: set[str] = set()
         self._closing = False
 
     @property
@@ -51,11 +54,23 @@ class WorkerLinks:
         return self.client.loop.asyncio_loop
 
     def linked(self, address: str) -> bool:
-        return address in self._comms
+        return address in self._comms or address in self.relayed
+
+    def _fall_back(self, address: str, exc: BaseException) -> None:
+        """No direct stream to ``address``: reach it through the scheduler instead (slower).
+
+        Clients that can talk only to the scheduler (Dask Gateway, some Kubernetes
+        set-ups) still run trials, at the cost of a scheduler round trip per message.
+        """
+        if address not in self.relayed:
+            log.warning("nbtune: no direct connection to worker %s (%r); its trials are "
+                        "launched and report through the scheduler (slower)", address, exc)
+        self.relayed.add(address)
 
     # ------------------------------------------------------------------ streams
     def open_all(self, addresses: list[str], timeout: float = OPEN_TIMEOUT) -> list[str]:
-        """Open streams to ``addresses`` now (blocking); return those that could not be opened."""
+        """Open streams to ``addresses`` now (blocking); return those reached through the
+        scheduler instead (no direct stream could be opened)."""
 
         async def all_() -> list[Any]:
             return await asyncio.gather(*(self._open(a, timeout) for a in addresses),
@@ -65,7 +80,7 @@ class WorkerLinks:
         failed = [a for a, r in zip(addresses, res, strict=True) if isinstance(r, BaseException)]
         for a, r in zip(addresses, res, strict=True):
             if isinstance(r, BaseException):
-                log.warning("no nbtune stream to worker %s: %r", a, r)
+                self._fall_back(a, r)
         return failed
 
     def open_later(self, address: str) -> None:
@@ -75,8 +90,9 @@ class WorkerLinks:
             try:
                 await self._open(address, OPEN_TIMEOUT)
             except Exception as exc:
-                log.warning("no nbtune stream to worker %s: %r", address, exc)
-                return
+                if self._closing:
+                    return
+                self._fall_back(address, exc)
             self.inbox.put(("linked", address))
 
         asyncio.run_coroutine_threadsafe(go(), self._loop)
@@ -127,6 +143,7 @@ class WorkerLinks:
         other change to the open streams."""
 
         def go() -> None:
+            self.relayed.discard(address)
             comm = self._comms.pop(address, None)
             if comm is not None:
                 comm.abort()
@@ -157,7 +174,14 @@ class WorkerLinks:
                 self._failed(run_id, rank, exc)
 
     async def _launch_one(self, worker: str, job: dict[str, Any]) -> dict[str, Any]:
-        reply = await self.client.rpc(worker).nbtune_launch(job=pickle.dumps(job))
+        if worker in self.relayed:
+            from nbtune.runtimes.dask.handlers import launch_via_scheduler
+
+            res = await self.client.run(launch_via_scheduler, pickle.dumps(job),
+                                        workers=[worker], asynchronous=True)
+            reply = res.get(worker) if isinstance(res, dict) else None
+        else:
+            reply = await self.client.rpc(worker).nbtune_launch(job=pickle.dumps(job))
         if not isinstance(reply, dict):
             # a worker without the handler answers None (and logs "No handler")
             raise LinkError(f"worker {worker} has no nbtune launch handler (answered {reply!r})")
@@ -181,7 +205,13 @@ class WorkerLinks:
 
         async def go() -> None:
             try:
-                await self.client.rpc(worker).nbtune_control(keys=keys, msg=msg)
+                if worker in self.relayed:
+                    from nbtune.runtimes.dask.executor import deliver
+
+                    await self.client.run(deliver, keys, msg, workers=[worker],
+                                          on_error="ignore", asynchronous=True)
+                else:
+                    await self.client.rpc(worker).nbtune_control(keys=keys, msg=msg)
             except Exception as exc:  # the worker's loss is handled when it is reported
                 log.debug("control to %s failed: %r", worker, exc)
 

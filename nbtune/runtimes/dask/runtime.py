@@ -255,10 +255,7 @@ class DaskRuntime(RunDriver):
         self.inventory.refresh(self.client)  # a worker that came or went before we listened
         self._links = WorkerLinks(self.client, self._topic, self._inbox)
         workers = sorted({s.worker for s in self.inventory.slots.values()})
-        for address in self._links.open_all(workers):
-            self.inventory.drop_worker(address)
-        if not self.inventory.slots:
-            raise RuntimeError("no Dask worker accepted nbtune's stream; see the log for why")
+        self._links.open_all(workers)  # a worker it cannot reach goes through the scheduler
         sampler = UtilizationSampler(self._topic, self.sample_interval, bool(self.gpus))
         self._sampler_name = sampler.name
         self.client.register_plugin(sampler, name=sampler.name)
