@@ -177,7 +177,8 @@ class StaticFluidAllocator(BaseAllocator):
         n_idle = len(view.idle_gpus)
         widths = fluid_widths(h1, n_idle, self.c, self.d)
         if self.fill:
-            widths = fill_leftover(widths, est.runtime, n_idle, self.c, self.d)
+            widths = fill_leftover(widths, est.runtime, n_idle, self.c, self.d,
+                                   runtimes=est.runtimes)
         if any(tid in view.running for tid in widths):  # re-placing a running trial: the general way
             return place_widths(widths, view.cluster, view.running, c=self.c,
                                 max_share=self._caps(view), shrink_to_fit=True)
@@ -219,7 +220,7 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         n = view.cluster.n_gpus
         widths = fluid_widths(h1, n, self.c, self.d)
         if self.fill:
-            widths = fill_leftover(widths, est.runtime, n, self.c, self.d)
+            widths = fill_leftover(widths, est.runtime, n, self.c, self.d, runtimes=est.runtimes)
         return widths
 
     def pays(self, est: FluidEstimator, tid: int, w: float, w_new: float) -> bool:

@@ -10,8 +10,10 @@ trials, else 1. Nothing here knows which runtime runs it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from nbtune.allocators.base import SchedulingView
 from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
@@ -143,6 +145,41 @@ class FluidEstimator:
         if f is None:
             f = self._factors[key] = oh.factor(w)
         return self._h1[tid] * f
+
+    def runtimes(self, tids: Sequence[int], ws: np.ndarray) -> np.ndarray:
+        """:meth:`runtime` of each trial at the widths in ``ws`` (last axis: ``tids``), the same floats.
+
+        ``ws`` may hold several rows of widths (one per step of a ladder); each
+        distinct (model, width) factor is computed once, as :meth:`runtime`
+        does, and h_i1 × factor is one IEEE multiplication either way.
+        """
+        ws = np.asarray(ws, dtype=float)
+        if not len(tids):
+            return np.empty(ws.shape)
+        ohs = list(map(self._oh.get, tids))
+        ids = set(map(id, ohs))  # (identity: a model's == is a Python call per trial)
+        if id(None) in ids:
+            ohs = [oh or self.overhead(t) for t, oh in zip(tids, ohs, strict=True)]
+            ids = set(map(id, ohs))
+        hs = np.fromiter(map(self._h1.__getitem__, tids), dtype=float, count=len(tids))
+        first = ohs[0]
+        if len(ids) == 1:  # one model for all (the common case)
+            vals, inv = np.unique(ws, return_inverse=True)
+            fs = np.array([_factor(self, first, w) for w in vals.tolist()], dtype=float)
+            return hs * fs[inv.reshape(ws.shape)]
+        rows = ws.reshape(-1, len(tids)).tolist()
+        fs = np.array([[_factor(self, oh, w) for oh, w in zip(ohs, row, strict=True)] for row in rows],
+                      dtype=float)
+        return hs * fs.reshape(ws.shape)
+
+
+def _factor(est: FluidEstimator, oh: OverheadModel, w: float) -> float:
+    """``oh.factor(w)`` through the estimator's cache, as :meth:`FluidEstimator.runtime` does."""
+    key = (id(oh), w)
+    f = est._factors.get(key)
+    if f is None:
+        f = est._factors[key] = oh.factor(w)
+    return f
 
 
 def _left(t: Trial, seen: tuple[float, float] | None, pl: Placement | None, target: float,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,7 @@ from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.demand import DemandLookup
 from nbtune.allocators.gpu_book import HeldBook
 from nbtune.allocators.knapsack import cluster_room
-from nbtune.allocators.waterfill import fill_leftover, place_widths
+from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
 from nbtune.core.resources import GPU, ClusterSpec, Demand, Placement
 from nbtune.core.space import uniform
 from nbtune.core.trial import Trial, TrialSpec, TrialState
@@ -36,6 +37,7 @@ from tests.allocators.fluid_reference import (
     ReferenceDynamicFluid,
     ReferenceStaticFluid,
     reference_fill_leftover,
+    reference_fluid_widths,
     reference_place_widths,
 )
 from tests.allocators.knapsack_reference import ReferenceFluidKnapsack, reference_cluster_room
@@ -123,6 +125,51 @@ def test_fill_leftover_matches_the_reference(h, ws, n, c, d, alpha, beta):
     a = reference_fill_leftover(widths, runtime, n, c, d)
     b = fill_leftover(widths, runtime, n, c, d)
     assert _same(a, b)
+
+
+def _batch(h: list[float], oh: OverheadModel):
+    """``runtime`` for many trials at once, as FluidEstimator.runtimes gives it (same floats)."""
+    def runtimes(tids, ws):
+        ws = np.asarray(ws, dtype=float)
+        fs = np.array([oh.factor(w) for w in ws.ravel().tolist()]).reshape(ws.shape)
+        return np.array([h[t] for t in tids]) * fs
+    return runtimes
+
+
+@settings(max_examples=400, deadline=None)
+@given(h=st.lists(st.one_of(st.sampled_from([0.0, 1.0, 5.0]), st.floats(0.0, 100.0)),
+                  min_size=1, max_size=60),
+       ws=st.lists(st.one_of(st.sampled_from([0.25, 1.0]),
+                             st.sampled_from([1 / 3, 0.5, 2.0, 3.0, 5.0])), min_size=60,
+                   max_size=60),
+       n=st.integers(0, 120), c=st.integers(1, 4), d=st.integers(1, 6),
+       alpha=st.floats(1.0, 1.6), beta=st.floats(1.0, 1.3))
+def test_batched_fill_leftover_matches_the_reference(h, ws, n, c, d, alpha, beta):
+    """With ``runtimes`` the heap pass is one sort over each trial's ladder: same widths, same order.
+
+    Few distinct runtimes and widths, so equal keys (broken by position) often
+    meet the last spare GPU.
+    """
+    oh = OverheadModel(alpha, beta)
+    widths = {i: ws[i] for i in range(len(h))}
+
+    def runtime(tid: int, w: float) -> float:
+        return h[tid] * oh.factor(w)
+
+    a = reference_fill_leftover(widths, runtime, n, c, d)
+    b = fill_leftover(widths, runtime, n, c, d, runtimes=_batch(h, oh))
+    assert _same(a, b), (a, b)
+
+
+@settings(max_examples=400, deadline=None)
+@given(h=st.lists(st.one_of(st.floats(0.0, 1e6), st.sampled_from([0.0, 1.0, 7.5])),
+                  min_size=0, max_size=60),
+       ids=st.permutations(range(60)), n=st.integers(0, 600), c=st.integers(1, 4),
+       d=st.integers(1, 8))
+def test_fluid_widths_matches_the_reference(h, ids, n, c, d):
+    """The array arithmetic and sort give the scalar loop's widths bit for bit, ties by id."""
+    h1 = {ids[i] * 3: v for i, v in enumerate(h)}  # ids not in order, ties among h values
+    assert _same(reference_fluid_widths(h1, n, c, d), fluid_widths(h1, n, c, d))
 
 
 # ------------------------------------------------------------------ allocators on views
