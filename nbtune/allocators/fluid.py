@@ -251,7 +251,8 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         if short:  # scale-downs only to feed scale-ups that lack GPUs (alone they free idle GPUs)
             downs = [t for t, w in target.items() if w < current[t] - _TOL
                      and self.pays(est, t, current[t], w)]
-            before_held, before_resize = dict(held), dict(resize)
+            before_resize = dict(resize)
+            book.checkpoint()
             for tid in downs:
                 pl = book.trial_placement(tid, target[tid])
                 if pl != held[tid]:
@@ -261,10 +262,10 @@ class DynamicFluidAllocator(StaticFluidAllocator):
             widths_before = {t: width(held[t]) for t in short}
             self._grow(est, short, target, current, book, resize)
             if all(abs(width(held[t]) - widths_before[t]) < _TOL for t in short):
-                for tid, pl in before_held.items():  # nothing gained: undo the scale-downs
-                    if held[tid] is not pl:
-                        book.move(tid, pl)
+                book.rollback()  # nothing gained: undo the scale-downs (and the moves since)
                 resize, shrunk = before_resize, set()
+            else:
+                book.commit()
         return self._spread(view, est, book, resize, shrunk)
 
     def _grow(

@@ -396,3 +396,46 @@ def test_the_held_book_matches_a_rebuild_after_any_sequence_of_changes(data, c):
                                               max_share=caps).get(tid, book.held[tid])
                 assert got == want
         _check_book(book)
+
+
+def _book_state(book: HeldBook) -> tuple:
+    """Everything a decision can read from a book (its GPUs' entries in position order)."""
+    on = {g: [(p, t, list(sh)) for p, (t, sh) in sorted(e.items())] for g, e in book.on.items()}
+    return (dict(book.held), dict(book.load), dict(book.count), on, set(book.spreadable),
+            list(book._idle), {n: list(v) for n, v in book._node_free.items() if v},
+            book._n_free, {k: list(v) for k, v in book._bucket.items() if v},
+            {k: list(v) for k, v in book._shared.items() if v})
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), c=st.integers(1, 4))
+def test_a_rollback_puts_the_book_back_as_moving_every_trial_back_does(data, c):
+    """DynamicFluid's undo of scale-downs: rollback == the moves back one by one (and commit keeps)."""
+    cluster = data.draw(clusters(max_gpus=8))
+    caps = data.draw(st.sampled_from([1.0, {g.gpu_id: 2.0 for g in cluster.gpus}]))
+    held = data.draw(placements(cluster, data.draw(st.integers(1, 10))))
+    book = HeldBook(cluster, c, caps, held)
+    twin = HeldBook(cluster, c, caps, held)  # undone the old way: every trial moved back
+    start = dict(book.held)
+    book.checkpoint()
+    for _ in range(data.draw(st.integers(1, 10))):
+        tid = data.draw(st.sampled_from(list(book.held)))
+        pl = data.draw(placements(cluster, 1))[0]
+        book.move(tid, pl)
+        twin.move(tid, pl)
+    moved = _book_state(book)
+    keep = data.draw(st.booleans())
+    if keep:
+        book.commit()
+        assert _book_state(book) == moved
+    else:
+        book.rollback()
+        for tid, pl in start.items():
+            if twin.held[tid] is not pl:
+                twin.move(tid, pl)
+        assert _book_state(book) == _book_state(twin)
+        assert all(book.held[t] is pl for t, pl in start.items())
+    _check_book(book)
+    tid = data.draw(st.sampled_from(list(book.held)))  # and it goes on as a book
+    book.move(tid, data.draw(placements(cluster, 1))[0])
+    _check_book(book)
