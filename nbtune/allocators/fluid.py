@@ -284,18 +284,23 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         """
         short = []
         held = book.held
-        for tid in ups:
-            for w_new in _steps_down(target[tid], current[tid]):
-                if w_new <= width(held[tid]) + _TOL:
+        for tid in ups:  # (width() spelled out for one share: the same sum, 0 + s)
+            w_now = current[tid]
+            for w_new in _steps_down(target[tid], w_now):
+                cur = held[tid]
+                if w_new <= (cur[0][1] if len(cur) == 1 else width(cur)) + _TOL:
                     break
-                if not self.pays(est, tid, current[tid], w_new):
+                if not self.pays(est, tid, w_now, w_new):
                     break  # smaller steps pay even less
                 pl = book.trial_placement(tid, w_new)
-                if abs(width(pl) - w_new) < 1e-6 and pl != held[tid]:
+                if pl is cur:
+                    continue  # it stays where it is (no room at this width)
+                if abs((pl[0][1] if len(pl) == 1 else width(pl)) - w_new) < 1e-6 and pl != cur:
                     book.move(tid, pl)
                     resize[tid] = pl
                     break
-            if width(held[tid]) < target[tid] - _TOL:
+            cur = held[tid]
+            if (cur[0][1] if len(cur) == 1 else width(cur)) < target[tid] - _TOL:
                 short.append(tid)
         return short
 

@@ -334,6 +334,7 @@ class HeldBook(GpuBook):
         A trial is kept only if it holds the very same placement object and comes
         after every trial kept before it, so positions stay in ``held``'s order.
         """
+        self.commit()  # a checkpoint left open (a decision that raised) ends here
         touched: set[int] = set()
         for tid in [t for t in self.held if t not in held]:
             self._leave(tid, touched)
@@ -353,6 +354,7 @@ class HeldBook(GpuBook):
 
     def append(self, tid: int, pl: Placement) -> None:
         """A new trial placed at ``pl``, last in the order (the running trial set grows)."""
+        self.commit()
         touched: set[int] = set()
         if tid in self.pos:
             self._leave(tid, touched)
@@ -381,8 +383,11 @@ class HeldBook(GpuBook):
                         return ((g, w),)
                 pl = self._fraction(w, ())
             else:
+                k = int(math.floor(w + _TOL))
+                if k > len(cur) + self._n_free:
+                    return cur  # its own GPUs and every idle one are too few: _whole says None
                 own = [g for g, sh in cur if load[g] - sh + 1.0 <= cap[g] + _TOL]
-                pl = self._whole(int(math.floor(w + _TOL)), cur, own)
+                pl = self._whole(k, cur, own)
             return cur if pl is None else pl
         saved = [(g, self.load[g], self.count[g]) for g, _ in cur if g in self.load]
         self.remove(cur)
