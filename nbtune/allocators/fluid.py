@@ -177,7 +177,8 @@ class StaticFluidAllocator(BaseAllocator):
         n_idle = len(view.idle_gpus)
         widths = fluid_widths(h1, n_idle, self.c, self.d)
         if self.fill:
-            widths = fill_leftover(widths, est.runtime, n_idle, self.c, self.d)
+            widths = fill_leftover(widths, est.runtime, n_idle, self.c, self.d,
+                                   runtimes=est.runtimes)
         if any(tid in view.running for tid in widths):  # re-placing a running trial: the general way
             return place_widths(widths, view.cluster, view.running, c=self.c,
                                 max_share=self._caps(view), shrink_to_fit=True)
@@ -219,7 +220,7 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         n = view.cluster.n_gpus
         widths = fluid_widths(h1, n, self.c, self.d)
         if self.fill:
-            widths = fill_leftover(widths, est.runtime, n, self.c, self.d)
+            widths = fill_leftover(widths, est.runtime, n, self.c, self.d, runtimes=est.runtimes)
         return widths
 
     def pays(self, est: FluidEstimator, tid: int, w: float, w_new: float) -> bool:
@@ -250,7 +251,8 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         if short:  # scale-downs only to feed scale-ups that lack GPUs (alone they free idle GPUs)
             downs = [t for t, w in target.items() if w < current[t] - _TOL
                      and self.pays(est, t, current[t], w)]
-            before_held, before_resize = dict(held), dict(resize)
+            before_resize = dict(resize)
+            book.checkpoint()
             for tid in downs:
                 pl = book.trial_placement(tid, target[tid])
                 if pl != held[tid]:
@@ -260,10 +262,10 @@ class DynamicFluidAllocator(StaticFluidAllocator):
             widths_before = {t: width(held[t]) for t in short}
             self._grow(est, short, target, current, book, resize)
             if all(abs(width(held[t]) - widths_before[t]) < _TOL for t in short):
-                for tid, pl in before_held.items():  # nothing gained: undo the scale-downs
-                    if held[tid] is not pl:
-                        book.move(tid, pl)
+                book.rollback()  # nothing gained: undo the scale-downs (and the moves since)
                 resize, shrunk = before_resize, set()
+            else:
+                book.commit()
         return self._spread(view, est, book, resize, shrunk)
 
     def _grow(
@@ -282,18 +284,23 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         """
         short = []
         held = book.held
-        for tid in ups:
-            for w_new in _steps_down(target[tid], current[tid]):
-                if w_new <= width(held[tid]) + _TOL:
+        for tid in ups:  # (width() spelled out for one share: the same sum, 0 + s)
+            w_now = current[tid]
+            for w_new in _steps_down(target[tid], w_now):
+                cur = held[tid]
+                if w_new <= (cur[0][1] if len(cur) == 1 else width(cur)) + _TOL:
                     break
-                if not self.pays(est, tid, current[tid], w_new):
+                if not self.pays(est, tid, w_now, w_new):
                     break  # smaller steps pay even less
                 pl = book.trial_placement(tid, w_new)
-                if abs(width(pl) - w_new) < 1e-6 and pl != held[tid]:
+                if pl is cur:
+                    continue  # it stays where it is (no room at this width)
+                if abs((pl[0][1] if len(pl) == 1 else width(pl)) - w_new) < 1e-6 and pl != cur:
                     book.move(tid, pl)
                     resize[tid] = pl
                     break
-            if width(held[tid]) < target[tid] - _TOL:
+            cur = held[tid]
+            if (cur[0][1] if len(cur) == 1 else width(cur)) < target[tid] - _TOL:
                 short.append(tid)
         return short
 

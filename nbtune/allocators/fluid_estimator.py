@@ -10,8 +10,10 @@ trials, else 1. Nothing here knows which runtime runs it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from nbtune.allocators.base import SchedulingView
 from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
@@ -99,35 +101,55 @@ class FluidEstimator:
 
         The plan runs this over every live trial on every scheduling call, so
         :meth:`unit_time` and :meth:`remaining` (:func:`_left`) are spelled out
-        inline for the common case (a measured trial); the same arithmetic,
+        inline for the common cases (a measured trial; no profile store), ``max``
+        as the comparisons it makes (same result, ties and all); the same arithmetic,
         checked against them by ``tests/allocators/test_scaling_equivalence.py``.
         Each trial's overhead model is looked up once here for :meth:`runtime`.
         """
         view = self.view
         trial_of, seen_of, running, now = view.trial, view.unit_time, view.running, view.time
-        oh_of, overhead, unit = self._oh.get, self.overhead, self._unit
+        ohs, overhead, unit = self._oh, self.overhead, self._unit
+        # without a profile store, :meth:`overhead` and :meth:`_unit` reduce to the fixed
+        # model or the workload prior's, spelled out here on the trial fetched once
+        plain = self.store is None
+        fixed, wl_overhead, wl_unit = self.fixed, self._wl_overhead, self._wl_unit_time
         rows = []
         known = []
         for tid, target in targets.items():
             seen = seen_of(tid)
-            oh = oh_of(tid)
+            t = trial_of(tid)
+            oh = ohs.get(tid)
             if oh is None:
-                oh = overhead(tid)
+                if not plain:
+                    oh = overhead(tid)
+                else:
+                    oh = ohs[tid] = (fixed if fixed is not None else
+                                     wl_overhead(t.config) if wl_overhead is not None else
+                                     OverheadModel())
             if seen is not None and seen[0] > 0 and seen[1] > 0:
                 u = seen[0] / oh.factor(seen[1])
+                known.append(u)
+            elif plain:
+                if wl_unit is not None:
+                    u = float(wl_unit(tid, t.config))
+                    known.append(u)
+                else:
+                    u = None
             else:
                 u = unit(tid, seen)
-            if u is not None:
-                known.append(u)
-            t = trial_of(tid)
+                if u is not None:
+                    known.append(u)
             left = target - t.budget_used
-            pl = running.get(tid)
-            if seen is not None and pl is not None and t.results and seen[0] > 0:
-                last_t = t.results[-1][0]
-                if last_t >= t.share_since - _TOL and abs(
-                        (pl[0][1] if len(pl) == 1 else width(pl)) - seen[1]) < 1e-6:
-                    left -= max(now - last_t, 0.0) / seen[0]
-            rows.append((tid, max(left, 1e-6 * max(target, 1.0)), u))
+            if seen is not None and t.results and seen[0] > 0:
+                pl = running.get(tid)
+                if pl is not None:
+                    last_t = t.results[-1][0]
+                    if last_t >= t.share_since - _TOL and abs(
+                            (pl[0][1] if len(pl) == 1 else width(pl)) - seen[1]) < 1e-6:
+                        gone = now - last_t
+                        left -= (0.0 if gone < 0.0 else gone) / seen[0]  # max(gone, 0.0)
+            floor = 1e-6 * (1.0 if target < 1.0 else target)  # max(target, 1.0), its tie rule
+            rows.append((tid, floor if floor > left else left, u))  # max(left, floor)
         fallback = sum(known) / len(known) if known else 1.0
         out = {}
         h1 = self._h1
@@ -143,6 +165,41 @@ class FluidEstimator:
         if f is None:
             f = self._factors[key] = oh.factor(w)
         return self._h1[tid] * f
+
+    def runtimes(self, tids: Sequence[int], ws: np.ndarray) -> np.ndarray:
+        """:meth:`runtime` of each trial at the widths in ``ws`` (last axis: ``tids``), the same floats.
+
+        ``ws`` may hold several rows of widths (one per step of a ladder); each
+        distinct (model, width) factor is computed once, as :meth:`runtime`
+        does, and h_i1 × factor is one IEEE multiplication either way.
+        """
+        ws = np.asarray(ws, dtype=float)
+        if not len(tids):
+            return np.empty(ws.shape)
+        ohs = list(map(self._oh.get, tids))
+        ids = set(map(id, ohs))  # (identity: a model's == is a Python call per trial)
+        if id(None) in ids:
+            ohs = [oh or self.overhead(t) for t, oh in zip(tids, ohs, strict=True)]
+            ids = set(map(id, ohs))
+        hs = np.fromiter(map(self._h1.__getitem__, tids), dtype=float, count=len(tids))
+        first = ohs[0]
+        if len(ids) == 1:  # one model for all (the common case)
+            vals, inv = np.unique(ws, return_inverse=True)
+            fs = np.array([_factor(self, first, w) for w in vals.tolist()], dtype=float)
+            return hs * fs[inv.reshape(ws.shape)]
+        rows = ws.reshape(-1, len(tids)).tolist()
+        fs = np.array([[_factor(self, oh, w) for oh, w in zip(ohs, row, strict=True)] for row in rows],
+                      dtype=float)
+        return hs * fs.reshape(ws.shape)
+
+
+def _factor(est: FluidEstimator, oh: OverheadModel, w: float) -> float:
+    """``oh.factor(w)`` through the estimator's cache, as :meth:`FluidEstimator.runtime` does."""
+    key = (id(oh), w)
+    f = est._factors.get(key)
+    if f is None:
+        f = est._factors[key] = oh.factor(w)
+    return f
 
 
 def _left(t: Trial, seen: tuple[float, float] | None, pl: Placement | None, target: float,

@@ -148,7 +148,8 @@ class FluidKnapsackAllocator(KnapsackAllocator):
         n_idle = len(view.idle_gpus)
         widths = fluid_widths(h1, n_idle, fl.c, fl.d)
         if fl.fill:
-            widths = fill_leftover(widths, est.runtime, n_idle, fl.c, fl.d)
+            widths = fill_leftover(widths, est.runtime, n_idle, fl.c, fl.d,
+                                   runtimes=est.runtimes)
         by_id = {s.trial_id: s for s in pending}
         demands = {tid: self.demand_of(view, tid, by_id[tid].config) for tid in widths}
         self._check_fits(view, room, [by_id[t] for t in widths], list(demands.values()))

@@ -274,6 +274,10 @@ class HeldBook(GpuBook):
                     count[g] += 1
         self._build()
         self.spreadable = {g for g in self.gpus if self._spreadable(g)}
+        # while a checkpoint is open: each moved trial's placement and each touched GPU's
+        # state as they were at the checkpoint (first touch only)
+        self._saved_held: dict[int, Placement] | None = None
+        self._saved_gpu: dict[int, tuple[dict[int, tuple[int, list[float]]], float, int, bool]] = {}
 
     # ------------------------------------------------------------ trials in and out
     def _enter(self, tid: int, pl: Placement, touched: set[int] | None) -> None:
@@ -330,6 +334,7 @@ class HeldBook(GpuBook):
         A trial is kept only if it holds the very same placement object and comes
         after every trial kept before it, so positions stay in ``held``'s order.
         """
+        self.commit()  # a checkpoint left open (a decision that raised) ends here
         touched: set[int] = set()
         for tid in [t for t in self.held if t not in held]:
             self._leave(tid, touched)
@@ -349,6 +354,7 @@ class HeldBook(GpuBook):
 
     def append(self, tid: int, pl: Placement) -> None:
         """A new trial placed at ``pl``, last in the order (the running trial set grows)."""
+        self.commit()
         touched: set[int] = set()
         if tid in self.pos:
             self._leave(tid, touched)
@@ -377,8 +383,11 @@ class HeldBook(GpuBook):
                         return ((g, w),)
                 pl = self._fraction(w, ())
             else:
+                k = int(math.floor(w + _TOL))
+                if k > len(cur) + self._n_free:
+                    return cur  # its own GPUs and every idle one are too few: _whole says None
                 own = [g for g, sh in cur if load[g] - sh + 1.0 <= cap[g] + _TOL]
-                pl = self._whole(int(math.floor(w + _TOL)), cur, own)
+                pl = self._whole(k, cur, own)
             return cur if pl is None else pl
         saved = [(g, self.load[g], self.count[g]) for g, _ in cur if g in self.load]
         self.remove(cur)
@@ -387,9 +396,45 @@ class HeldBook(GpuBook):
             self._set(g, ld, n)
         return cur if pl is None else pl
 
+    def checkpoint(self) -> None:
+        """Start remembering what :meth:`move` changes, for one :meth:`rollback` (or :meth:`commit`).
+
+        DynamicFluid tries scale-downs and undoes them when the scale-ups they were
+        for gain nothing (most of the time, on a full cluster); putting each
+        touched GPU back as it was costs far less than moving every trial back.
+        Only :meth:`move` may change the book while a checkpoint is open.
+        """
+        self._saved_held, self._saved_gpu = {}, {}
+
+    def commit(self) -> None:
+        """Keep every move since :meth:`checkpoint`."""
+        self._saved_held, self._saved_gpu = None, {}
+
+    def rollback(self) -> None:
+        """Put the book back as it was at :meth:`checkpoint` (what moving each trial back gives).
+
+        Loads come back as the very floats they were (each is the sum of its GPU's
+        shares in ``held`` order, so moving back would re-add the same terms in the
+        same order); the indexes follow through :meth:`_set`.
+        """
+        saved = self._saved_held
+        if saved is None:
+            raise RuntimeError("rollback without a checkpoint")
+        self.held.update(saved)
+        for g, (on, load, count, spread) in self._saved_gpu.items():
+            self.on[g] = on
+            self._set(g, load, count)
+            if spread:
+                self.spreadable.add(g)
+            else:
+                self.spreadable.discard(g)
+        self.commit()
+
     def move(self, tid: int, pl: Placement) -> None:
         """``held[tid] = pl``: the trial keeps its place in the order; its GPUs are re-summed."""
         p = self.pos[tid]
+        if self._saved_held is not None:
+            self._remember(tid, pl)
         touched = set()
         for g, _ in self.held[tid]:
             on = self.on.get(g)
@@ -404,3 +449,14 @@ class HeldBook(GpuBook):
                 touched.add(g)
         for g in touched:
             self._resum(g)
+
+    def _remember(self, tid: int, pl: Placement) -> None:
+        """Save what moving ``tid`` to ``pl`` changes, unless saved since the checkpoint."""
+        saved, gpus = self._saved_held, self._saved_gpu
+        assert saved is not None
+        if tid not in saved:
+            saved[tid] = self.held[tid]
+        for g, _ in (*self.held[tid], *pl):
+            if g not in gpus and g in self.on:
+                # a shallow copy is enough: an entry's share list is only filled when made
+                gpus[g] = (dict(self.on[g]), self.load[g], self.count[g], g in self.spreadable)

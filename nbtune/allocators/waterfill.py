@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
 
 from nbtune.allocators.gpu_book import GpuBook
 from nbtune.core.resources import ClusterSpec, Placement
@@ -61,15 +63,33 @@ def fluid_widths(h1: Mapping[int, float], n_gpus: float, c: int, d: int) -> dict
         for tid, h in h1.items():
             if not (math.isfinite(h) and h >= 0):
                 raise ValueError(f"trial {tid}: h_i1 must be a finite runtime >= 0, got {h!r}")
-    # non-increasing h, ties by id (a reverse sort is stable: equal h keep the id order)
-    order = sorted(sorted(h1), key=h1.__getitem__, reverse=True)
-    out: dict[int, float] = {}
-    lo, floor = 1.0 / c, math.floor
-    for tid in order:  # w = min(max(floor(share), 1/c), d), spelled out for speed
-        f = floor(h1[tid] / total * n_gpus + _TOL) if total > 0 else floor(0.0 + _TOL)
-        v = lo if lo > f else f
-        out[tid] = float(d if d < v else v)
-    return out
+    if not h1:
+        return {}
+    # elementwise numpy arithmetic is the same IEEE double arithmetic as the scalar loop it
+    # replaced (h / total * n + tol, floored, clamped), so every width is bit-identical; the
+    # total stays Python's sequential sum (numpy's pairwise sum may differ in the last bit)
+    tids = list(h1)
+    hs = np.fromiter(h1.values(), dtype=float, count=len(tids))
+    # non-increasing h, ties by id: lexsort's last key is the primary one, and it is stable
+    try:
+        ids = np.fromiter(tids, dtype=np.int64, count=len(tids)) \
+            if all(type(t) is int for t in tids) else None
+    except OverflowError:
+        ids = None
+    if ids is not None:
+        order = np.lexsort((ids, -hs))
+    else:  # ids that are not plain ints: the sort it replaces, spelled out
+        order_ids = sorted(sorted(h1), key=h1.__getitem__, reverse=True)
+        pos = {t: i for i, t in enumerate(tids)}
+        order = np.fromiter((pos[t] for t in order_ids), dtype=np.intp, count=len(tids))
+    lo = 1.0 / c
+    if total > 0:
+        f = np.floor(hs[order] / total * n_gpus + _TOL)
+    else:
+        f = np.full(len(tids), math.floor(0.0 + _TOL), dtype=float)
+    v = np.where(lo > f, lo, f)  # w = min(max(floor(share), 1/c), d)
+    w = np.where(d < v, float(d), v)
+    return dict(zip([tids[i] for i in order.tolist()], w.tolist(), strict=True))
 
 
 def gpus_needed(widths: Mapping[int, float], c: int) -> int:
@@ -85,6 +105,7 @@ def fill_leftover(
     n_gpus: float,
     c: int,
     d: int,
+    runtimes: Callable[[Sequence[int], np.ndarray], np.ndarray] | None = None,
 ) -> dict[int, float]:
     """Give GPUs the floor left unassigned to the trials that finish last.
 
@@ -92,11 +113,26 @@ def fill_leftover(
     (Fluid's h_{i,w}). While whole GPUs remain after :func:`gpus_needed`, the
     trial with the largest runtime that would get faster with one more GPU
     (a fractional trial steps up to 1, a wide one to ``w + 1`` ≤ ``d``) gets
-    it. Order and keys of ``widths`` are preserved.
+    it. Order and keys of ``widths`` are preserved. ``runtimes(trial_ids,
+    widths)``, if given, is ``runtime`` for many trials at once (an array of
+    the same floats, ``widths`` an array whose last axis follows
+    ``trial_ids``): the pass is then a few array operations instead of two
+    calls per trial and per GPU handed out (the plan makes it over every
+    running trial on every scheduling call); see :func:`_fill_batched`.
     """
     _check_limits(n_gpus, c, d)
     out = dict(widths)
     total = int(math.floor(n_gpus + _TOL))
+    if runtimes is not None:
+        ws = np.fromiter(out.values(), dtype=float, count=len(out))
+        if np.isfinite(ws).all():  # (else the loop below raises as it always did)
+            # the same counts as below (a sum of whole numbers of GPUs is exact in floats)
+            wide = ws >= 1 - _TOL
+            whole = int(np.floor(ws[wide] + _TOL).sum())
+            n_frac = len(ws) - int(np.count_nonzero(wide))
+            if total - (whole + math.ceil(n_frac / c)) <= 0:
+                return out
+            return _fill_batched(out, ws, runtimes, total, whole, n_frac, c, d)
     whole = sum(int(math.floor(w + _TOL)) for w in out.values() if w >= 1 - _TOL)
     n_frac = sum(1 for w in out.values() if w < 1 - _TOL)
 
@@ -138,6 +174,57 @@ def fill_leftover(
         whole += 1
         out[tid] = step(w)
         offer(tid, out[tid])
+    return out
+
+
+def _fill_batched(
+    out: dict[int, float],
+    w: np.ndarray,
+    runtimes: Callable[[Sequence[int], np.ndarray], np.ndarray],
+    total: int,
+    whole: int,
+    n_frac: int,
+    c: int,
+    d: int,
+) -> dict[int, float]:
+    """:func:`fill_leftover`'s heap pass, done as one sort (the same GPUs to the same trials).
+
+    A trial only ever climbs its own ladder of widths w, step(w), step(step(w)), …
+    up to ``d``, so the runtimes at every rung (at most ``d + 2`` per trial) are
+    one array product. Its offers are the rungs from which one more step fits
+    and is faster, up to the first that is not; along that chain the runtimes
+    strictly fall, so every key a pop pushes is larger than the key it popped
+    and the heap pops all offers in sorted order of (−runtime, position). The
+    pass is then: sort every offer that way and take them while spare GPUs
+    remain (the test before each pop, with the counts the pops before it left).
+    """
+    lim, one = d + _TOL, 1 - _TOL
+    tids = list(out)
+    rungs = [w]
+    while (w <= lim).any():  # rung k: the widths after k steps, until no step can land
+        w = np.where(w < one, 1.0, np.floor(w + _TOL) + 1.0)
+        rungs.append(w)
+    table = np.stack(rungs)
+    # runtimes only where a step can land (the only ones read, and the only ones the
+    # loop this replaces evaluated); 1.0 stands in elsewhere
+    times = np.asarray(runtimes(tids, np.where(table <= lim, table, 1.0)), dtype=float)
+    # offer at rung k: the step to rung k + 1 fits under d and is faster; a trial's
+    # offers end at its first rung that has none (it is not offered again after that)
+    offers = np.logical_and.accumulate(
+        (table[1:] <= lim) & (times[1:] < times[:-1] - _TOL), axis=0)
+    k, i = np.nonzero(offers)
+    order = np.lexsort((i, -times[k, i]))  # heap order: longest runtime first, then position
+    k, i = k[order], i[order]
+    frac = (table[k, i] < one).astype(np.int64)  # a pop that makes a fraction whole
+    frac_before = np.cumsum(frac) - frac
+    pops = np.arange(len(k))
+    # before pop j: whole + j GPUs, n_frac − (fractions popped so far) fractions left
+    ceil_frac = -((frac_before - n_frac) // c)
+    stop = np.flatnonzero(total - (whole + pops + ceil_frac) <= 0)
+    taken = np.bincount(i[: stop[0] if len(stop) else len(k)], minlength=len(tids))
+    moved = np.flatnonzero(taken)
+    for j, v in zip(moved.tolist(), table[taken[moved], moved].tolist(), strict=True):
+        out[tids[j]] = v
     return out
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,7 @@ from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.demand import DemandLookup
 from nbtune.allocators.gpu_book import HeldBook
 from nbtune.allocators.knapsack import cluster_room
-from nbtune.allocators.waterfill import fill_leftover, place_widths
+from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
 from nbtune.core.resources import GPU, ClusterSpec, Demand, Placement
 from nbtune.core.space import uniform
 from nbtune.core.trial import Trial, TrialSpec, TrialState
@@ -36,6 +37,7 @@ from tests.allocators.fluid_reference import (
     ReferenceDynamicFluid,
     ReferenceStaticFluid,
     reference_fill_leftover,
+    reference_fluid_widths,
     reference_place_widths,
 )
 from tests.allocators.knapsack_reference import ReferenceFluidKnapsack, reference_cluster_room
@@ -123,6 +125,51 @@ def test_fill_leftover_matches_the_reference(h, ws, n, c, d, alpha, beta):
     a = reference_fill_leftover(widths, runtime, n, c, d)
     b = fill_leftover(widths, runtime, n, c, d)
     assert _same(a, b)
+
+
+def _batch(h: list[float], oh: OverheadModel):
+    """``runtime`` for many trials at once, as FluidEstimator.runtimes gives it (same floats)."""
+    def runtimes(tids, ws):
+        ws = np.asarray(ws, dtype=float)
+        fs = np.array([oh.factor(w) for w in ws.ravel().tolist()]).reshape(ws.shape)
+        return np.array([h[t] for t in tids]) * fs
+    return runtimes
+
+
+@settings(max_examples=400, deadline=None)
+@given(h=st.lists(st.one_of(st.sampled_from([0.0, 1.0, 5.0]), st.floats(0.0, 100.0)),
+                  min_size=1, max_size=60),
+       ws=st.lists(st.one_of(st.sampled_from([0.25, 1.0]),
+                             st.sampled_from([1 / 3, 0.5, 2.0, 3.0, 5.0])), min_size=60,
+                   max_size=60),
+       n=st.integers(0, 120), c=st.integers(1, 4), d=st.integers(1, 6),
+       alpha=st.floats(1.0, 1.6), beta=st.floats(1.0, 1.3))
+def test_batched_fill_leftover_matches_the_reference(h, ws, n, c, d, alpha, beta):
+    """With ``runtimes`` the heap pass is one sort over each trial's ladder: same widths, same order.
+
+    Few distinct runtimes and widths, so equal keys (broken by position) often
+    meet the last spare GPU.
+    """
+    oh = OverheadModel(alpha, beta)
+    widths = {i: ws[i] for i in range(len(h))}
+
+    def runtime(tid: int, w: float) -> float:
+        return h[tid] * oh.factor(w)
+
+    a = reference_fill_leftover(widths, runtime, n, c, d)
+    b = fill_leftover(widths, runtime, n, c, d, runtimes=_batch(h, oh))
+    assert _same(a, b), (a, b)
+
+
+@settings(max_examples=400, deadline=None)
+@given(h=st.lists(st.one_of(st.floats(0.0, 1e6), st.sampled_from([0.0, 1.0, 7.5])),
+                  min_size=0, max_size=60),
+       ids=st.permutations(range(60)), n=st.integers(0, 600), c=st.integers(1, 4),
+       d=st.integers(1, 8))
+def test_fluid_widths_matches_the_reference(h, ids, n, c, d):
+    """The array arithmetic and sort give the scalar loop's widths bit for bit, ties by id."""
+    h1 = {ids[i] * 3: v for i, v in enumerate(h)}  # ids not in order, ties among h values
+    assert _same(reference_fluid_widths(h1, n, c, d), fluid_widths(h1, n, c, d))
 
 
 # ------------------------------------------------------------------ allocators on views
@@ -349,3 +396,46 @@ def test_the_held_book_matches_a_rebuild_after_any_sequence_of_changes(data, c):
                                               max_share=caps).get(tid, book.held[tid])
                 assert got == want
         _check_book(book)
+
+
+def _book_state(book: HeldBook) -> tuple:
+    """Everything a decision can read from a book (its GPUs' entries in position order)."""
+    on = {g: [(p, t, list(sh)) for p, (t, sh) in sorted(e.items())] for g, e in book.on.items()}
+    return (dict(book.held), dict(book.load), dict(book.count), on, set(book.spreadable),
+            list(book._idle), {n: list(v) for n, v in book._node_free.items() if v},
+            book._n_free, {k: list(v) for k, v in book._bucket.items() if v},
+            {k: list(v) for k, v in book._shared.items() if v})
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), c=st.integers(1, 4))
+def test_a_rollback_puts_the_book_back_as_moving_every_trial_back_does(data, c):
+    """DynamicFluid's undo of scale-downs: rollback == the moves back one by one (and commit keeps)."""
+    cluster = data.draw(clusters(max_gpus=8))
+    caps = data.draw(st.sampled_from([1.0, {g.gpu_id: 2.0 for g in cluster.gpus}]))
+    held = data.draw(placements(cluster, data.draw(st.integers(1, 10))))
+    book = HeldBook(cluster, c, caps, held)
+    twin = HeldBook(cluster, c, caps, held)  # undone the old way: every trial moved back
+    start = dict(book.held)
+    book.checkpoint()
+    for _ in range(data.draw(st.integers(1, 10))):
+        tid = data.draw(st.sampled_from(list(book.held)))
+        pl = data.draw(placements(cluster, 1))[0]
+        book.move(tid, pl)
+        twin.move(tid, pl)
+    moved = _book_state(book)
+    keep = data.draw(st.booleans())
+    if keep:
+        book.commit()
+        assert _book_state(book) == moved
+    else:
+        book.rollback()
+        for tid, pl in start.items():
+            if twin.held[tid] is not pl:
+                twin.move(tid, pl)
+        assert _book_state(book) == _book_state(twin)
+        assert all(book.held[t] is pl for t, pl in start.items())
+    _check_book(book)
+    tid = data.draw(st.sampled_from(list(book.held)))  # and it goes on as a book
+    book.move(tid, data.draw(placements(cluster, 1))[0])
+    _check_book(book)
