@@ -10,9 +10,7 @@ recorded by name and finishes the job from the checkpoints. No mocks.
 from __future__ import annotations
 
 import re
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -27,31 +25,12 @@ cloudpickle = pytest.importorskip("cloudpickle")
 from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
 from tests.dask_cluster import local_client  # noqa: E402
 
+# trials but 0 hold before step 4 until the gate opens, so the crash finds them mid-run
+from tests.store.test_resume_dask import gate, train_counting  # noqa: E402
+
 pytestmark = pytest.mark.integration
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 BUDGET = 6
-
-
-def gate(checkpoint_dir: str) -> Path:
-    """A file under the store: trials other than 0 wait for it before their 3rd step."""
-    return Path(checkpoint_dir).parent.parent / "gate-open"
-
-
-def train_counting(config, trial):
-    """Checkpoints every step; trials but 0 hold at step 3 until the gate opens.
-
-    So the crash always finds them mid-run with steps 1-2 reported and
-    checkpointed, however loaded the machine is.
-    """
-    state = trial.restore() or {"w": 0.0}
-    for step in trial.steps():
-        while trial.trial_id != 0 and step > 2 and not gate(trial.checkpoint_dir).exists():
-            time.sleep(0.05)
-        time.sleep(0.2)
-        state["w"] += config["lr"]
-        trial.report(step=step, loss=1.0 / (1.0 + state["w"]), restored=trial.restore_step or 0.0)
-        trial.checkpoint(state)
 
 
 def test_resume_on_dask_from_the_command_line(tmp_path, capsys):

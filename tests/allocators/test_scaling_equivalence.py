@@ -40,6 +40,7 @@ from tests.allocators.fluid_reference import (
     reference_fluid_widths,
     reference_place_widths,
 )
+from tests.allocators.fluid_views import View
 from tests.allocators.knapsack_reference import ReferenceFluidKnapsack, reference_cluster_room
 
 SHARES = [0.25, 1 / 3, 0.5, 0.2, 1 / 6, 0.75, 0.1, 0.3]
@@ -174,18 +175,12 @@ def test_fluid_widths_matches_the_reference(h, ids, n, c, d):
 
 # ------------------------------------------------------------------ allocators on views
 @dataclass
-class RandomView:
-    """A SchedulingView with every field random (the engine's views are one special case)."""
+class RandomView(View):
+    """A SchedulingView with every field random (the engine's views are one special case):
+    placements may name GPUs no longer in the cluster, and some trials have measured times."""
 
-    cluster: ClusterSpec
-    trials: dict[int, Trial]
-    running: dict[int, Placement]
-    pending: list[TrialSpec] = field(default_factory=list)
-    hints: dict[str, Any] = field(default_factory=dict)
     measured: dict[int, tuple[float, float]] = field(default_factory=dict)
-    time: float = 0.0
     max_budget: float = 27.0
-    max_concurrent: int | None = None
 
     @property
     def gpu_load(self) -> dict[int, float]:
@@ -195,16 +190,6 @@ class RandomView:
                 if g in load:
                     load[g] += s
         return load
-
-    @property
-    def idle_gpus(self) -> set[int]:
-        return {g for g, v in self.gpu_load.items() if v <= 1e-12}
-
-    def trial(self, tid: int) -> Trial:
-        return self.trials[tid]
-
-    def group(self, gid: int) -> None:
-        return None
 
     def unit_time(self, tid: int) -> tuple[float, float] | None:
         return self.measured.get(tid)

@@ -27,7 +27,7 @@ distributed = pytest.importorskip("distributed")
 
 from nbtune.runtimes.dask import DaskRuntime, DaskRuntimeError  # noqa: E402
 from nbtune.runtimes.dask import checkpoints as ck  # noqa: E402
-from tests.dask_cluster import local_client  # noqa: E402
+from tests.dask_cluster import local_client, wait_for_budget  # noqa: E402
 
 pytestmark = pytest.mark.integration
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -281,10 +281,7 @@ def test_stop_request_ends_trial_at_a_boundary(client, tmp_path):
     rt = runtime(client, tmp_path)
     rt.start(eng, train_slow)
     try:
-        deadline = time.monotonic() + WAIT
-        while not eng.trials or eng.trials[0].budget_used < 3:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for_budget(eng, 0, 3, WAIT)
         rt.submit(ev.TrialStopRequested(rt.clock.now(), 0))
         assert rt.wait(WAIT)
     finally:

@@ -34,9 +34,8 @@ from typing import Any
 from nbtune.runtimes.dask import ddp
 from nbtune.runtimes.dask.executor import deliver, start_rank
 
-__all__ = ["install", "emitter", "launch_via_scheduler", "HANDLERS"]
+__all__ = ["install", "emitter", "launch_via_scheduler"]
 
-HANDLERS = ("nbtune_launch", "nbtune_control", "nbtune_stream")
 #: (worker address, topic) -> queue of message batches for that runtime's open stream (touched
 #: on the worker's event loop only); keyed by worker too: a LocalCluster(processes=False) runs
 #: several workers in one process

@@ -68,20 +68,18 @@ class WorkerLinks:
         self.relayed.add(address)
 
     # ------------------------------------------------------------------ streams
-    def open_all(self, addresses: list[str], timeout: float = OPEN_TIMEOUT) -> list[str]:
-        """Open streams to ``addresses`` now (blocking); return those reached through the
-        scheduler instead (no direct stream could be opened)."""
+    def open_all(self, addresses: list[str], timeout: float = OPEN_TIMEOUT) -> None:
+        """Open streams to ``addresses`` now (blocking); a worker no stream reaches is driven
+        through the scheduler instead."""
 
         async def all_() -> list[Any]:
             return await asyncio.gather(*(self._open(a, timeout) for a in addresses),
                                         return_exceptions=True)
 
         res = asyncio.run_coroutine_threadsafe(all_(), self._loop).result(timeout + 5)
-        failed = [a for a, r in zip(addresses, res, strict=True) if isinstance(r, BaseException)]
         for a, r in zip(addresses, res, strict=True):
             if isinstance(r, BaseException):
                 self._fall_back(a, r)
-        return failed
 
     def open_later(self, address: str) -> None:
         """Open a stream in the background; ``("linked", address)`` tells when it is up."""
