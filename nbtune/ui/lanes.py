@@ -128,14 +128,17 @@ class Lanes:
             for i in self._open_by_trial.get(tid, ()):
                 if log[i].end is not None:
                     todo.append((float(log[i].end), 0, i))
-        for i in range(self._log_seen, len(log)):
+        # the engine may append while a view pulls from another thread: read the length once,
+        # so a record appended during this loop is taken next time, not skipped
+        n = len(log)
+        for i in range(self._log_seen, n):
             rec = log[i]
             if rec.end is not None and rec.end <= rec.start:
                 continue  # held for no time at all: nothing to draw
             todo.append((float(rec.start), 1, i))
             if rec.end is not None:
                 todo.append((float(rec.end), 0, i))
-        self._log_seen = len(log)
+        self._log_seen = n
         todo.sort()
         for when, kind, i in todo:
             rec = log[i]
@@ -183,14 +186,15 @@ class Lanes:
 
     def _take_samples(self) -> None:
         samples = self.engine.utilization
-        for when, g, util, _mem in samples[self._util_seen:]:
+        n = len(samples)  # once: samples appended meanwhile are taken next time
+        for when, g, util, _mem in samples[self._util_seen:n]:
             if g not in self.lane_of:
                 self.lane_of[g] = len(self.lane_of)
             prev = self._measured.get(g)
             if prev is not None and when > prev[0]:
                 self._meas_closed.append(Segment(g, self.lane_of[g], prev[0], when, prev[1]))
             self._measured[g] = (float(when), min(max(float(util), 0.0), 1.0))
-        self._util_seen = len(samples)
+        self._util_seen = n
 
 
 def _ended(r: Rect, end: float) -> Rect:

@@ -224,11 +224,13 @@ class DashboardModel:
     def _add_new_trials(self, touched: set[int]) -> None:
         trials = self.engine.trials
         if len(trials) > self._n_seen:  # new trials are appended to the engine's dict
-            for t in itertools.islice(list(trials.values()), self._n_seen, None):
+            # one snapshot: a trial the engine thread adds meanwhile is taken next time
+            current = list(trials.values())
+            for t in itertools.islice(current, self._n_seen, None):
                 if t.trial_id not in self._rows:
                     self._rows[t.trial_id] = _Row(t)
                 touched.add(t.trial_id)
-            self._n_seen = len(trials)
+            self._n_seen = len(current)
 
     def _sync(self, *, everything: bool) -> None:
         """Bring the model up to date with every trial noted since the last sync."""
