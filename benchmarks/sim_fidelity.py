@@ -5,7 +5,7 @@ digits, 9 epochs max, eta 3, water-filling with c = 2, 2 local Dask workers)
 is replayed on the simulator with the timings it measured
 (:meth:`TraceWorkload.from_experiment`: each trial's unit time, each
 launch's cost) and the same algorithm, seed, space and allocator
-(:func:`nbtune.workloads.fidelity.replay_in_simulator`). Reported: measured
+(:func:`nbtune.replay.replay_in_simulator`). Reported: measured
 and predicted makespan (goal: within 10 %), and whether the two runs made the
 same decisions (configs, promotions, final states, winner).
 
@@ -30,7 +30,7 @@ def main() -> None:
 
     from nbtune.demo import run_demo
     from nbtune.workloads import TraceWorkload
-    from nbtune.workloads.fidelity import decisions, replay_in_simulator
+    from nbtune.replay import decisions, replay_in_simulator
 
     with tempfile.TemporaryDirectory() as tmp:
         res = run_demo(trials=args.trials, max_budget=args.max_budget, seed=args.seed,

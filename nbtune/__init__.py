@@ -8,17 +8,41 @@ from __future__ import annotations
 
 from nbtune.api import tune
 from nbtune.core.space import choice, grid, loguniform, qloguniform, quniform, randint, uniform
-from nbtune.experiment import Experiment
+from nbtune.experiment import Experiment, set_frontend
 from nbtune.runtimes.sim import SimRuntime
+from nbtune.version import __version__
 from nbtune.workloads import SyntheticWorkload, TraceWorkload
-
-__version__ = "0.1.0"
 
 __all__ = [
     "tune", "resume", "Experiment", "SimRuntime", "DaskRuntime", "SyntheticWorkload", "TraceWorkload",
     "choice", "grid", "loguniform", "qloguniform", "quniform", "randint", "uniform",
     "__version__", "load_ipython_extension",
 ]
+
+
+class _NotebookUI:
+    """The dashboard and the HTML report for :class:`Experiment`, imported on first use.
+
+    The facade is the top layer: it may reach the UI, the experiment may not.
+    """
+
+    def report(self, exp: Experiment, path: object) -> object:
+        from nbtune.ui.export import export_html
+
+        return export_html(exp, path)
+
+    def dashboard(self, exp: Experiment, **options: object) -> object:
+        from nbtune.ui.dashboard import dashboard_for
+
+        return dashboard_for(exp, **options)
+
+    def show(self, exp: Experiment) -> None:
+        from nbtune.ui.dashboard import show
+
+        show(exp)
+
+
+set_frontend(_NotebookUI())
 
 
 def load_ipython_extension(ipython: object) -> None:
@@ -32,10 +56,10 @@ def load_ipython_extension(ipython: object) -> None:
 
 
 def __getattr__(name: str) -> object:
-    # nbtune.resume lives with the store; importing it (SQLAlchemy) on first use keeps
+    # nbtune.resume needs the store; importing it (SQLAlchemy) on first use keeps
     # `import nbtune` fast for the many sessions that never persist anything
     if name == "resume":
-        from nbtune.store.resume import resume
+        from nbtune.resumption import resume
 
         return resume
     if name == "DaskRuntime":  # distributed is heavy: import it only when asked for

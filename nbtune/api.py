@@ -8,29 +8,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from nbtune.allocators import make_allocator
+from nbtune.build import build_experiment, make_runtime, workload_hints
 from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment
-from nbtune.runtimes.base import Runtime
-from nbtune.runtimes.sim import SimRuntime
-from nbtune.workloads.base import WorkloadModel
+from nbtune.runtimes.base import Runtime, check_trainable
 
 __all__ = ["tune"]
 
 _names = itertools.count(1)
-
-
-def _make_runtime(runtime: str | Runtime) -> Runtime:
-    if isinstance(runtime, str):
-        if runtime == "sim":
-            return SimRuntime()
-        if runtime == "dask":
-            from nbtune.runtimes import dask as dask_runtime  # heavy import, on demand
-
-            return dask_runtime.DaskRuntime()
-        raise ValueError(f"runtime must be 'sim', 'dask' or a runtime object, got {runtime!r}")
-    if not isinstance(runtime, Runtime):
-        raise TypeError(f"runtime {runtime!r} does not implement the Runtime protocol")
-    return runtime
 
 
 def tune(
@@ -81,12 +66,8 @@ def tune(
             st.ensure_new(name)  # a clash fails before anything runs, with the resume hint
         if seed is None and isinstance(algorithm, str | type):
             seed = secrets.randbelow(2**31)  # resume replays the same draws: fix the seed now
-    rt = _make_runtime(runtime)
-    if isinstance(rt, SimRuntime) and not isinstance(trainable, WorkloadModel):
-        raise TypeError(
-            "runtime='sim' needs a workload model (nbtune.workloads.SyntheticWorkload, "
-            "TraceWorkload); to run a training function use runtime='dask'"
-        )
+    rt = make_runtime(runtime)
+    check_trainable(trainable, rt)  # before the store records anything
     from nbtune.algorithms import make_algorithm
 
     algo = make_algorithm(
@@ -94,27 +75,19 @@ def tune(
         num_trials=num_trials, seed=seed, min_budget=min_budget, **algorithm_options,
     )
     alloc = make_allocator(allocator, **dict(allocator_options or {}))
-    hints = {"workload": trainable} if isinstance(trainable, WorkloadModel) else {}
-    engine = Engine(algo, alloc, validate=validate, max_failures=max_failures, hints=hints)
+    engine = Engine(algo, alloc, validate=validate, max_failures=max_failures,
+                    hints=workload_hints(trainable))
     if name is None:
         name = st.free_name() if st is not None else f"experiment-{next(_names)}"
-    exp = Experiment(name, engine, rt, trainable)
+    record = None
     if st is not None:
         from nbtune.store.recorder import runtime_checkpoints, start_recording
 
-        exp.store = st
-        exp.recorder = start_recording(
-            st, name, engine, algorithm=algorithm, algorithm_options=algorithm_options,
-            allocator=allocator, allocator_options=allocator_options, trainable=trainable,
-            runtime=getattr(rt, "name", type(rt).__name__), max_failures=max_failures,
-            checkpoints=runtime_checkpoints(st, name, rt),
-        )
-    try:
-        rt.start(engine, trainable)
-    except BaseException:
-        if exp.recorder is not None:
-            exp.recorder.close()  # an error in this process: keep everything recorded so far
-            if exp.recorder.batches == 0 and st is not None:
-                st.delete(name)  # it never started: leave the name free, not a stub to resume
-        raise
-    return exp
+        def record(rt: Runtime) -> Any:
+            return start_recording(
+                st, name, engine, algorithm=algorithm, algorithm_options=algorithm_options,
+                allocator=allocator, allocator_options=allocator_options, trainable=trainable,
+                runtime=rt.name, max_failures=max_failures,
+                checkpoints=runtime_checkpoints(st, name, rt),
+            )
+    return build_experiment(name, engine, rt, trainable, store=st, record=record, created=True)

@@ -5,7 +5,7 @@ digits, no download) with ASHA and the water-filling allocator on a
 ``LocalCluster`` whose workers stand for GPUs, prints one line per trial event
 while it runs, records everything in the SQLite store and writes the Bokeh
 report (utilization, learning curves, allocation strips) as one offline HTML
-file. The simulated job (``nbtune demo --sim``) stays in :mod:`nbtune.cli`.
+file. The simulated job (``nbtune demo --sim``) stays in :mod:`nbtune.cli.demo`.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ def run_demo(*, trials: int = 48, max_budget: float = 27, workers: int = 2,
     ``demo-<k>``, the first free name there. ``report`` defaults to
     ``<store folder>/<name>.html``.
     """
-    import nbtune
     from nbtune.algorithms import ALGORITHMS
     from nbtune.allocators import ALLOCATORS
+    from nbtune.api import tune
     from nbtune.examples.digits import SPACE, train
     from nbtune.progress import ProgressPrinter
     from nbtune.runtimes.dask import DaskRuntime
@@ -79,10 +79,10 @@ def run_demo(*, trials: int = 48, max_budget: float = 27, workers: int = 2,
     print(f"cluster up after {time.perf_counter() - wall:.1f} s; store {store_path} "
           f"(experiment {name!r})", file=out, flush=True)
     try:
-        exp = nbtune.tune(train, SPACE, algorithm=algorithm, metric="accuracy", mode="max",
-                          max_budget=max_budget, num_trials=trials, allocator=allocator,
-                          allocator_options=_allocator_options(allocator),
-                          runtime=rt, store=st, name=name, seed=seed)
+        exp = tune(train, SPACE, algorithm=algorithm, metric="accuracy", mode="max",
+                   max_budget=max_budget, num_trials=trials, allocator=allocator,
+                   allocator_options=_allocator_options(allocator),
+                   runtime=rt, store=st, name=name, seed=seed)
     except BaseException:
         rt.close()
         raise

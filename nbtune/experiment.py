@@ -2,16 +2,42 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 
 from nbtune.core import events as ev
+from nbtune.core.best import best_index
 from nbtune.core.trial import TrialState
 from nbtune.engine.engine import Engine
 from nbtune.runtimes.base import Runtime
 
-__all__ = ["Experiment"]
+__all__ = ["Experiment", "Frontend", "set_frontend"]
+
+
+class Frontend(Protocol):
+    """What an :class:`Experiment` asks of the notebook UI (:mod:`nbtune.ui`)."""
+
+    def report(self, exp: Experiment, path: Any) -> Any: ...
+
+    def dashboard(self, exp: Experiment, **options: Any) -> Any: ...
+
+    def show(self, exp: Experiment) -> None: ...
+
+
+_frontend: Frontend | None = None
+
+
+def set_frontend(frontend: Frontend | None) -> None:
+    """Plug the UI in (``nbtune/__init__.py`` does, lazily); the experiment never imports it."""
+    global _frontend
+    _frontend = frontend
+
+
+def _front() -> Frontend:
+    if _frontend is None:
+        raise RuntimeError("no notebook front end is plugged in: import nbtune first")
+    return _frontend
 
 
 class Experiment:
@@ -100,14 +126,12 @@ class Experiment:
     @property
     def best(self) -> dict[str, Any] | None:
         """The trial with the best metric: ``{"trial_id", "config", metric, "budget_used"}``."""
-        cands = [t for t in self.engine.trials.values() if t.best is not None]
-        if not cands:
+        trials = list(self.engine.trials.values())
+        # only trials trained the furthest compete (nbtune.core.best says why)
+        i = best_index(((t.best, t.budget_used) for t in trials), self.mode)
+        if i is None:
             return None
-        key = (lambda t: t.best) if self.mode == "min" else (lambda t: -t.best)
-        # prefer trials trained the furthest: a loss at budget 1 is not comparable to one at 81
-        top_budget = max(t.budget_used for t in cands)
-        full = [t for t in cands if t.budget_used >= top_budget - 1e-9]
-        b = min(full, key=key)
+        b = trials[i]
         return {"trial_id": b.trial_id, "config": dict(b.config), self.metric: b.best,
                 "budget_used": b.budget_used}
 
@@ -140,19 +164,29 @@ class Experiment:
         """Per-GPU utilization over time (columns time, gpu_id, util)."""
         return self.runtime.utilization(self.engine)
 
-    def mean_utilization(self) -> float:
-        """Time-weighted average utilization over all GPUs and the whole makespan."""
+    def busy_seconds(self) -> dict[int, float]:
+        """Utilization integrated over the makespan, per GPU that was sampled (GPU-seconds busy).
+
+        The one integral behind :meth:`mean_utilization` and the CLI's per-GPU figures.
+        """
         u = self.utilization()
         span = self.makespan
+        out: dict[int, float] = {}
         if u.empty or span <= 0:
+            return out
+        for g, rows in u.groupby("gpu_id"):
+            times = list(rows["time"]) + [span]
+            vals = list(rows["util"])
+            out[int(g)] = sum(v * max(min(times[i + 1], span) - min(times[i], span), 0.0)
+                              for i, v in enumerate(vals))
+        return out
+
+    def mean_utilization(self) -> float:
+        """Time-weighted average utilization over all GPUs and the whole makespan."""
+        busy = self.busy_seconds()
+        if not busy:
             return 0.0
-        total = 0.0
-        for _, g in u.groupby("gpu_id"):
-            times = list(g["time"]) + [span]
-            vals = list(g["util"])
-            total += sum(v * max(min(times[i + 1], span) - min(times[i], span), 0.0)
-                         for i, v in enumerate(vals))
-        return total / (span * self.engine.cluster.n_gpus)
+        return sum(busy.values()) / (self.makespan * self.engine.cluster.n_gpus)
 
     def summary(self) -> str:
         df = self.results()
@@ -178,23 +212,18 @@ class Experiment:
         return [t.trial_id for t in self.engine.trials.values() if t.state is state]
 
     # ------------------------------------------------------------- notebook
-    # nbtune.ui is imported lazily: the engine, runtimes and plain scripts never load widgets
+    # the UI is an entry point above this layer: it is plugged in (set_frontend) by the
+    # package facade, lazily, so the engine, runtimes and plain scripts never load widgets
     def report(self, path: Any) -> Any:
         """Write the dashboard's figures to a standalone HTML file (works offline)."""
-        from nbtune.ui.export import export_html
-
-        return export_html(self, path)
+        return _front().report(self, path)
 
     def dashboard(self, **options: Any) -> Any:
         """The live dashboard (:class:`nbtune.ui.Dashboard`) of this experiment."""
-        from nbtune.ui.dashboard import dashboard_for
-
-        return dashboard_for(self, **options)
+        return _front().dashboard(self, **options)
 
     def _ipython_display_(self) -> None:
-        from nbtune.ui.dashboard import show
-
-        show(self)
+        _front().show(self)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         # for frontends that render mime bundles but not widgets (nbconvert, renderers)

@@ -90,8 +90,8 @@ def test_demo_report_holds_the_figures_offline(demo) -> None:
 
 
 def test_simulator_replaying_the_real_run_makes_the_same_decisions(demo) -> None:
+    from nbtune.replay import decisions, replay_in_simulator
     from nbtune.workloads import TraceWorkload
-    from nbtune.workloads.fidelity import decisions, replay_in_simulator
 
     text, db, _ = demo
     name = re.search(r"experiment '([^']+)'", text).group(1)  # type: ignore[union-attr]

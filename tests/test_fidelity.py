@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 import nbtune
 from nbtune.core.space import choice, loguniform
+from nbtune.replay import decisions, replay_in_simulator
 from nbtune.runtimes.sim import SimRuntime
 from nbtune.workloads import SyntheticWorkload, TraceWorkload
-from nbtune.workloads.fidelity import decisions, replay_in_simulator
 from nbtune.workloads.trace import segment_times
 
 SPACE = {"lr": loguniform(1e-4, 1e-1), "batch_size": choice([32, 64, 128])}

@@ -17,9 +17,9 @@ import numpy as np
 
 from nbtune.allocators.base import SchedulingView
 from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
+from nbtune.core.overhead import OverheadModel
 from nbtune.core.resources import Placement, width
 from nbtune.core.trial import Trial
-from nbtune.workloads.base import OverheadModel
 
 __all__ = ["FluidEstimator", "with_hints"]
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from nbtune.core.overhead import OverheadModel
 from nbtune.core.resources import Demand
-from nbtune.workloads.base import OverheadModel
 
 __all__ = [
     "marginal_benefit", "packing_limit", "fit_alpha", "fit_beta", "scaling_limit",

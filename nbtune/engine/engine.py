@@ -104,6 +104,21 @@ class Engine:
                 sub(events, cmds)
         return cmds
 
+    #: a second ``ExperimentStarted`` means "the runtime restarted" (resume), not an error
+    restartable = False
+    restarts = 0
+
+    def restart(self, e: ev.ExperimentStarted, cmds: list[Command]) -> None:
+        """A new runtime took over: requeue the running trials at the front, adopt its cluster.
+
+        They continue from their checkpoints and it is no failure (as for a lost worker).
+        """
+        self.restarts += 1
+        if not self.done:
+            for tid in reversed(list(self.ledger.placements)):
+                self._requeue(tid, failed=False, front=True)
+            self._on_resources(ev.ResourcesChanged(e.time, e.cluster), cmds)
+
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         """Call ``fn(events, commands)`` after every :meth:`handle`; returns an unsubscribe."""
         self._subscribers.append(fn)
@@ -149,7 +164,10 @@ class Engine:
     # --------------------------------------------------------------- events
     def _on_started(self, e: ev.ExperimentStarted, cmds: list[Command]) -> None:
         if self.started:
-            raise EngineError("ExperimentStarted fed twice")
+            if not self.restartable:
+                raise EngineError("ExperimentStarted fed twice")
+            self.restart(e, cmds)
+            return
         self.started = True
         self.ledger.set_cluster(e.cluster)
         self._dirty = True

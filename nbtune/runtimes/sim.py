@@ -15,7 +15,7 @@ import heapq
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
@@ -67,6 +67,9 @@ class SimRuntime:
     report_every: float = 1.0
     max_events: int = 50_000_000
     name: str = "sim"
+    virtual_clock: ClassVar[bool] = True
+    keeps_checkpoints: ClassVar[bool] = False
+    live_workers: ClassVar[bool] = False
     _clock: ManualClock = field(default_factory=ManualClock, init=False)
     _done: bool = field(default=False, init=False)
 

@@ -1,9 +1,10 @@
 """The persistent store: experiments, their event log and results in SQLite or any SQLAlchemy DB.
 
-``tune(..., store=...)`` records into it (:class:`Recorder`); :func:`resume`
-continues an experiment after the kernel died; :class:`Store` reads results
-back without running anything. See :mod:`nbtune.store.store` for where a
-store lives by default and :mod:`nbtune.store.resume` for how resume works.
+``tune(..., store=...)`` records into it (:class:`Recorder`); :func:`nbtune.resume`
+(in :mod:`nbtune.resumption`, beside ``tune``) continues an experiment after the
+kernel died; :class:`Store` reads results back without running anything. See
+:mod:`nbtune.store.store` for where a store lives by default and
+:mod:`nbtune.store.resume` for how the replay works.
 """
 
 from __future__ import annotations
@@ -14,12 +15,9 @@ from nbtune.store.resume import (
     ExperimentFinishedError,
     RestartableEngine,
     ResumeError,
-    Resumption,
-    prepare_resume,
     rebuild_algorithm,
     rebuild_allocator,
     replay,
-    resume,
 )
 from nbtune.store.store import (
     DEFAULT_DIR,
@@ -31,8 +29,7 @@ from nbtune.store.store import (
 )
 
 __all__ = [
-    "Store", "open_store", "Recorder", "start_recording", "resume", "prepare_resume",
-    "Resumption", "replay",
+    "Store", "open_store", "Recorder", "start_recording", "replay",
     "rebuild_algorithm", "rebuild_allocator",
     "RestartableEngine", "SqlProfileStore", "ResumeError", "ExperimentFinishedError",
     "ExperimentExistsError", "UnknownExperimentError", "DEFAULT_DIR", "DEFAULT_FILE",

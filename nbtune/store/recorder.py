@@ -411,8 +411,9 @@ def runtime_checkpoints(store: Store, name: str, runtime: Any) -> Any:
     ``Store.checkpoint_dir(name)``; its ``latest_checkpoint(trial_id)`` lets the
     recorder store each reference. Runtimes without checkpoints (the simulator) get None.
     """
+    if not runtime.keeps_checkpoints:
+        return None
     local = store.local_checkpoint_dir(name)
-    if local is not None and getattr(runtime, "checkpoint_dir", False) is None:
+    if local is not None and runtime.checkpoint_dir is None:
         runtime.checkpoint_dir = local
-    found = getattr(runtime, "latest_checkpoint", None)
-    return found if callable(found) else None
+    return runtime.latest_checkpoint

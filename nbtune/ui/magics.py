@@ -159,7 +159,7 @@ class TuneMagics(Magics):
             trainable = make_trainable(code, ns, name="train")
         from IPython.display import display
 
-        import nbtune
+        from nbtune.api import tune
 
         options = dict(_option(o) for o in args.option)
         dash = None
@@ -172,7 +172,7 @@ class TuneMagics(Magics):
             dash = Dashboard(metric=args.metric, mode=args.mode, space=space,
                              name=args.name or "")
         try:
-            exp = nbtune.tune(
+            exp = tune(
                 trainable, space, algorithm=args.algorithm, metric=args.metric,
                 mode=args.mode, max_budget=args.max_budget, min_budget=args.min_budget,
                 num_trials=args.num_trials, allocator=args.allocator, runtime=runtime,
@@ -200,7 +200,7 @@ class TuneMagics(Magics):
             raise UsageError(f"{what}: cannot evaluate {expr!r}: {exc}") from None
 
     def _runtime(self, args: Any, has_code: bool) -> Any:
-        from nbtune.runtimes.sim import SimRuntime
+        from nbtune.build import make_runtime
 
         name = args.runtime or ("sim" if args.workload is not None else "dask")
         if name == "sim":
@@ -208,15 +208,12 @@ class TuneMagics(Magics):
                 raise UsageError(
                     "runtime 'sim' cannot run Python code: simulate a workload model with "
                     "--workload VAR (empty cell body), or run the body with --runtime dask")
-            return SimRuntime(cluster=args.gpus) if args.gpus is not None else SimRuntime()
+            return make_runtime("sim", **({} if args.gpus is None else {"cluster": args.gpus}))
         if args.gpus is not None:
             raise UsageError("--gpus sizes the simulator; for Dask build the runtime in a "
                              "variable (DaskRuntime(n_workers=...)) and pass --runtime VAR")
         if name == "dask":
-            # the one place the magic plugs into the Dask runtime (imported on demand)
-            from nbtune.runtimes.dask import DaskRuntime
-
-            return DaskRuntime()
+            return make_runtime("dask")  # the Dask runtime is imported on demand
         return self._eval(name, "--runtime")
 
     # ------------------------------------------------------------ line magics
@@ -240,8 +237,10 @@ class TuneMagics(Magics):
         key = words[0]
         if key in known:
             return known[key]
+        from nbtune.experiment import Experiment
+
         value = self.shell.user_ns.get(key)
-        if value is not None and hasattr(value, "engine") and hasattr(value, "runtime"):
+        if isinstance(value, Experiment):
             return value
         raise UsageError(f"no experiment named {key!r}; known: {', '.join(known) or 'none'}")
 
@@ -259,7 +258,7 @@ class TuneMagics(Magics):
                          "metric": exp.metric,
                          "best": None if best is None else best[exp.metric],
                          "best_trial": None if best is None else best["trial_id"],
-                         "runtime": getattr(exp.runtime, "name", type(exp.runtime).__name__)})
+                         "runtime": exp.runtime.name})
         return pd.DataFrame(rows, columns=["name", "state", "trials", "metric", "best",
                                            "best_trial", "runtime"])
 

@@ -28,11 +28,11 @@ from nbtune.allocators.demand import DemandLookup
 from nbtune.allocators.gpu_book import HeldBook
 from nbtune.allocators.knapsack import cluster_room
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
+from nbtune.core.overhead import OverheadModel
 from nbtune.core.resources import GPU, ClusterSpec, Demand, Placement
 from nbtune.core.space import uniform
 from nbtune.core.trial import Trial, TrialSpec, TrialState
 from nbtune.workloads import SyntheticWorkload
-from nbtune.workloads.base import OverheadModel
 from tests.allocators.fluid_reference import (
     ReferenceDynamicFluid,
     ReferenceStaticFluid,

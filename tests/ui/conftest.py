@@ -17,10 +17,10 @@ from comm.base_comm import BaseComm
 from nbtune import SyntheticWorkload, choice, loguniform, uniform
 from nbtune.algorithms import make_algorithm
 from nbtune.allocators import make_allocator
+from nbtune.build import build_experiment, make_runtime, workload_hints
 from nbtune.core.resources import Demand
 from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment
-from nbtune.runtimes.sim import SimRuntime
 
 SPACE = {"lr": loguniform(1e-4, 1e-1), "batch_size": choice([32, 64, 128, 256]),
          "dropout": uniform(0.0, 0.5), "opt": choice(["adam", "sgd"])}
@@ -40,8 +40,9 @@ def experiment(algorithm: str = "asha", *, trials: int = 40, gpus: int = 4,
     wl = workload(seed, max_budget)
     algo = make_algorithm(algorithm, SPACE, metric="loss", mode="min", max_budget=max_budget,
                           num_trials=trials, seed=seed, **options)
-    engine = Engine(algo, make_allocator(allocator), hints={"workload": wl}, validate=True)
-    return Experiment("ui-test", engine, SimRuntime(cluster=gpus, report_every=report_every), wl)
+    engine = Engine(algo, make_allocator(allocator), hints=workload_hints(wl), validate=True)
+    rt = make_runtime("sim", cluster=gpus, report_every=report_every)
+    return build_experiment("ui-test", engine, rt, wl, start=False)
 
 
 def run(exp: Experiment) -> Experiment:

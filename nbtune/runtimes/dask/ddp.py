@@ -13,10 +13,18 @@ from __future__ import annotations
 
 import socket
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from nbtune.runtimes.dask.trial_api import Trial
+
+class RankHandle(Protocol):
+    """What DDP needs of the user's trial handle (:class:`nbtune.runtimes.dask.trial_api.Trial`).
+
+    A protocol, not an import: the handle uses this module, so importing it back would loop.
+    """
+
+    world_size: int
+    device: Any
+    device_kind: str
 
 __all__ = ["free_port", "init_group", "destroy_group", "wrap_model", "agree_any"]
 
@@ -51,7 +59,7 @@ def destroy_group() -> None:
         dist.destroy_process_group()
 
 
-def wrap_model(model: Any, trial: Trial, **kwargs: Any) -> Any:
+def wrap_model(model: Any, trial: RankHandle, **kwargs: Any) -> Any:
     """``DistributedDataParallel(model)`` for multi-rank trials; the model itself otherwise."""
     if trial.world_size <= 1:
         return model.to(trial.device)
@@ -63,7 +71,7 @@ def wrap_model(model: Any, trial: Trial, **kwargs: Any) -> Any:
     return DistributedDataParallel(model, **kwargs)
 
 
-def agree_any(flag: bool, trial: Trial) -> bool:
+def agree_any(flag: bool, trial: RankHandle) -> bool:
     """All-reduce a boolean with MAX: True on every rank if it is True on any."""
     import torch
     import torch.distributed as dist

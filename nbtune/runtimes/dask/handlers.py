@@ -17,7 +17,7 @@ directly instead, over the comm layer Dask already has (the way actors do):
   opened yet, or it broke) messages go through ``worker.log_event`` to the
   same topic, which the driver also subscribes to: nothing is dropped.
 
-:class:`~nbtune.runtimes.dask.pool.WarmPoolPlugin` installs the handlers
+:class:`~nbtune.runtimes.dask.plugin.WarmPoolPlugin` installs the handlers
 on every worker, present and future.
 """
 

@@ -3,7 +3,7 @@
 A launch takes an idle process instead of paying interpreter start-up and
 ``import torch`` (seconds) per trial; on CPU a process that ended a trial
 cleanly serves the next one (:meth:`WarmPool.give_back`).
-:class:`WarmPoolPlugin` sets the pool up on every worker, present and
+:class:`~nbtune.runtimes.dask.plugin.WarmPoolPlugin` sets the pool up on every worker, present and
 future, and installs nbtune's handlers there (:mod:`.handlers`).
 """
 
@@ -21,12 +21,10 @@ from dataclasses import dataclass
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
 import psutil
-from distributed.diagnostics.plugin import WorkerPlugin
 
-__all__ = ["WarmPool", "WarmPoolPlugin", "get_pool", "wait_pool_ready"]
+__all__ = ["WarmPool", "get_pool", "wait_pool_ready"]
 
 _LOCK = threading.Lock()
 _POOL: WarmPool | None = None
@@ -258,25 +256,3 @@ def _shutdown_pool() -> None:
 
 
 atexit.register(_shutdown_pool)
-
-
-class WarmPoolPlugin(WorkerPlugin):
-    """Starts (or reconfigures) the warm pool on every worker, present and future.
-
-    Registering it again (another runtime on the same cluster) only changes
-    the pool's size and preload; running trials are untouched. Trial
-    processes end with their worker: an ``atexit`` hook kills them on a clean
-    shutdown, and each one exits by itself when its parent disappears.
-    """
-
-    name = "nbtune-warm-pool"
-
-    def __init__(self, size: int = 2, preload: tuple[str, ...] = ("torch",)) -> None:
-        self.size = size
-        self.preload = tuple(preload)
-
-    def setup(self, worker: Any) -> None:
-        from nbtune.runtimes.dask.handlers import install
-
-        install(worker)
-        get_pool(self.size, self.preload).fill_async()

@@ -40,6 +40,7 @@ import pandas as pd
 
 from nbtune.core import events as ev
 from nbtune.core.commands import Launch
+from nbtune.runtimes.base import check_trainable
 from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.cluster import Inventory, connect, listen_all, unlisten_all
 from nbtune.runtimes.dask.driver import RunDriver
@@ -93,6 +94,9 @@ class DaskRuntime(RunDriver):
     """
 
     name = "dask"
+    virtual_clock = False
+    keeps_checkpoints = True
+    live_workers = True
 
     def __init__(
         self,
@@ -187,7 +191,8 @@ class DaskRuntime(RunDriver):
         if self.client is not None:
             return self
         from nbtune.runtimes.dask import gpu
-        from nbtune.runtimes.dask.pool import WarmPoolPlugin, wait_pool_ready
+        from nbtune.runtimes.dask.plugin import WarmPoolPlugin
+        from nbtune.runtimes.dask.pool import wait_pool_ready
 
         gpus = self.gpus
         if gpus is None and self.cluster_arg is None:
@@ -228,11 +233,7 @@ class DaskRuntime(RunDriver):
 
     def start(self, engine: Engine, trainable: Any) -> None:
         """Connect, then run the experiment in a background thread; returns at once."""
-        from nbtune.workloads.base import WorkloadModel
-
-        if isinstance(trainable, WorkloadModel):
-            raise TypeError("DaskRuntime runs training functions train(config, trial); "
-                            "run workload models with runtime='sim'")
+        check_trainable(trainable, self)
         _check_trainable(trainable)
         if self._engine is not None:
             raise RuntimeError("this DaskRuntime already ran an experiment; create a new one")

@@ -1,5 +1,8 @@
 """Simulator fidelity: replay a real run on the simulator and compare what each decided.
 
+It sits beside ``tune`` (it builds an experiment, as ``tune`` does), not in
+the workload models it replays through.
+
 The simulator is only worth trusting if, fed the real run's timings, it makes
 the real run's decisions. :func:`replay_in_simulator` builds a
 :class:`~nbtune.workloads.trace.TraceWorkload` from a finished experiment and
@@ -19,6 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nbtune.algorithms import make_algorithm
+from nbtune.allocators import make_allocator
+from nbtune.build import build_experiment, make_runtime
+from nbtune.engine.engine import Engine
 from nbtune.workloads.trace import TraceWorkload, config_key
 
 __all__ = ["Decisions", "decisions", "replay_in_simulator"]
@@ -80,19 +87,10 @@ def replay_in_simulator(
     budgets, allocator): the trace looks simulated trials up by config, so a
     different seed or space fails loudly instead of comparing unrelated runs.
     """
-    from nbtune.algorithms import make_algorithm
-    from nbtune.allocators import make_allocator
-    from nbtune.engine.engine import Engine
-    from nbtune.experiment import Experiment
-    from nbtune.runtimes.sim import SimRuntime
-
     trace = trace if trace is not None else TraceWorkload.from_experiment(exp)
     algo = make_algorithm(algorithm, trace.space, metric=exp.metric, mode=exp.mode,
                           max_budget=max_budget, num_trials=num_trials, seed=seed,
                           min_budget=min_budget, **algorithm_options)
     alloc = make_allocator(allocator, **dict(allocator_options or {}))
-    engine = Engine(algo, alloc)
-    rt = SimRuntime(cluster=exp.engine.cluster, launch_overhead=trace.launch_overhead)
-    sim = Experiment(f"{exp.name}-sim", engine, rt, trace)
-    rt.start(engine, trace)
-    return sim
+    rt = make_runtime("sim", cluster=exp.engine.cluster, launch_overhead=trace.launch_overhead)
+    return build_experiment(f"{exp.name}-sim", Engine(algo, alloc), rt, trace)

@@ -1,6 +1,6 @@
 """``nbtune resume NAME``: continue an interrupted experiment from the command line.
 
-:func:`nbtune.store.prepare_resume` rebuilds and replays the experiment first,
+:func:`nbtune.resumption.prepare_resume` rebuilds and replays the experiment first,
 so every mistake (a finished experiment, a trainable that cannot be imported or
 does not fit the runtime, an algorithm that replays differently) is reported
 before a cluster starts; then a :class:`nbtune.progress.ProgressPrinter`
@@ -16,13 +16,8 @@ import sys
 import time
 from typing import Any
 
-from nbtune.cli_store import (
-    UsageError,
-    find_experiment,
-    open_existing_store,
-    store_flag,
-    store_label,
-)
+from nbtune.cli.format import outcome_rows, store_flag, store_label, table, utilization_row
+from nbtune.cli.usage import UsageError, find_experiment, open_existing_store
 
 __all__ = ["cmd_resume"]
 
@@ -52,33 +47,17 @@ def _trainable(row: Any, given: str | None) -> Any:
     return _import(row.trainable, "the recorded trainable")
 
 
-def _check_fit(trainable: Any, runtime: str) -> None:
-    from nbtune.workloads.base import WorkloadModel
-
-    model = isinstance(trainable, WorkloadModel)
-    if runtime == "sim" and not model:
-        raise UsageError("the simulator runs workload models (nbtune.workloads), and the "
-                         f"trainable is a {type(trainable).__name__}: pass --runtime dask to "
-                         "train it, or --trainable a workload model")
-    if runtime == "dask" and (model or not callable(trainable)):
-        raise UsageError("the Dask runtime runs training functions train(config, trial), and "
-                         f"the trainable is {type(trainable).__name__}: pass --runtime sim")
-
-
 def _make_runtime(kind: str, workers: int | None, plan: Any) -> Any:
     """The runtime to continue on; by default as many GPUs (or workers) as the engine last had."""
+    from nbtune.build import make_runtime
+
     cluster = plan.engine.ledger.cluster
     if kind == "sim":
-        from nbtune.runtimes.sim import SimRuntime
-
-        if workers is not None:
-            return SimRuntime(cluster=workers)
-        return SimRuntime(cluster=cluster if cluster is not None else 4)
-    from nbtune.runtimes.dask import DaskRuntime
-
+        default = cluster if cluster is not None else 4
+        return make_runtime("sim", cluster=workers if workers is not None else default)
     n = workers if workers is not None else (cluster.n_gpus if cluster is not None else None)
-    return DaskRuntime(n_workers=n, threads_per_worker=1, dashboard_address=None,
-                       warm_processes=1, sample_interval=0.5)
+    return make_runtime("dask", n_workers=n, threads_per_worker=1, dashboard_address=None,
+                        warm_processes=1, sample_interval=0.5)
 
 
 def _n(k: int, noun: str) -> str:
@@ -86,7 +65,7 @@ def _n(k: int, noun: str) -> str:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    """Run ``nbtune resume``; a :class:`UsageError` means exit code 2 (see ``_guard``)."""
+    """Run ``nbtune resume``; a :class:`UsageError` means exit code 2 (see :func:`nbtune.cli.usage.guard`)."""
     st = open_existing_store(args.store)
     try:
         return _resume(args, st)
@@ -95,9 +74,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace, st: Any) -> int:
+    from nbtune.build import check_trainable, runtime_class
     from nbtune.core.trial import TrialState
     from nbtune.progress import ProgressPrinter
-    from nbtune.store import ExperimentFinishedError, ResumeError, prepare_resume
+    from nbtune.resumption import prepare_resume
+    from nbtune.store import ExperimentFinishedError, ResumeError
 
     row = find_experiment(st, args.name)
     read = f"nbtune show {args.name}{store_flag(st, args.store)}"
@@ -106,7 +87,10 @@ def _resume(args: argparse.Namespace, st: Any) -> int:
                          f"{read} (--csv FILE for all of them)")
     kind = args.runtime or (row.runtime if row.runtime in ("sim", "dask") else "sim")
     trainable = _trainable(row, args.trainable)
-    _check_fit(trainable, kind)
+    try:
+        check_trainable(trainable, runtime_class(kind))  # before a cluster starts
+    except TypeError as exc:
+        raise UsageError(str(exc)) from None
     wall = time.perf_counter()
     try:
         plan = prepare_resume(args.name, st, trainable)
@@ -129,13 +113,13 @@ def _resume(args: argparse.Namespace, st: Any) -> int:
         raise UsageError(str(exc)) from None
     progress = exp = None
     try:
-        if kind == "dask":
+        if rt.live_workers:
             rt.connect()  # the cluster's start-up is not the experiment's time
             print(f"cluster up after {time.perf_counter() - wall:.1f} s", flush=True)
         # subscribed before the runtime starts (the simulator runs it all inside start);
         # simulated runs print the simulator's clock (a wall clock would read 0.0 s throughout)
         progress = ProgressPrinter(eng, total=row.num_trials, catch_up=False,
-                                   clock=(lambda: eng.time) if kind == "sim" else None)
+                                   clock=(lambda: eng.time) if rt.virtual_clock else None)
         exp = plan.start(rt)
         exp.wait()
     except KeyboardInterrupt:
@@ -146,7 +130,7 @@ def _resume(args: argparse.Namespace, st: Any) -> int:
     finally:
         if progress is not None:
             progress.close()
-        if kind == "dask":
+        if rt.live_workers:
             rt.close()
         if exp is not None and exp.recorder is not None:
             exp.recorder.close()  # flush: the store is complete when the summary prints
@@ -156,20 +140,18 @@ def _resume(args: argparse.Namespace, st: Any) -> int:
 
 
 def _summary(exp: Any, row: Any, kind: str, st: Any, wall: float) -> None:
-    from nbtune.cli import _outcome_rows, _table, _utilization_row
-
     n = exp.engine.cluster.n_gpus
     where = f"{n} simulated GPUs" if kind == "sim" else f"{n} Dask workers"
     rows = [("job", f"{row.algorithm} resumed on {where}, allocator {row.allocator}"),
-            *_outcome_rows(exp)]
+            *outcome_rows(exp)]
     rows += [
         ("makespan", f"{exp.makespan:,.1f} s " + ("simulated" if kind == "sim" else
                                                   "(measured, restarts included)")),
-        _utilization_row(exp, kind),
+        utilization_row(exp, kind),
         ("store", f"{store_label(st)} (experiment {exp.name!r}, restart "
                   f"{exp.engine.restarts})"),
         ("wall time", f"{wall:.2f} s"),
     ]
     print(f"nbtune resume: experiment {exp.name!r} "
           + ("finished" if exp.done else "stopped before it finished"))
-    _table(rows, sys.stdout)
+    table(rows, sys.stdout)

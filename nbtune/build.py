@@ -1,0 +1,91 @@
+"""The one place an experiment is put together: runtime, engine, recorder, start.
+
+``tune``, ``resume``, the ``%%tune`` magic, the CLI and the simulator replay
+all come through here, so a rule about starting an experiment (the trainable
+must fit the runtime, a virtual clock continues from the engine's time, a
+run that never started leaves no record behind) is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from nbtune.engine.engine import Engine
+from nbtune.experiment import Experiment
+from nbtune.runtimes.base import Runtime, check_trainable
+from nbtune.runtimes.sim import SimRuntime
+from nbtune.workloads.base import WorkloadModel
+
+__all__ = ["build_experiment", "make_runtime", "runtime_class", "workload_hints",
+           "check_trainable"]
+
+
+def runtime_class(name: str) -> type:
+    """The runtime registered as ``name`` (``"sim"`` or ``"dask"``): its capabilities are class attributes."""
+    if name == "sim":
+        return SimRuntime
+    if name == "dask":
+        from nbtune.runtimes.dask import DaskRuntime  # heavy import, on demand
+
+        return DaskRuntime
+    raise ValueError(f"runtime must be 'sim', 'dask' or a runtime object, got {name!r}")
+
+
+def make_runtime(spec: str | Runtime, **options: Any) -> Runtime:
+    """A runtime from its name (``"sim"``, ``"dask"``, with constructor ``options``) or as given."""
+    if isinstance(spec, str):
+        return runtime_class(spec)(**options)
+    if not isinstance(spec, Runtime):
+        raise TypeError(f"runtime {spec!r} does not implement the Runtime protocol")
+    if options:
+        raise TypeError(f"options {sorted(options)} are for a runtime name, not an instance")
+    return spec
+
+
+def workload_hints(trainable: Any) -> dict[str, Any]:
+    """The engine's hints: a simulated workload model is known up front, a function is not."""
+    return {"workload": trainable} if isinstance(trainable, WorkloadModel) else {}
+
+
+def build_experiment(
+    name: str,
+    engine: Engine,
+    runtime: str | Runtime,
+    trainable: Any,
+    *,
+    store: Any = None,
+    record: Callable[[Runtime], Any] | None = None,
+    created: bool = False,
+    start: bool = True,
+) -> Experiment:
+    """Start ``engine`` on ``runtime`` with ``trainable``; return the running :class:`Experiment`.
+
+    ``record(runtime)`` makes the store's recorder once the runtime exists (it
+    points a checkpointing runtime at the store). An engine that already ran
+    (a replayed one) continues on a virtual clock from its own time; a wall
+    clock cannot move and the engine offsets it instead. If the start fails
+    the recorder keeps what it has; when the row was ``created`` for this run
+    and nothing was recorded, it is deleted so the name stays free. With
+    ``start=False`` the caller starts it (``exp.runtime.start(exp.engine,
+    exp.trainable)``) after subscribing to the engine: the simulator runs the
+    whole experiment inside ``start``.
+    """
+    rt = make_runtime(runtime)
+    check_trainable(trainable, rt)
+    if engine.started and rt.virtual_clock and rt.clock.now() < engine.time:
+        rt.clock.advance_to(engine.time)  # type: ignore[attr-defined]
+    exp = Experiment(name, engine, rt, trainable)
+    if record is not None:
+        exp.store, exp.recorder = store, record(rt)
+    if not start:
+        return exp
+    try:
+        rt.start(engine, trainable)
+    except BaseException:
+        if exp.recorder is not None:
+            exp.recorder.close()  # an error in this process: keep everything recorded so far
+            if created and exp.recorder.batches == 0:
+                store.delete(name)  # it never started: leave the name free, not a stub to resume
+        raise
+    return exp

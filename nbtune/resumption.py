@@ -1,0 +1,122 @@
+"""Resume beside ``tune``: continue a stored experiment after the kernel or process died.
+
+:func:`prepare_resume` rebuilds the experiment's algorithm, allocator and
+trainable from the store and replays its event log into a
+:class:`~nbtune.engine.restart.RestartableEngine` (see
+:mod:`nbtune.store.resume` for why that reproduces the dead engine exactly);
+:meth:`Resumption.start` then starts a runtime on it through the same
+:func:`~nbtune.build.build_experiment` that ``tune`` uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from nbtune.algorithms.base import BaseAlgorithm
+from nbtune.allocators.base import BaseAllocator
+from nbtune.build import build_experiment, workload_hints
+from nbtune.engine.restart import RestartableEngine
+from nbtune.experiment import Experiment
+from nbtune.runtimes.base import Runtime
+from nbtune.store.recorder import Recorder, runtime_checkpoints
+from nbtune.store.resume import (
+    ExperimentFinishedError,
+    rebuild_algorithm,
+    rebuild_allocator,
+    rebuild_trainable,
+    replay,
+)
+from nbtune.store.schema import ExperimentRow
+from nbtune.store.store import Store, open_store
+
+__all__ = ["resume", "prepare_resume", "Resumption"]
+
+
+@dataclasses.dataclass
+class Resumption:
+    """A stored experiment rebuilt and replayed but not running yet: :meth:`start` continues it.
+
+    :func:`resume` is ``prepare_resume(...).start(runtime)``. The two steps are
+    apart so a caller can look at the rebuilt engine first (its cluster, which
+    trials will continue) and subscribe to it before the runtime starts: the
+    simulator runs the whole rest of the experiment inside ``start``.
+    """
+
+    name: str
+    store: Store
+    row: ExperimentRow
+    trainable: Any
+    engine: RestartableEngine
+    #: how many stored batches the replay fed to the engine
+    batches: int
+
+    def start(self, runtime: Any = "sim", *, background: bool = True) -> Experiment:
+        """Start ``runtime`` (``"sim"``, ``"dask"`` or a runtime object) on the replayed engine."""
+        st, name = self.store, self.name
+
+        def record(rt: Runtime) -> Recorder:
+            st.mark_restart(name)
+            return Recorder(st, name, self.engine, background=background,
+                            checkpoints=runtime_checkpoints(st, name, rt))
+
+        return build_experiment(name, self.engine, runtime, self.trainable, store=st,
+                                record=record)
+
+
+def prepare_resume(
+    name: str,
+    store: Any = True,
+    trainable: Any = None,
+    *,
+    algorithm: BaseAlgorithm | None = None,
+    allocator: BaseAllocator | None = None,
+    validate: bool = False,
+) -> Resumption:
+    """Rebuild experiment ``name`` from ``store`` and replay its log; nothing runs yet.
+
+    Raises what :func:`resume` raises, before any runtime exists: an unknown
+    name, a finished experiment, a trainable or algorithm that cannot be rebuilt.
+    """
+    st = open_store(True if store is None else store)
+    if not isinstance(st, Store):
+        raise ValueError("resume needs the store the experiment was recorded in: store=False "
+                         "keeps nothing to resume from")
+    row = st.experiment(name)
+    if row.state == "done":
+        raise ExperimentFinishedError(
+            f"experiment {name!r} already finished; read its results with "
+            f"nbtune.store.Store({str(st.url)!r}).results({name!r})"
+        )
+    work = rebuild_trainable(row, trainable)
+    algo = rebuild_algorithm(row, algorithm)
+    alloc = rebuild_allocator(row, allocator)
+    engine = RestartableEngine(algo, alloc, validate=validate, max_failures=row.max_failures,
+                               hints=workload_hints(work))
+    batches = replay(engine, st.event_log(name))
+    if engine.done:
+        raise ExperimentFinishedError(f"experiment {name!r} had finished; nothing to resume")
+    return Resumption(name, st, row, work, engine, batches)
+
+
+def resume(
+    name: str,
+    store: Any = True,
+    trainable: Any = None,
+    runtime: Any = "sim",
+    *,
+    algorithm: BaseAlgorithm | None = None,
+    allocator: BaseAllocator | None = None,
+    validate: bool = False,
+    background: bool = True,
+) -> Experiment:
+    """Continue experiment ``name`` from ``store`` (default ``./nbtune-store/nbtune.db``).
+
+    Completed trials are not rerun; trials that were running restart from
+    their checkpoints. ``trainable`` is needed unless it was a module-level
+    function; ``algorithm``/``allocator`` only if the original run was given
+    instances rather than registry names. Returns the :class:`Experiment`,
+    which keeps recording into the same store.
+    """
+    return prepare_resume(name, store, trainable, algorithm=algorithm, allocator=allocator,
+                          validate=validate).start(runtime, background=background)

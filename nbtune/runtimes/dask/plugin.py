@@ -1,0 +1,36 @@
+"""The worker plugin that sets nbtune up on every Dask worker: its handlers and its warm pool.
+
+Apart from :mod:`.pool` and :mod:`.handlers` because it needs both, and the
+handlers already need the pool (through :mod:`.executor`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from nbtune.runtimes.dask.handlers import install
+from nbtune.runtimes.dask.pool import get_pool
+
+__all__ = ["WarmPoolPlugin"]
+
+
+class WarmPoolPlugin(WorkerPlugin):
+    """Starts (or reconfigures) the warm pool on every worker, present and future.
+
+    Registering it again (another runtime on the same cluster) only changes
+    the pool's size and preload; running trials are untouched. Trial
+    processes end with their worker: an ``atexit`` hook kills them on a clean
+    shutdown, and each one exits by itself when its parent disappears.
+    """
+
+    name = "nbtune-warm-pool"
+
+    def __init__(self, size: int = 2, preload: tuple[str, ...] = ("torch",)) -> None:
+        self.size = size
+        self.preload = tuple(preload)
+
+    def setup(self, worker: Any) -> None:
+        install(worker)
+        get_pool(self.size, self.preload).fill_async()
