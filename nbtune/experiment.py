@@ -102,7 +102,7 @@ class Experiment:
         rows = []
         now = self.engine.time
         for t in self.engine.trials.values():
-            gpu_s = t.gpu_seconds + (t.share * (now - t.share_since) if t.share else 0.0)
+            gpu_s = t.gpu_seconds_at(now)
             rows.append({
                 "trial_id": t.trial_id,
                 **{f"config/{k}": v for k, v in t.config.items()},

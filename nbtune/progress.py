@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from nbtune.core import events as ev
 from nbtune.core.commands import Command, Launch, Stop
+from nbtune.core.tolerance import EPS
 from nbtune.core.trial import TrialState
 
 __all__ = ["ProgressPrinter"]
@@ -70,7 +71,7 @@ class ProgressPrinter:
             tail = ""
         with self._lock:
             for tid, placement in running:
-                where = ", ".join(f"{self.unit} {g}" + (f" ({s:.0%})" if s < 1 - 1e-9 else "")
+                where = ", ".join(f"{self.unit} {g}" + (f" ({s:.0%})" if s < 1 - EPS else "")
                                   for g, s in placement)
                 print(f"[{self.elapsed():7.1f}s] {f'trial {tid:>3} running on {where}':<44} | "
                       f"{tail}", file=self.out, flush=True)
@@ -92,7 +93,7 @@ class ProgressPrinter:
                 msgs.append(f"trial {e.trial_id:>3} failed: {first[0][:80]}")
         for c in commands:
             if isinstance(c, Launch):
-                where = ", ".join(f"{self.unit} {g}" + (f" ({s:.0%})" if s < 1 - 1e-9 else "")
+                where = ", ".join(f"{self.unit} {g}" + (f" ({s:.0%})" if s < 1 - EPS else "")
                                   for g, s in c.placement)
                 what = "start" if c.start_budget <= 0 else "promote"
                 msgs.append(f"trial {c.trial_id:>3} {what} {c.start_budget:g} -> {c.budget:g} "

@@ -13,6 +13,7 @@ from typing import Any
 
 from nbtune.algorithms.base import AlgorithmError
 from nbtune.core.space import Domain
+from nbtune.core.tolerance import EPS  # reports at 9.000000001 still reach budget 9
 
 __all__ = [
     "EPS",
@@ -28,10 +29,6 @@ __all__ = [
     "encode",
     "decode",
 ]
-
-#: tolerance for comparing budgets: reports at 9.000000001 still reach budget 9
-EPS = 1e-9
-
 
 def validate_eta(eta: Any) -> float:
     """Reduction factor: below 2 two successive rungs would round onto the same unit."""

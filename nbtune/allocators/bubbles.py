@@ -31,6 +31,7 @@ from typing import Any
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.fluid import FluidEstimator
 from nbtune.core.resources import GPU, ClusterSpec, Placement
+from nbtune.core.tolerance import EPS
 
 __all__ = ["IdleWindow", "straggler_gaps", "stall_oversubscription", "PipelineHost",
            "BubbleSqueezer"]
@@ -261,7 +262,7 @@ class BubbleSqueezer(BaseAllocator):
             if not self.pausable(spec.config):
                 continue
             need = self._memory(view, spec.trial_id, spec.config)
-            fit = [g for g in free if gpus[g].memory_gb + 1e-9 >= need]
+            fit = [g for g in free if gpus[g].memory_gb + EPS >= need]
             if not fit:
                 continue
             # the tightest memory that fits keeps roomy stages for bigger trials

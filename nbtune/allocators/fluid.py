@@ -39,10 +39,9 @@ from nbtune.allocators.gpu_book import HeldBook
 from nbtune.allocators.profiling import Profile, ProfileStore
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
 from nbtune.core.resources import Placement, width
+from nbtune.core.tolerance import EPS as _TOL
 
 __all__ = ["StaticFluidAllocator", "DynamicFluidAllocator", "FluidEstimator"]
-
-_TOL = 1e-9
 
 
 class StaticFluidAllocator(BaseAllocator):

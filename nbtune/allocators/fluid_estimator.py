@@ -19,11 +19,10 @@ from nbtune.allocators.base import SchedulingView
 from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
 from nbtune.core.overhead import OverheadModel
 from nbtune.core.resources import Placement, width
+from nbtune.core.tolerance import EPS as _TOL
 from nbtune.core.trial import Trial
 
 __all__ = ["FluidEstimator", "with_hints"]
-
-_TOL = 1e-9
 
 
 class FluidEstimator:

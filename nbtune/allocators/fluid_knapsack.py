@@ -43,10 +43,9 @@ from nbtune.allocators.knapsack import ClusterRoom, KnapsackAllocator, cluster_r
 from nbtune.allocators.mkp import pack
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths
 from nbtune.core.resources import Demand, Placement, width
+from nbtune.core.tolerance import EPS as _TOL
 
 __all__ = ["FluidKnapsackAllocator", "colocate"]
-
-_TOL = 1e-9
 
 
 def colocate(k: int, demand: Demand, room: ClusterRoom,

@@ -31,10 +31,9 @@ import math
 from collections.abc import Mapping
 
 from nbtune.core.resources import ClusterSpec, Placement
+from nbtune.core.tolerance import EPS as _TOL
 
 __all__ = ["GpuBook", "HeldBook"]
-
-_TOL = 1e-9
 
 
 def _cap(max_share: float | Mapping[int, float], gpu: int) -> float:

@@ -34,6 +34,7 @@ from nbtune.allocators.mkp import POLICIES, pack
 from nbtune.allocators.oversubscription import DEFAULT_RATIO
 from nbtune.allocators.swaps import improve_by_swaps
 from nbtune.core.resources import ClusterSpec, Demand
+from nbtune.core.tolerance import EPS
 
 __all__ = [
     "ClusterRoom",
@@ -228,12 +229,12 @@ class KnapsackAllocator(BaseAllocator):
         else:
             d = self.default_demand
             c, m, q = d.compute, d.memory_gb, d.cpus
-        per_gpu = np.floor(np.maximum(room.compute, 0.0) / c + 1e-9)
+        per_gpu = np.floor(np.maximum(room.compute, 0.0) / c + EPS)
         if m > 0:
-            per_gpu = np.minimum(per_gpu, np.floor(np.maximum(room.memory, 0.0) / m + 1e-9))
+            per_gpu = np.minimum(per_gpu, np.floor(np.maximum(room.memory, 0.0) / m + EPS))
         est = int(per_gpu.sum())
         if q > 0:
-            est = min(est, int(np.floor(np.maximum(room.node_cpus, 0.0) / q + 1e-9).sum()))
+            est = min(est, int(np.floor(np.maximum(room.node_cpus, 0.0) / q + EPS).sum()))
         est = max(est, len(view.idle_gpus))
         cap = self._room_for_concurrency(view)
         return est if cap is None else min(est, cap)
@@ -287,7 +288,7 @@ class KnapsackAllocator(BaseAllocator):
         top_m = max(g.memory_gb for g in cluster.gpus)
         top_q = max((float(cluster.node_cpus.get(n, 0.0)) for n in room.nodes), default=0.0)
         for spec, d in zip(pending, demands, strict=True):
-            if d.compute > top_c + 1e-9 or d.memory_gb > top_m + 1e-9 or d.cpus > top_q + 1e-9:
+            if d.compute > top_c + EPS or d.memory_gb > top_m + EPS or d.cpus > top_q + EPS:
                 raise ValueError(
                     f"trial {spec.trial_id} needs {d}, more than any GPU of this cluster "
                     f"offers (compute r={top_c:g}, memory {top_m:g} GB, node CPUs "

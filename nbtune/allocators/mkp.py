@@ -37,10 +37,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from nbtune.core.tolerance import EPS as _EPS
+
 __all__ = ["POLICIES", "pack", "decreasing_order"]
 
 POLICIES = ("ff", "ffd", "wf", "wfd")
-_EPS = 1e-9
 _NEG = float("-inf")
 
 

@@ -21,10 +21,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from nbtune.allocators.mkp import pack
+from nbtune.core.tolerance import EPS as _EPS
 
 __all__ = ["improve_by_swaps"]
-
-_EPS = 1e-9
 
 
 def improve_by_swaps(

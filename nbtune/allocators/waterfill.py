@@ -30,10 +30,9 @@ import numpy as np
 
 from nbtune.allocators.gpu_book import GpuBook
 from nbtune.core.resources import ClusterSpec, Placement
+from nbtune.core.tolerance import EPS as _TOL
 
 __all__ = ["fluid_widths", "fill_leftover", "gpus_needed", "place_widths"]
-
-_TOL = 1e-9
 
 
 def _check_limits(n_gpus: float, c: int, d: float) -> None:

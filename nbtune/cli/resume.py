@@ -11,7 +11,6 @@ simulator runs the whole rest of the experiment inside ``start``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import time
 from typing import Any
@@ -23,17 +22,15 @@ __all__ = ["cmd_resume"]
 
 
 def _import(ref: str, what: str) -> Any:
-    module, sep, qual = ref.partition(":")
-    if not sep or not module or not qual:
-        raise UsageError(f"{what} {ref!r} must be MODULE:NAME (e.g. mypkg.train:train)")
+    from nbtune.store.serialize import import_ref
+
     try:
-        obj: Any = importlib.import_module(module)
-        for part in qual.split("."):
-            obj = getattr(obj, part)
+        return import_ref(ref)
+    except ValueError as exc:
+        raise UsageError(f"{what} {exc}") from None
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"cannot import {what} {ref!r} ({exc}); pass --trainable "
                          "MODULE:NAME importable from here (check PYTHONPATH)") from None
-    return obj
 
 
 def _trainable(row: Any, given: str | None) -> Any:

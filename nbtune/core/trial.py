@@ -99,6 +99,14 @@ class Trial:
     #: last measured (seconds per budget unit, width it ran at)
     unit_time: tuple[float, float] | None = None
 
+    def gpu_seconds_at(self, now: float) -> float:
+        """GPU-seconds used by ``now``: the closed segments plus the open one at the current share.
+
+        The one accrual rule: the engine closes a segment with it (release, resize),
+        and results and the store read a running trial's total through it.
+        """
+        return self.gpu_seconds + (self.share * (now - self.share_since) if self.share else 0.0)
+
     def transition(self, new: TrialState) -> None:
         if new == self.state:
             return

@@ -21,12 +21,12 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.group import TrialGroup
 from nbtune.core.resources import ClusterSpec, Placement, width
+from nbtune.core.tolerance import EPS
 from nbtune.core.trial import Decision, Trial, TrialSpec, TrialState
 from nbtune.engine.state import InvariantError, ResourceLedger
 
 __all__ = ["Engine", "EngineError", "Subscriber"]
 
-EPS = 1e-9
 Subscriber = Callable[[tuple[ev.Event, ...], list[Command]], None]
 
 
@@ -279,7 +279,7 @@ class Engine:
     # ------------------------------------------------------------ transitions
     def _release(self, t: Trial) -> None:
         if t.trial_id in self.ledger.placements:
-            t.gpu_seconds += t.share * (self.time - t.share_since)
+            t.gpu_seconds = t.gpu_seconds_at(self.time)
             self.ledger.release(t.trial_id, self.time)
             t.share = 0.0
             t.last_mark = None
@@ -420,7 +420,7 @@ class Engine:
                 raise EngineError(f"allocator resized trial {tid} which is {t.state.value}")
             if placement == self.ledger.placements.get(tid):
                 continue
-            t.gpu_seconds += t.share * (self.time - t.share_since)
+            t.gpu_seconds = t.gpu_seconds_at(self.time)
             self.ledger.release(tid, self.time)
             self.ledger.place(tid, placement, self.time)
             t.share, t.share_since = width(placement), self.time

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nbtune.core.resources import ClusterSpec, Placement
+from nbtune.core.tolerance import EPS
 
 __all__ = ["AllocationRecord", "ResourceLedger", "InvariantError"]
 
@@ -69,7 +70,7 @@ class ResourceLedger:
         for g, s in placement:
             if g in self.load:
                 v = self.load[g] - s
-                if v <= 1e-9:
+                if v <= EPS:
                     v = 0.0
                     self.idle.add(g)
                 self.load[g] = v
@@ -96,5 +97,5 @@ class ResourceLedger:
                 raise InvariantError(f"GPU {g} holds {v:.4f} > capacity {cap}")
             if abs(v - self.load[g]) > 1e-6:
                 raise InvariantError(f"GPU {g} load drifted: ledger {self.load[g]} vs {v}")
-            if (v <= 1e-9) != (g in self.idle):
+            if (v <= EPS) != (g in self.idle):
                 raise InvariantError(f"GPU {g} idle set inconsistent (load {v})")

@@ -23,13 +23,13 @@ from nbtune.core import events as ev
 from nbtune.core.clock import ManualClock
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import ClusterSpec, Placement
+from nbtune.core.tolerance import EPS
 from nbtune.engine.engine import Engine
 from nbtune.workloads.base import Neighbor, WorkloadModel
 
 __all__ = ["SimRuntime", "SimulationError"]
 
 _START, _REPORT, _EXTERNAL = 0, 1, 2
-EPS = 1e-9
 
 
 class SimulationError(RuntimeError):
@@ -219,7 +219,7 @@ class SimRuntime:
 
     def _next_budget(self, live: _Live) -> float:
         step = self.report_every
-        return min((math.floor(live.progress / step + 1e-9) + 1) * step, live.target)
+        return min((math.floor(live.progress / step + EPS) + 1) * step, live.target)
 
     # ------------------------------------------------------------ commands
     def _execute(self, cmds: Iterable[Command]) -> None:

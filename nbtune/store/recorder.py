@@ -18,7 +18,6 @@ of what the engine handled, batch by batch, which is exactly what
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import logging
 import threading
@@ -32,7 +31,13 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish
 from nbtune.core.trial import TrialState
 from nbtune.engine.engine import Engine
-from nbtune.store.serialize import SerializationError, dump_event, dump_space, to_jsonable
+from nbtune.store.serialize import (
+    SerializationError,
+    dump_event,
+    dump_space,
+    import_ref,
+    to_jsonable,
+)
 from nbtune.store.store import (
     COMMAND_PREFIX,
     EMPTY_BATCH,
@@ -202,7 +207,7 @@ class Recorder:
             t = eng.trials.get(tid)
             if t is None:
                 continue
-            gpu_s = t.gpu_seconds + (t.share * (eng.time - t.share_since) if t.share else 0.0)
+            gpu_s = t.gpu_seconds_at(eng.time)
             cfg = self._configs.get(tid)
             if cfg is None or cfg[0] is not t.config:  # configs are replaced, never mutated
                 cfg = self._configs[tid] = (t.config, to_jsonable(t.config))
@@ -359,9 +364,7 @@ def trainable_ref(trainable: Any) -> str | None:
     if not module or not qual or module == "__main__" or "<locals>" in qual:
         return None
     try:
-        obj: Any = importlib.import_module(module)
-        for part in qual.split("."):
-            obj = getattr(obj, part)
+        obj = import_ref(f"{module}:{qual}")
     except (ImportError, AttributeError):
         return None
     return f"{module}:{qual}" if obj is trainable else None

@@ -18,7 +18,6 @@ only the store: the replay and the rebuilt algorithm and allocator.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from nbtune.algorithms.base import BaseAlgorithm
@@ -27,7 +26,7 @@ from nbtune.core import events as ev
 from nbtune.engine.engine import Engine
 from nbtune.engine.restart import RestartableEngine
 from nbtune.store.schema import ExperimentRow
-from nbtune.store.serialize import from_jsonable, load_space
+from nbtune.store.serialize import from_jsonable, import_ref, load_space
 from nbtune.store.store import command_payload
 
 __all__ = ["RestartableEngine", "replay", "rebuild_algorithm", "rebuild_allocator",
@@ -64,14 +63,6 @@ def replay(engine: Engine, log: list[tuple[list[ev.Event], list[tuple[str, Any]]
     return len(log)
 
 
-def _import(ref: str) -> Any:
-    module, _, qual = ref.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in qual.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def rebuild_algorithm(row: ExperimentRow, given: Any = None) -> BaseAlgorithm:
     """The stored experiment's algorithm, fresh: from its registry name and options, or ``given``."""
     from nbtune.algorithms import make_algorithm
@@ -94,7 +85,7 @@ def rebuild_algorithm(row: ExperimentRow, given: Any = None) -> BaseAlgorithm:
             f"experiment {row.name!r} ran an algorithm instance ({row.algorithm}) whose options "
             "were not stored: pass algorithm= a fresh instance built the same way (same seed)"
         )
-    spec: Any = _import(row.algorithm) if ":" in row.algorithm else row.algorithm
+    spec: Any = import_ref(row.algorithm) if ":" in row.algorithm else row.algorithm
     return make_algorithm(spec, space, **base, min_budget=row.min_budget,
                           **from_jsonable(row.algorithm_options))
 
@@ -124,7 +115,7 @@ def rebuild_trainable(row: ExperimentRow, given: Any = None) -> Any:
             "model); only module-level functions are found again by name"
         )
     try:
-        return _import(row.trainable)
+        return import_ref(row.trainable)
     except (ImportError, AttributeError) as exc:
         raise ResumeError(f"cannot import the trainable {row.trainable!r} ({exc}); pass "
                           "trainable=") from None

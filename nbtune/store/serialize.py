@@ -11,6 +11,7 @@ replay in :mod:`nbtune.store.resume` feeds the engine exactly what it saw.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +21,7 @@ from nbtune.core import space as sp
 from nbtune.core.resources import GPU, ClusterSpec
 
 __all__ = [
+    "import_ref",
     "SerializationError",
     "to_jsonable",
     "from_jsonable",
@@ -208,3 +210,19 @@ def load_event(kind: str, payload: Mapping[str, Any]) -> ev.Event:
         else:
             fields[f.name] = from_jsonable(v)
     return cls(**fields)
+
+
+def import_ref(ref: str) -> Any:
+    """The object a ``"MODULE:NAME"`` reference names (``NAME`` may be dotted).
+
+    How a stored trainable, algorithm class or ``--trainable`` is found again.
+    Raises ValueError for a malformed reference, ImportError or AttributeError
+    when it does not resolve.
+    """
+    module, sep, qual = ref.partition(":")
+    if not sep or not module or not qual:
+        raise ValueError(f"{ref!r} must be MODULE:NAME (e.g. mypkg.train:train)")
+    obj: Any = importlib.import_module(module)
+    for part in qual.split("."):
+        obj = getattr(obj, part)
+    return obj

@@ -34,6 +34,7 @@ from sqlalchemy.pool import StaticPool
 
 from nbtune.core import events as ev
 from nbtune.core.commands import Command
+from nbtune.core.tolerance import EPS
 from nbtune.store.batch import WriteBatch, commit_batch, now_utc
 from nbtune.store.schema import (
     AllocationRow,
@@ -342,7 +343,7 @@ class Store:
         q = select(CheckpointRow.uri).where(CheckpointRow.experiment_id == eid,
                                             CheckpointRow.trial_id == int(trial_id))
         if budget is not None:
-            q = q.where(CheckpointRow.budget <= float(budget) + 1e-9)
+            q = q.where(CheckpointRow.budget <= float(budget) + EPS)
         with self._session() as s:
             return s.scalars(q.order_by(CheckpointRow.budget.desc(), CheckpointRow.id.desc())
                              .limit(1)).first()

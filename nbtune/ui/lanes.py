@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from nbtune.core.tolerance import EPS
+
 __all__ = ["Lanes", "Rect", "Segment"]
 
 
@@ -167,7 +169,7 @@ class Lanes:
         lane = self.lane_of[gpu]
         pos = 0.0
         for b, t in sorted((b - lane, t - lane) for b, t in self._stack.get(gpu, ())):
-            if b - pos >= share - 1e-9:
+            if b - pos >= share - EPS:
                 break
             pos = max(pos, t)
         return pos
@@ -182,7 +184,7 @@ class Lanes:
             self._util_closed.append(Segment(gpu, self.lane_of[gpu], since, when, level))
             self._level_since[gpu] = when
         new = self._level[gpu] + delta
-        self._level[gpu] = 0.0 if abs(new) < 1e-9 else new
+        self._level[gpu] = 0.0 if abs(new) < EPS else new
 
     def _take_samples(self) -> None:
         samples = self.engine.utilization

@@ -31,6 +31,7 @@ import pandas as pd
 
 from nbtune.core.resources import Demand
 from nbtune.core.space import grid
+from nbtune.core.tolerance import EPS
 from nbtune.workloads.base import OverheadModel, WorkloadModel
 
 __all__ = ["TraceTrial", "TraceWorkload"]
@@ -202,7 +203,7 @@ class TraceWorkload(WorkloadModel):
         """The recorded launch's cost, when this trial was launched at ``start_budget``."""
         launches = self._trial(config).launches
         for b, t in launches.items():
-            if abs(b - start_budget) < 1e-9:
+            if abs(b - start_budget) < EPS:
                 return t
         return None
 
@@ -256,7 +257,7 @@ def segment_times(curves: pd.DataFrame, allocations: pd.DataFrame) -> pd.DataFra
         for r in g.to_dict("records"):
             t = float(r["time"])
             # a report at a segment's start time ended the previous one (same handle call)
-            seg = max((s for s in st if s < t - 1e-9), default=st[0])
+            seg = max((s for s in st if s < t - EPS), default=st[0])
             first = seg != prev_seg
             gap = t - seg if first else t - float(prev_t)  # type: ignore[arg-type]
             rows.append({"trial_id": int(tid), "budget": float(r["budget"]), "time": t,
@@ -289,7 +290,7 @@ def _from_experiment(cls: type[TraceWorkload], exp: Any, **kwargs: Any) -> Trace
         for r in mine.to_dict("records"):
             before = [float(x["budget"]) for x in rows if float(x["time"]) <= r["segment_start"]]
             start = max(before, default=0.0)
-            steps = max(float(r["budget"]) - start, 1e-9)
+            steps = max(float(r["budget"]) - start, EPS)
             cost = max(float(r["gap"]) - unit * steps, 0.0)
             launches.setdefault(start, cost)
             launch_all.append(cost)

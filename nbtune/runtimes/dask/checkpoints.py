@@ -17,10 +17,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nbtune.core.tolerance import EPS
+
 __all__ = ["checkpoint_path", "latest_checkpoint", "list_checkpoints", "save_state", "load_state",
            "adopt_checkpoint"]
 
-EPS = 1e-9
 _NAME = re.compile(r"^budget-(?P<step>[0-9.eE+-]+)\.pt$")
 
 

@@ -11,13 +11,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nbtune.core.resources import Placement
+from nbtune.core.tolerance import EPS
 
 if TYPE_CHECKING:
     from nbtune.runtimes.dask.cluster import Slot
 
 __all__ = ["Run", "RunRank", "rank_env", "EPS"]
-
-EPS = 1e-9
 
 
 @dataclass

@@ -32,11 +32,10 @@ import numbers
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from nbtune.core.tolerance import EPS
 from nbtune.runtimes.dask import checkpoints as ck
 
 __all__ = ["Trial", "TrialInterrupted"]
-
-EPS = 1e-9
 
 
 class TrialInterrupted(BaseException):
