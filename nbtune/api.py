@@ -81,7 +81,7 @@ def tune(
         name = st.free_name() if st is not None else f"experiment-{next(_names)}"
     record = None
     if st is not None:
-        from nbtune.store.recorder import runtime_checkpoints, start_recording
+        from nbtune.store.registration import runtime_checkpoints, start_recording
 
         def record(rt: Runtime) -> Any:
             return start_recording(

@@ -19,7 +19,8 @@ from nbtune.build import build_experiment, workload_hints
 from nbtune.engine.restart import RestartableEngine
 from nbtune.experiment import Experiment
 from nbtune.runtimes.base import Runtime
-from nbtune.store.recorder import Recorder, runtime_checkpoints
+from nbtune.store.recorder import Recorder
+from nbtune.store.registration import runtime_checkpoints
 from nbtune.store.resume import (
     ExperimentFinishedError,
     rebuild_algorithm,

@@ -35,7 +35,7 @@ from typing import Any
 
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.fluid_estimator import FluidEstimator, with_hints
-from nbtune.allocators.gpu_book import HeldBook
+from nbtune.allocators.held_book import HeldBook
 from nbtune.allocators.profiling import Profile, ProfileStore
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
 from nbtune.core.resources import Placement, width

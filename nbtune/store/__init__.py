@@ -10,7 +10,8 @@ kernel died; :class:`Store` reads results back without running anything. See
 from __future__ import annotations
 
 from nbtune.store.profiles import SqlProfileStore
-from nbtune.store.recorder import Recorder, start_recording
+from nbtune.store.recorder import Recorder
+from nbtune.store.registration import start_recording
 from nbtune.store.resume import (
     ExperimentFinishedError,
     RestartableEngine,

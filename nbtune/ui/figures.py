@@ -17,7 +17,7 @@ out as binary buffers; strings would be JSON, one by one).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -37,11 +37,19 @@ from bokeh.models import (
     StringFormatter,
     TableColumn,
 )
-from bokeh.palettes import Category20, Viridis256
+from bokeh.palettes import Viridis256
 from bokeh.plotting import figure
 
-from nbtune.core.space import Choice, Domain
-from nbtune.ui.model import DISPLAY_STATES, Delta, Rect, Segment
+from nbtune.ui.columns import (
+    TRIAL_COLORS,
+    arrays,
+    cell,
+    config_columns,
+    num,
+    rect_cols,
+    seg_cols,
+)
+from nbtune.ui.model import DISPLAY_STATES, Delta
 
 __all__ = ["Figures", "STATE_COLORS", "config_columns", "summary_html", "format_duration"]
 
@@ -60,59 +68,7 @@ assert set(STATE_COLORS) == set(DISPLAY_STATES)
 STATE_LEGEND = "curves: " + " ".join(
     f"<span style='color:{STATE_COLORS[s]}'>&#9644; {s}</span>"
     for s in ("best", "running", "promoted", "completed", "paused", "stopped", "error"))
-_TRIAL_COLORS = Category20[20]
 _GREY = STATE_COLORS["stopped"]
-_NAN = float("nan")
-
-
-def _num(v: Any) -> float:
-    return _NAN if v is None else float(v)
-
-
-def _arrays(cols: dict[str, list[Any]]) -> dict[str, Any]:
-    """Columns to send: numpy arrays when long, plain lists when short.
-
-    Bokeh sends a numpy array as a binary buffer, ~20x cheaper per value than
-    a JSON list, but each buffer costs two more comm messages (jupyter_bokeh
-    sends one per part), which dominates a typical small live update.
-    """
-    n = max((len(v) for v in cols.values()), default=0)
-    if 0 < n < _BINARY_FROM:
-        return {k: list(v) for k, v in cols.items()}
-    out: dict[str, Any] = {}
-    for k, v in cols.items():
-        if v and isinstance(v[0], str):
-            out[k] = np.array(v, dtype=str)
-        elif not v and k in _STRING_COLUMNS:
-            out[k] = np.array([], dtype=str)
-        else:
-            out[k] = np.asarray(v, dtype=float)
-    return out
-
-
-_STRING_COLUMNS = {"state", "error"}
-_BINARY_FROM = 1000  # rows from which a column goes out as a binary buffer
-
-
-def _rect_cols(rects: Iterable[Rect]) -> dict[str, list[Any]]:
-    rs = list(rects)
-    return {
-        "left": [r.start for r in rs], "right": [r.end for r in rs],
-        "bottom": [r.bottom + 0.04 * r.share for r in rs],
-        "top": [r.top - 0.04 * r.share for r in rs],
-        "trial": [r.trial_id for r in rs], "gpu": [r.gpu_id for r in rs],
-        "share": [r.share for r in rs],
-        "cidx": [r.trial_id % len(_TRIAL_COLORS) for r in rs],
-    }
-
-
-def _seg_cols(segs: Iterable[Segment]) -> dict[str, list[Any]]:
-    ss = list(segs)
-    return {
-        "left": [s.start for s in ss], "right": [s.end for s in ss],
-        "bottom": [s.lane + 0.02 for s in ss], "top": [s.lane + 0.98 for s in ss],
-        "gpu": [s.gpu_id for s in ss], "util": [s.util for s in ss],
-    }
 
 
 class Figures:
@@ -139,14 +95,14 @@ class Figures:
         # the state colours as an HTML legend: a Bokeh legend needs a renderer per entry
         self.legend = Div(text=STATE_LEGEND, width=width)
         self._rows: list[dict[str, Any]] = []  # the table's rows, by row index
-        self.seg_src = ColumnDataSource(_arrays({"x0": [], "y0": [], "x1": [], "y1": [],
+        self.seg_src = ColumnDataSource(arrays({"x0": [], "y0": [], "x1": [], "y1": [],
                                                  "trial": []}))
-        self.pts_src = ColumnDataSource(_arrays({"x": [], "y": [], "trial": [], "time": []}))
-        self.best_src = ColumnDataSource(_arrays({"x": [], "y": []}))
-        self.alloc_src = ColumnDataSource(_arrays(_rect_cols(())))
-        self.alloc_open_src = ColumnDataSource(_arrays(_rect_cols(())))
-        self.util_src = ColumnDataSource(_arrays(_seg_cols(())))
-        self.util_open_src = ColumnDataSource(_arrays(_seg_cols(())))
+        self.pts_src = ColumnDataSource(arrays({"x": [], "y": [], "trial": [], "time": []}))
+        self.best_src = ColumnDataSource(arrays({"x": [], "y": []}))
+        self.alloc_src = ColumnDataSource(arrays(rect_cols(())))
+        self.alloc_open_src = ColumnDataSource(arrays(rect_cols(())))
+        self.util_src = ColumnDataSource(arrays(seg_cols(())))
+        self.util_open_src = ColumnDataSource(arrays(seg_cols(())))
         self.table_src = ColumnDataSource(self._table_arrays([]))
         self.mapper = LinearColorMapper(palette=[_GREY], low=-0.5, high=0.5, nan_color=_GREY,
                                         low_color=_GREY, high_color=STATE_COLORS["running"])
@@ -188,8 +144,8 @@ class Figures:
         return p
 
     def _alloc_figure(self, width: int, share_x: Any) -> Any:
-        trial_cmap = LinearColorMapper(palette=list(_TRIAL_COLORS), low=-0.5,
-                                       high=len(_TRIAL_COLORS) - 0.5)
+        trial_cmap = LinearColorMapper(palette=list(TRIAL_COLORS), low=-0.5,
+                                       high=len(TRIAL_COLORS) - 0.5)
         p = figure(title="allocation (trials on GPU lanes; stacked = packed)", width=width,
                    height=220, x_range=share_x.x_range, y_range=Range1d(0, 1),
                    x_axis_label="time (s)", tools="xpan,xwheel_zoom,reset")
@@ -224,7 +180,7 @@ class Figures:
         return cols
 
     def _table_arrays(self, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-        cols = _arrays(self._table_cols(rows))
+        cols = arrays(self._table_cols(rows))
         for k, numeric in self._config_cols.items():
             if not numeric:
                 cols[f"config/{k}"] = np.array(cols[f"config/{k}"], dtype=str)
@@ -233,14 +189,14 @@ class Figures:
     def _table_cols(self, rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
         cols: dict[str, list[Any]] = {
             "trial_id": [r["trial_id"] for r in rows], "state": [r["state"] for r in rows],
-            "metric": [_num(r[self.metric]) for r in rows],
-            "last": [_num(r["last"]) for r in rows], "budget": [r["budget"] for r in rows],
+            "metric": [num(r[self.metric]) for r in rows],
+            "last": [num(r["last"]) for r in rows], "budget": [r["budget"] for r in rows],
             "promotions": [r["promotions"] for r in rows],
-            "start": [_num(r["start"]) for r in rows], "end": [_num(r["end"]) for r in rows],
+            "start": [num(r["start"]) for r in rows], "end": [num(r["end"]) for r in rows],
             "error": [r["error"] for r in rows],
         }
         for k in self._config_cols:
-            cols[f"config/{k}"] = [_cfg(r["config"].get(k), self._config_cols[k]) for r in rows]
+            cols[f"config/{k}"] = [cell(r["config"].get(k), self._config_cols[k]) for r in rows]
         return cols
 
     # ---------------------------------------------------------------- apply
@@ -251,21 +207,21 @@ class Figures:
         if d.lanes != self._lanes:
             self._set_lanes(d.lanes)
         if d.alloc_closed:
-            self.alloc_src.stream(_arrays(_rect_cols(d.alloc_closed)), rollover=self.rollover)
-        self._replace(self.alloc_open_src, _rect_cols(d.alloc_open))
+            self.alloc_src.stream(arrays(rect_cols(d.alloc_closed)), rollover=self.rollover)
+        self._replace(self.alloc_open_src, rect_cols(d.alloc_open))
         if d.util_kind != self._util_kind:  # the runtime started measuring: drop estimates
             self._util_kind = d.util_kind
             self.util.title.text = f"GPU utilization ({d.util_kind})"
-            self.util_src.data = _arrays(_seg_cols(()))
+            self.util_src.data = arrays(seg_cols(()))
         if d.util_closed:
-            self.util_src.stream(_arrays(_seg_cols(d.util_closed)), rollover=self.rollover)
-        self._replace(self.util_open_src, _seg_cols(d.util_open))
+            self.util_src.stream(arrays(seg_cols(d.util_closed)), rollover=self.rollover)
+        self._replace(self.util_open_src, seg_cols(d.util_open))
 
     def _replace(self, src: ColumnDataSource, data: dict[str, list[Any]]) -> None:
         """Replace a small source's data, sending nothing when it did not change."""
         if self._open_data.get(id(src)) != data:
             self._open_data[id(src)] = data
-            src.data = _arrays(data)
+            src.data = arrays(data)
 
     def _apply_rows(self, d: Delta) -> None:
         if not d.rows:
@@ -337,11 +293,11 @@ class Figures:
                 seg["trial"] += [key] * (len(xs) - 1)
                 self._last_point[tid] = (xs[-1], ys[-1])
             if seg["x0"]:
-                self.seg_src.stream(_arrays(seg), rollover=self.rollover)
+                self.seg_src.stream(arrays(seg), rollover=self.rollover)
             if pts["x"]:
-                self.pts_src.stream(_arrays(pts), rollover=self.rollover)
+                self.pts_src.stream(arrays(pts), rollover=self.rollover)
         if d.best_curve is not None:
-            self.best_src.data = _arrays({"x": d.best_curve.budget, "y": d.best_curve.value})
+            self.best_src.data = arrays({"x": d.best_curve.budget, "y": d.best_curve.value})
 
     def _set_lanes(self, lanes: list[int]) -> None:
         self._lanes = list(lanes)
@@ -357,28 +313,6 @@ class Figures:
     def set_header(self, html: str) -> None:
         if self.header.text != html:
             self.header.text = html
-
-
-def config_columns(space: Mapping[str, Any]) -> dict[str, bool]:
-    """Table columns for a search space: name -> whether its values are numbers."""
-    out = {}
-    for k, dom in space.items():
-        if isinstance(dom, Choice):
-            out[k] = all(_is_num(o) for o in dom.options)
-        else:
-            out[k] = isinstance(dom, Domain) or _is_num(dom)
-    return out
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _cfg(v: Any, numeric: bool) -> Any:
-    """A config value as its table column holds it (numbers sort as numbers)."""
-    if numeric:
-        return float(v) if _is_num(v) else _NAN
-    return str(v)
 
 
 def summary_html(title: str, d: Delta) -> str:

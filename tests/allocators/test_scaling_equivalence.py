@@ -25,7 +25,7 @@ from nbtune.allocators import (
 )
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.demand import DemandLookup
-from nbtune.allocators.gpu_book import HeldBook
+from nbtune.allocators.held_book import HeldBook
 from nbtune.allocators.knapsack import cluster_room
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
 from nbtune.core.overhead import OverheadModel

@@ -131,7 +131,7 @@ def test_checkpoint_references_of_a_dask_runtime_are_recorded(tmp_path):
     pytest.importorskip("distributed")
     from nbtune.runtimes.dask import DaskRuntime
     from nbtune.runtimes.dask.checkpoints import checkpoint_path, save_state
-    from nbtune.store.recorder import runtime_checkpoints
+    from nbtune.store.registration import runtime_checkpoints
 
     st = Store(tmp_path / "ck.db")
     rt = DaskRuntime()  # not started: only its checkpoint bookkeeping is used here
