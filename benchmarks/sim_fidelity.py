@@ -29,8 +29,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from nbtune.demo import run_demo
-    from nbtune.workloads import TraceWorkload
     from nbtune.replay import decisions, replay_in_simulator
+    from nbtune.workloads import TraceWorkload
 
     with tempfile.TemporaryDirectory() as tmp:
         res = run_demo(trials=args.trials, max_budget=args.max_budget, seed=args.seed,

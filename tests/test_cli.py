@@ -35,9 +35,11 @@ def test_demo_prints_summary_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--sim"]) == 0
     out = capsys.readouterr().out
 
-    m = re.search(r"^best loss\s+(\d+\.\d+) \(trial (\d+), budget ([\d.]+)\)", out, re.M)
+    # a sign is matched too, so a negative loss fails the check instead of the regex
+    m = re.search(r"^best loss\s+([-+]?\d+\.\d+) \(trial (\d+), budget ([\d.]+)\)", out, re.M)
     assert m, out
     assert float(m.group(1)) >= 0.0
+    assert float(m.group(3)) == 27  # the best is a trial trained to the max budget
     assert re.search(r"^best config\s+lr=\S+, batch_size=\d+, dropout=\S+$", out, re.M), out
 
     trials = re.search(r"^trials\s+(\d+) \(", out, re.M)

@@ -17,12 +17,8 @@ import pytest
 import nbtune
 from nbtune.cli import main
 from nbtune.core.space import uniform
-from nbtune.store import Store
-
-distributed = pytest.importorskip("distributed")
-cloudpickle = pytest.importorskip("cloudpickle")
-
 from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
+from nbtune.store import Store
 from tests.dask_cluster import local_client  # noqa: E402
 
 # trials but 0 hold before step 4 until the gate opens, so the crash finds them mid-run

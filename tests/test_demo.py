@@ -13,13 +13,12 @@ import io
 import re
 from pathlib import Path
 
+import distributed  # noqa: F401  (a hard dependency: a broken install fails here)
 import pytest
+import sklearn  # noqa: F401  (a hard dependency: a broken install fails here)
+import torch  # noqa: F401  (a hard dependency: a broken install fails here)
 
 from nbtune.cli import main
-
-pytest.importorskip("distributed")
-pytest.importorskip("sklearn")
-pytest.importorskip("torch")
 
 pytestmark = pytest.mark.integration
 

@@ -97,9 +97,25 @@ class KDEModel:
         self.observations.setdefault(float(budget), {})[trial_id] = (np.asarray(x, float), loss)
 
     def model_budget(self) -> float | None:
-        """The largest budget with enough observations to fit both densities."""
-        ok = [b for b, obs in self.observations.items() if len(obs) >= self.min_points + 2]
+        """The largest budget with enough observations to fit both densities.
+
+        Both the good and the (disjoint) bad set need ``min_points`` (at least d+1)
+        points, or g(x) would be a degenerate density of one or two points.
+        """
+        ok = [b for b, obs in self.observations.items()
+              if len(obs) - self.split(len(obs))[0].stop >= self.min_points]
         return max(ok) if ok else None
+
+    def split(self, n: int) -> tuple[slice, slice]:
+        """The good and the bad observations among ``n`` sorted best first: disjoint sets.
+
+        BOHB: n_l = max(N_min, q·N_b) best points make l(x); the next
+        n_g = max(N_min, N_b − n_l) make g(x), so no point is in both (when the
+        N_min floor asks for more than are left, g gets the rest, as in HpBandSter).
+        """
+        n_good = max(self.min_points, int(self.top_fraction * n))
+        n_bad = max(self.min_points, n - n_good)
+        return slice(0, n_good), slice(n_good, n_good + n_bad)
 
     def _fit(self, data: np.ndarray, rng: np.random.Generator) -> Any:
         """gaussian_kde of ``data`` (n x d); jitter degenerate data (equal values, categoricals)."""
@@ -125,10 +141,8 @@ class KDEModel:
             return None
         items = sorted(self.observations[budget].items(), key=lambda kv: (kv[1][1], kv[0]))
         xs = np.array([x for _, (x, _) in items])
-        n = len(xs)
-        n_good = max(self.min_points, int(self.top_fraction * n))
-        n_bad = max(self.min_points, int((1 - self.top_fraction) * n))
-        good, bad = xs[:n_good], xs[n - n_bad :]
+        good_idx, bad_idx = self.split(len(xs))
+        good, bad = xs[good_idx], xs[bad_idx]
         l_kde, g_kde = self._fit(good, rng), self._fit(bad, rng)
         if l_kde is None or g_kde is None:
             return None

@@ -19,10 +19,11 @@ __all__ = ["best_index"]
 def best_index(scores: Iterable[tuple[float | None, float]], mode: str) -> int | None:
     """Index of the best of ``(value, budget_used)`` pairs, or None when no value is known.
 
-    ``mode`` is ``"min"`` or ``"max"``; a value of None or NaN has not been reported.
+    ``mode`` is ``"min"`` or ``"max"``. A value of None was not reported; NaN or
+    infinite is a diverged run, never the best.
     """
     items = [(i, float(v), float(b)) for i, (v, b) in enumerate(scores)
-             if v is not None and not math.isnan(v)]
+             if v is not None and math.isfinite(v)]
     if not items:
         return None
     top = max(b for _, _, b in items)

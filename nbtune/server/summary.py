@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from nbtune.core.best import best_index
 from nbtune.store import DEFAULT_DIR, DEFAULT_FILE, Store
 
 __all__ = ["resolve_location", "summarize", "empty_reply", "display_location"]
@@ -75,10 +76,11 @@ def _summarize_one(store: Store, row: dict[str, Any]) -> dict[str, Any]:
     best_trial: int | None = None
     if not trials.empty:
         running_ids = {int(t) for t in trials.loc[trials["state"] == "running", "trial_id"]}
-        for tid, value in zip(trials["trial_id"], trials[metric], strict=True):
-            v = _number(value)
-            if v is not None and (best is None or (v < best if mode == "min" else v > best)):
-                best, best_trial = v, int(tid)
+        # the rule of exp.best and `nbtune ls`: the best among the furthest-trained trials
+        i = best_index(zip(map(_number, trials[metric]), trials["budget_used"], strict=True),
+                       mode)
+        if i is not None:
+            best, best_trial = _number(trials[metric].iloc[i]), int(trials["trial_id"].iloc[i])
     # A GPU is in use while a running trial holds an open allocation on it.
     allocs = store.allocations(name)
     gpus: set[int] = set()

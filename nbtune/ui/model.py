@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from nbtune.core import events as ev
+from nbtune.core.best import best_index
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.trial import Trial, TrialState
 from nbtune.ui.lanes import Lanes, Rect, Segment
@@ -307,14 +308,10 @@ class DashboardModel:
                       [w for w, _, _ in results])
 
     def _find_best(self) -> int | None:
-        """Same rule as :attr:`Experiment.best`: best metric among the furthest-trained trials."""
-        cands = [(tid, r) for tid, r in self._rows.items() if r.best is not None]
-        if not cands:
-            return None
-        top = max(r.budget for _, r in cands)
-        sign = 1.0 if self.mode == "min" else -1.0
-        full = [(sign * r.best, tid) for tid, r in cands if r.budget >= top - 1e-9]
-        return min(full)[1]
+        """The rule of :attr:`Experiment.best` (:mod:`nbtune.core.best`): furthest-trained trials only."""
+        rows = list(self._rows.items())
+        i = best_index(((r.best, r.budget) for _, r in rows), self.mode)
+        return None if i is None else rows[i][0]
 
     def display_state(self, tid: int) -> str:
         """How a trial is shown: its engine state, or ``best`` / ``promoted``.

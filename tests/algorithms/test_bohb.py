@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nbtune.algorithms import BOHB, AlgorithmError, SyncBOHB
 from nbtune.algorithms.bohb import KDEModel
@@ -29,10 +31,10 @@ def test_random_until_enough_points() -> None:
     model = KDEModel(2, random_fraction=0.0)
     assert model.min_points == 3  # d + 1
     rng = np.random.default_rng(0)
-    fill(model, model.min_points + 1, budget=9)
+    fill(model, 2 * model.min_points - 1, budget=9)  # the bad set would have d points
     assert model.model_budget() is None
     assert all(model.propose(rng) is None for _ in range(20))
-    fill(model, model.min_points + 2, budget=9)
+    fill(model, 2 * model.min_points, budget=9)  # d+1 good, d+1 bad
     assert model.model_budget() == 9
     assert all(model.propose(rng) is not None for _ in range(20))
 
@@ -40,9 +42,9 @@ def test_random_until_enough_points() -> None:
 def test_model_uses_largest_budget_with_enough_points() -> None:
     model = KDEModel(2, random_fraction=0.0)
     fill(model, 20, budget=1)
-    fill(model, 4, budget=9)
-    assert model.model_budget() == 1
     fill(model, 5, budget=9)
+    assert model.model_budget() == 1
+    fill(model, 6, budget=9)
     assert model.model_budget() == 9
 
 
@@ -124,3 +126,28 @@ def test_sync_bohb_sequential_brackets_sample_from_the_model(pipeline: bool) -> 
         assert src == ["random"] * len(src)
     else:
         assert src[:27] == ["random"] * 27 and src[27:] == ["model"] * (len(src) - 27)
+
+
+@given(dim=st.integers(1, 6), n_extra=st.integers(2, 300),
+       q=st.floats(0.01, 0.5), extra_min=st.integers(0, 5))
+def test_good_and_bad_sets_are_disjoint_and_cover_the_rest(dim, n_extra, q, extra_min) -> None:
+    """BOHB's l(x) and g(x) are fitted on disjoint points: the good ones first, then the rest."""
+    model = KDEModel(dim, top_fraction=q, min_points_in_model=dim + 1 + extra_min)
+    n = model.min_points + n_extra  # what model_budget() asks before a model is fitted
+    good, bad = model.split(n)
+    good_ids, bad_ids = set(range(n)[good]), set(range(n)[bad])
+    assert not good_ids & bad_ids
+    assert good_ids | bad_ids == set(range(n))
+    assert max(good_ids) < min(bad_ids)  # every good point ranks before every bad one
+    assert len(good_ids) == max(model.min_points, int(q * n))
+
+
+def test_proposals_use_disjoint_sets() -> None:
+    """A fitted model still proposes near the optimum with the disjoint split."""
+    model = KDEModel(2, random_fraction=0.0)
+    fill(model, 60, 1.0)
+    rng = np.random.default_rng(1)
+    props = [model.propose(rng) for _ in range(20)]
+    assert all(p is not None for p in props)
+    assert np.mean([quad(p) for p in props]) < np.mean([quad(np.random.default_rng(i).random(2))
+                                                        for i in range(200)])

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 
+import optuna
 import pytest
 
 from nbtune.algorithms import AlgorithmError, OptunaCmaEs, OptunaSearch, make_algorithm
 from nbtune.core.space import choice, grid, loguniform, qloguniform, quniform, randint, uniform
 
 from .driver import Driver, fail_every
-
-optuna = pytest.importorskip("optuna")
 
 SPACE = {
     "u": uniform(-1.0, 1.0),

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+import nbclient
+import nbformat
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "03-what-if-at-scale.ipynb"
 

@@ -21,13 +21,10 @@ from nbtune.core import events as ev
 from nbtune.core.space import uniform
 from nbtune.core.trial import TrialState
 from nbtune.engine.engine import Engine
-from tests.engine.toy import OneShot
-
-distributed = pytest.importorskip("distributed")
-
 from nbtune.runtimes.dask import DaskRuntime, DaskRuntimeError  # noqa: E402
 from nbtune.runtimes.dask import checkpoints as ck  # noqa: E402
 from tests.dask_cluster import local_client, wait_for_budget  # noqa: E402
+from tests.engine.toy import OneShot
 
 pytestmark = pytest.mark.integration
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

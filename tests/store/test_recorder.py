@@ -128,7 +128,6 @@ def test_the_background_writer_flushes_on_its_own(tmp_path):
 
 def test_checkpoint_references_of_a_dask_runtime_are_recorded(tmp_path):
     """The Dask runtime writes under the store's directory; the recorder keeps the references."""
-    pytest.importorskip("distributed")
     from nbtune.runtimes.dask import DaskRuntime
     from nbtune.runtimes.dask.checkpoints import checkpoint_path, save_state
     from nbtune.store.registration import runtime_checkpoints
@@ -219,7 +218,6 @@ def test_observers_after_the_recorder_still_see_the_finish(tmp_path):
 
 
 def test_a_run_that_never_started_leaves_no_stored_experiment(tmp_path):
-    pytest.importorskip("distributed")
     from nbtune.runtimes.dask import DaskRuntime
 
     with pytest.raises(TypeError, match=r"train\(config, trial\)"):

@@ -12,16 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+import cloudpickle
 import pytest
 
 import nbtune
 from nbtune.core.space import uniform
-from nbtune.store import Store
-
-distributed = pytest.importorskip("distributed")
-cloudpickle = pytest.importorskip("cloudpickle")
-
 from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
+from nbtune.store import Store
 from tests.dask_cluster import local_client  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-distributed = pytest.importorskip("distributed")
-
 pytestmark = pytest.mark.integration
 
 

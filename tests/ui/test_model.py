@@ -206,6 +206,21 @@ def test_progress_and_eta():
     assert p.settled == 10 and p.fraction == 1.0 and p.eta == 0.0
 
 
+def test_eta_during_a_run_estimates_the_time_left():
+    exp = experiment("random", trials=10, max_budget=4, gpus=2)
+    model = DashboardModel(exp.engine)
+    seen = []
+    exp.engine.subscribe(lambda events, cmds: seen.append(model.pull().progress))
+    run(exp)
+    mid = [p for p in seen if p.fraction is not None and 0 < p.fraction < 1]
+    assert mid, "the model reported no progress while the run went on"
+    for p in mid:  # time so far scaled by what is left: settled trials are all alike here
+        assert p.eta is not None and p.eta > 0
+        assert p.eta == pytest.approx(p.elapsed * (1 - p.fraction) / p.fraction)
+    half = next(p for p in mid if p.fraction >= 0.5)
+    assert 0.5 * exp.makespan <= half.elapsed + half.eta <= 2.0 * exp.makespan
+
+
 def test_bad_cap_is_refused():
     exp = experiment("random", trials=2)
     with pytest.raises(ValueError, match="max_points"):

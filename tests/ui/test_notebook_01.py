@@ -5,11 +5,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import distributed  # noqa: F401  (a hard dependency: a broken install fails here)
+import nbclient
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("distributed")
 
 pytestmark = pytest.mark.integration
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "01-first-tuning.ipynb"
