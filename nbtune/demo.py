@@ -43,9 +43,9 @@ def run_demo(*, trials: int = 48, max_budget: float = 27, workers: int = 2,
     from nbtune.algorithms import ALGORITHMS
     from nbtune.allocators import ALLOCATORS
     from nbtune.api import tune
+    from nbtune.build import make_runtime
     from nbtune.examples.digits import SPACE, train
     from nbtune.progress import ProgressPrinter
-    from nbtune.runtimes.dask import DaskRuntime
     from nbtune.store import DEFAULT_DIR, DEFAULT_FILE, open_store
 
     # bad options fail here, before a cluster starts
@@ -72,9 +72,9 @@ def run_demo(*, trials: int = 48, max_budget: float = 27, workers: int = 2,
     print(f"nbtune demo: {algorithm} on {trials} configs of a CNN for scikit-learn's digits, "
           f"{workers} local Dask workers (one 'GPU' slot each), allocator {allocator}",
           file=out, flush=True)
-    rt = DaskRuntime(n_workers=workers, threads_per_worker=1, gpus=False,
-                     dashboard_address=None, preload=PRELOAD, warm_processes=1,
-                     sample_interval=0.5)
+    rt = make_runtime("dask", n_workers=workers, threads_per_worker=1, gpus=False,
+                      dashboard_address=None, preload=PRELOAD, warm_processes=1,
+                      sample_interval=0.5)
     rt.connect()  # start the cluster before the clock: its start-up is not the job's time
     print(f"cluster up after {time.perf_counter() - wall:.1f} s; store {store_path} "
           f"(experiment {name!r})", file=out, flush=True)
