@@ -21,6 +21,11 @@ __all__ = ["build_experiment", "make_runtime", "runtime_class", "workload_hints"
            "check_trainable"]
 
 
+#: what the protocol asks of a runtime object, named in the error when one lacks some
+_PROTOCOL = ("name", "virtual_clock", "keeps_checkpoints", "live_workers", "clock", "start",
+             "wait", "done", "submit", "utilization")
+
+
 def runtime_class(name: str) -> type:
     """The runtime registered as ``name`` (``"sim"`` or ``"dask"``): its capabilities are class attributes."""
     if name == "sim":
@@ -37,7 +42,9 @@ def make_runtime(spec: str | Runtime, **options: Any) -> Runtime:
     if isinstance(spec, str):
         return runtime_class(spec)(**options)
     if not isinstance(spec, Runtime):
-        raise TypeError(f"runtime {spec!r} does not implement the Runtime protocol")
+        missing = [n for n in _PROTOCOL if not hasattr(spec, n)]
+        raise TypeError(f"runtime {spec!r} does not implement the Runtime protocol "
+                        f"(it lacks {', '.join(missing)}): see nbtune.runtimes.base.Runtime")
     if options:
         raise TypeError(f"options {sorted(options)} are for a runtime name, not an instance")
     return spec
