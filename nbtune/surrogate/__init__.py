@@ -12,16 +12,10 @@ from __future__ import annotations
 
 from nbtune.surrogate.attention import MuMultiheadAttention
 from nbtune.surrogate.coord_check import CoordCheck, ParametrizationWarning, coord_check
-from nbtune.surrogate.eager_transfer import (
-    SCALING_KEY,
-    TARGET_ID_BASE,
-    TARGET_KEY,
-    EagerTransfer,
-    build,
-)
+from nbtune.surrogate.eager_transfer import TARGET_ID_BASE, EagerTransfer, build
 from nbtune.surrogate.parametrization import Multiply, Surrogate, optimizer_kind
 from nbtune.surrogate.shrinker import DEFAULT_MIN_WIDTH, ShrinkError, shrink
 
-__all__ = ["DEFAULT_MIN_WIDTH", "SCALING_KEY", "TARGET_ID_BASE", "TARGET_KEY", "CoordCheck",
+__all__ = ["DEFAULT_MIN_WIDTH", "TARGET_ID_BASE", "CoordCheck",
            "EagerTransfer", "Multiply", "MuMultiheadAttention", "ParametrizationWarning",
            "ShrinkError", "Surrogate", "build", "coord_check", "optimizer_kind", "shrink"]
