@@ -75,6 +75,7 @@ class EagerTransfer(BaseAlgorithm):
         self.targets: dict[int, dict[str, Any]] = {}
         self._next_target = TARGET_ID_BASE
         self._paused: set[int] = set()
+        self._issued: set[int] = set()  # surrogate trials handed to the engine
 
     # -------------------------------------------------------------- the best so far
     def best_config(self) -> dict[str, Any] | None:
@@ -122,6 +123,7 @@ class EagerTransfer(BaseAlgorithm):
                 specs = [replace(s, config={**s.config, SCALING_KEY: self.scaling})
                          for s in g.specs]
                 self._paused.difference_update(s.trial_id for s in specs)  # resumed
+                self._issued.update(s.trial_id for s in specs)
                 groups.append(TrialGroup(g.group_id, specs))
                 max_trials -= len(specs)
         best = self._want_target()
@@ -165,6 +167,9 @@ class EagerTransfer(BaseAlgorithm):
     def finished(self) -> bool:
         if not self.inner.finished:
             return False
+        if any(t not in self._paused and t not in self.inner.ended for t in self._issued):
+            return False  # a surrogate still runs: it may yet be the best (random search is
+            # "finished" once it has issued its last trial)
         best = self.best_config()
         if best is None:
             return True  # every surrogate failed: nothing to transfer

@@ -76,3 +76,22 @@ def test_fraction_zero_and_bad_options():
 def test_build_reads_the_scaling():
     assert build(lambda: MLP(64), {"scaling": 4}).widths["hid"] == (64, 16)
     assert build(lambda: MLP(64), {}).scale == 1.0
+
+
+def test_not_finished_while_a_surrogate_still_runs():
+    """Random search is "finished" once it has issued its trials; the transfer waits for them."""
+    algo = EagerTransfer(RandomSearch({"lr": uniform(0, 1)}, metric="loss", max_budget=1,
+                                      num_trials=2, seed=1), scaling=2, fraction=0.5)
+    a, b = [s.trial_id for g in algo.ask(2) for s in g.specs]
+    _ = algo.on_report(a, 1, {"loss": 2.0}), algo.on_trial_end(a, TrialState.COMPLETED)
+    (t1,) = algo.ask(1)
+    algo.on_report(t1.specs[0].trial_id, 1, {"loss": 2.0})
+    algo.on_trial_end(t1.specs[0].trial_id, TrialState.COMPLETED)
+    assert algo.inner.finished and not algo.finished  # b still runs
+    _ = algo.on_report(b, 1, {"loss": 1.0}), algo.on_trial_end(b, TrialState.COMPLETED)
+    assert not algo.finished
+    (t2,) = algo.ask(1)
+    assert t2.specs[0].config["lr"] == algo.inner.configs[b]["lr"]
+    algo.on_report(t2.specs[0].trial_id, 1, {"loss": 1.0})
+    algo.on_trial_end(t2.specs[0].trial_id, TrialState.COMPLETED)
+    assert algo.finished
