@@ -47,3 +47,25 @@ def test_plot_and_bad_arguments():
     assert len(fig.children) == 2
     with pytest.raises(ValueError, match="two widths"):
         coord_check(deep_mlp(128), _batch(), F.cross_entropy, scales=(4,), lr=0.1)
+
+
+def hydro_sgd_rule(sur):
+    """Hydro's process_sgd_like: vectors lr / S (as mup) but hidden weights lr x S (mup: x1)."""
+    out = {}
+    for name, dims in sur.dim_mults.items():
+        n_width = sum(1 for m in dims if m != 1.0)
+        out[name] = sur.scale if n_width == 2 else 1 / sur.scale if n_width == 1 else 1.0
+    return out
+
+
+@pytest.mark.slow
+def test_hydro_sgd_rule_is_flagged_mup_rule_is_not():
+    """The decision in docs/surrogates.rst: with Hydro's extra x S on hidden weights the
+    narrow surrogates' activations move faster than the target's (they shrink with width)."""
+    kw = dict(scales=(16, 4, 1), optimizer=torch.optim.SGD, lr=1.0, steps=5, seeds=1)
+    with pytest.warns(ParametrizationWarning, match="shrinks"):
+        hydro = coord_check(deep_mlp(), _batch(), F.cross_entropy, lr_multipliers=hydro_sgd_rule,
+                            **kw)
+    assert hydro.flagged["6"] < -1.0
+    mup = coord_check(deep_mlp(), _batch(), F.cross_entropy, **kw)
+    assert mup.ok and max(abs(s) for (_, t), s in mup.slopes.items() if t >= 1) < 0.3
