@@ -42,7 +42,7 @@ def build(make_model: Callable[[], Any], config: Mapping[str, Any],
 
     The one line a training function changes to take part in surrogate tuning::
 
-        sur = nbtune.surrogate.build(make_model, config)   # was: model = make_model()
+        sur = build(make_model, config)   # was: model = make_model()  (from nbtune.surrogate)
         opt = sur.optimizer(torch.optim.SGD, lr=config["lr"], momentum=config["momentum"])
     """
     from nbtune.surrogate.shrinker import shrink
