@@ -138,5 +138,5 @@ def test_surrogate_pickles_and_trains():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     assert losses[-1] < losses[0]
