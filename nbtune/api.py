@@ -36,6 +36,8 @@ def tune(
     validate: bool = False,
     max_failures: int = 0,
     allocator_options: Mapping[str, Any] | None = None,
+    scaling: float | None = None,
+    eager_fraction: float = 0.5,
     **algorithm_options: Any,
 ) -> Experiment:
     """Tune ``trainable`` over ``space`` and return the :class:`Experiment`.
@@ -52,6 +54,11 @@ def tune(
     ``./nbtune-store/nbtune.db``, a directory ``<dir>/nbtune.db``, a file path
     or SQLAlchemy URL exactly that, or pass a :class:`nbtune.store.Store`. With
     a store and no ``seed`` a random seed is drawn and stored (replay needs it).
+
+    ``scaling=S`` tunes Hydro surrogates (docs/surrogates.rst): every trial's
+    config gets ``scaling=S`` (build the model with ``nbtune.surrogate.build``)
+    and the best configuration is trained on the full model (``scaling=1``)
+    once ``eager_fraction`` of the surrogate trials has ended.
     """
     if space is None:
         space = getattr(trainable, "space", None)
@@ -74,6 +81,10 @@ def tune(
         algorithm, space, metric=metric, mode=mode, max_budget=max_budget,
         num_trials=num_trials, seed=seed, min_budget=min_budget, **algorithm_options,
     )
+    if scaling is not None:  # Hydro: shrink -> tune -> transfer (nbtune.surrogate)
+        from nbtune.surrogate.eager_transfer import EagerTransfer
+
+        algo = EagerTransfer(algo, scaling=scaling, fraction=eager_fraction)
     alloc = make_allocator(allocator, **dict(allocator_options or {}))
     engine = Engine(algo, alloc, validate=validate, max_failures=max_failures,
                     hints=workload_hints(trainable))

@@ -21,7 +21,7 @@ ROOT = Path(nbtune.__file__).parent
 LAYERS: list[set[str]] = [
     {"core", "version"},
     {"algorithms", "allocators", "workloads", "progress", "examples"},
-    {"engine"},
+    {"engine", "surrogate"},
     {"runtimes"},
     {"experiment", "store"},
     {"build"},
