@@ -14,6 +14,7 @@ charges only the GPU-seconds of TRAIN nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,8 +43,9 @@ class NodeKind:
     SYNC = "SYNC"
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
+    """One task; a NamedTuple because the planner builds tens of thousands per plan."""
+
     kind: str
     latency: Latency
     preds: tuple[int, ...]
@@ -59,24 +61,33 @@ class Dag:
     nodes: list[Node] = field(default_factory=list)
 
     def add(self, kind: str, latency: Latency, preds: tuple[int, ...] = (), **kw: int) -> int:
-        if any(p >= len(self.nodes) or p < 0 for p in preds):
+        preds = tuple(preds)
+        if preds and (min(preds) < 0 or max(preds) >= len(self.nodes)):
             raise ValueError(f"predecessors {preds} must be existing nodes (added earlier)")
-        self.nodes.append(Node(kind, latency, tuple(preds), **kw))
+        self.nodes.append(Node(kind, latency, preds, **kw))
         return len(self.nodes) - 1
 
     def sample_latencies(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``(len(nodes), n)`` sampled latencies, one column per Monte-Carlo sample."""
-        out = np.empty((len(self.nodes), n))
+        groups: dict[Latency, list[int]] = {}
         for i, v in enumerate(self.nodes):
-            out[i] = v.latency.sample(rng, n)
+            groups.setdefault(v.latency, []).append(i)
+        out = np.empty((len(self.nodes), n))
+        for lat, idx in groups.items():  # one draw per distribution, in first-seen order
+            out[idx] = lat.sample(rng, len(idx) * n).reshape(len(idx), n)
         return out
 
     def finish_times(self, lat: np.ndarray) -> np.ndarray:
         """Alg. 1's ``sample_duration``: each node ends its latency after its last predecessor."""
         fin = np.empty_like(lat)
         for i, v in enumerate(self.nodes):
-            start = fin[list(v.preds)].max(axis=0) if v.preds else 0.0
-            fin[i] = start + lat[i]
+            p = v.preds
+            if not p:
+                fin[i] = lat[i]
+            elif len(p) == 1:
+                np.add(fin[p[0]], lat[i], out=fin[i])
+            else:
+                np.add(fin[list(p)].max(axis=0), lat[i], out=fin[i])
         return fin
 
     def longest_path(self, lat: np.ndarray) -> np.ndarray:

@@ -28,6 +28,7 @@ __all__ = [
     "InfeasibleDeadline",
     "cheapest_static",
     "fair_values",
+    "jct_floor",
     "naive_elastic",
     "optimize_plan",
     "plan",
@@ -90,12 +91,22 @@ def static_allocation(spec: ExperimentSpec, instances: int, cloud: CloudProfile)
 
 def cheapest_static(
     spec: ExperimentSpec, evaluate: Evaluate, cloud: CloudProfile, deadline: float,
-    max_instances: int,
+    max_instances: int, jct_floor: float | None = None,
 ) -> tuple[int, Prediction] | tuple[None, Prediction]:
-    """Enumerate cluster sizes 1..max; the cheapest feasible, or (None, fastest seen)."""
+    """Enumerate cluster sizes 1..max; the cheapest feasible, or (None, fastest seen).
+
+    Under per-instance billing a cluster of ``k`` costs at least ``k`` times
+    one instance held for ``jct_floor`` (the job with every stage at its
+    fastest), so the enumeration stops once that bound passes the best cost.
+    """
+    floor_cost = None
+    if jct_floor is not None and cloud.billing == "instance":
+        floor_cost = cloud.instance_cost(jct_floor)
     best: tuple[int, Prediction] | None = None
     fastest: Prediction | None = None
     for k in range(1, max_instances + 1):
+        if best is not None and floor_cost is not None and k * floor_cost > best[1].cost:
+            break
         p = evaluate(static_allocation(spec, k, cloud))
         if fastest is None or p.jct < fastest.jct:
             fastest = p
@@ -150,6 +161,17 @@ def optimize_plan(
         steps += 1
 
 
+def jct_floor(spec: ExperimentSpec, profile: ScalingProfile, cloud: CloudProfile) -> float:
+    """A lower bound on any plan's JCT: start-up plus every stage at its fastest, no straggler.
+
+    Half the mean is used for the sampled parts, so Monte-Carlo noise in a
+    prediction (a sample mean below the distribution's mean) cannot cross it.
+    """
+    fastest = min(profile.points.values())
+    work = sum(s.iterations * fastest + profile.startup_s for s in spec.stages)
+    return 0.5 * (cloud.provision.mean + cloud.init.mean + work)
+
+
 def plan(
     spec: ExperimentSpec,
     profile: ScalingProfile,
@@ -181,7 +203,8 @@ def plan(
             cache[a] = simulate(spec, a, profile, cloud, samples=samples, seed=seed)
         return cache[a]
 
-    k, static_p = cheapest_static(spec, evaluate, cloud, deadline, max_instances)
+    k, static_p = cheapest_static(spec, evaluate, cloud, deadline, max_instances,
+                                  jct_floor(spec, profile, cloud))
     if k is None:
         raise InfeasibleDeadline(
             f"no static cluster of up to {max_instances} x {cloud.name} finishes within "
