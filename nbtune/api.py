@@ -51,6 +51,7 @@ def tune(
     validate: bool = False,
     max_failures: int = 0,
     allocator_options: Mapping[str, Any] | None = None,
+    plan: Any = None,
     **algorithm_options: Any,
 ) -> Experiment:
     """Tune ``trainable`` over ``space`` and return the :class:`Experiment`.
@@ -67,6 +68,10 @@ def tune(
     ``./nbtune-store/nbtune.db``, a directory ``<dir>/nbtune.db``, a file path
     or SQLAlchemy URL exactly that, or pass a :class:`nbtune.store.Store`. With
     a store and no ``seed`` a random seed is drawn and stored (replay needs it).
+
+    ``plan`` (an :class:`nbtune.planner.Plan`) carries a RubberBand plan out on
+    the Dask runtime: the cluster is resized at stage boundaries and the bill
+    metered (:attr:`Experiment.cost`); it replaces ``allocator``.
     """
     if space is None:
         space = getattr(trainable, "space", None)
@@ -93,7 +98,14 @@ def tune(
         algorithm, space, metric=metric, mode=mode, max_budget=max_budget,
         num_trials=num_trials, seed=seed, min_budget=min_budget, **algorithm_options,
     )
-    alloc = make_allocator(allocator, **dict(allocator_options or {}))
+    executor = None
+    if plan is not None:
+        from nbtune.planner.executor import PlanExecutor, check_plan_fits  # on demand
+
+        check_plan_fits(plan, algo)
+        executor = PlanExecutor(plan, rt)
+    alloc = (executor.allocator if executor is not None
+             else make_allocator(allocator, **dict(allocator_options or {})))
     hints = {"workload": trainable} if isinstance(trainable, WorkloadModel) else {}
     engine = Engine(algo, alloc, validate=validate, max_failures=max_failures, hints=hints)
     if name is None:
@@ -110,7 +122,12 @@ def tune(
             checkpoints=runtime_checkpoints(st, name, rt),
         )
     try:
+        if executor is not None:
+            exp.plan_executor = executor
+            executor.prepare()
         rt.start(engine, trainable)
+        if executor is not None:
+            executor.start()
     except BaseException:
         if exp.recorder is not None:
             exp.recorder.close()  # an error in this process: keep everything recorded so far
