@@ -28,7 +28,13 @@ def make_plan(instances=(4, 2, 1)):
     from nbtune.algorithms import SuccessiveHalving
     from nbtune.core.space import uniform
     from nbtune.planner import (
-        Allocation, CloudProfile, Latency, Plan, ScalingProfile, simulate, spec_from,
+        Allocation,
+        CloudProfile,
+        Latency,
+        Plan,
+        ScalingProfile,
+        simulate,
+        spec_from,
         static_allocation,
     )
 
