@@ -101,6 +101,7 @@ class PlanExecutor:
         self.scale_timeout_s = float(scale_timeout_s)
         self.recover_after_s = float(recover_after_s)
         self._asked_at = 0.0
+        self._last_workers: dict[str, Any] = {}
         self._cluster_arg = cluster
         self.cluster: Any = None
         #: ``(seconds, workers, target workers, stage)`` whenever one of them changed
@@ -109,6 +110,9 @@ class PlanExecutor:
         self.stage_starts: list[tuple[float, int]] = []
         self.retired: list[str] = []
         self.end_s: float | None = None
+        #: seconds :meth:`prepare` took to size the cluster for stage 0 (the plan's first
+        #: SCALE + INIT_INSTANCE), before the experiment's clock started
+        self.prepare_s = 0.0
         self._scaled_to: int | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -116,6 +120,11 @@ class PlanExecutor:
     # ------------------------------------------------------------ targets
     def target_workers(self, stage: int) -> int:
         return self.plan.allocation.instances[stage] * self.plan.cloud.gpus_per_instance
+
+    @property
+    def jct(self) -> float | None:
+        """Measured JCT comparable with the plan's: preparing stage 0 plus the run."""
+        return None if self.end_s is None else self.prepare_s + self.end_s
 
     @property
     def cost(self) -> float:
@@ -143,12 +152,20 @@ class PlanExecutor:
                 "plan_cluster, not a Client or a scheduler address")
         self.cluster = cluster
         n0 = self.target_workers(0)
+        t0 = time.monotonic()
         cluster.scale(n0)
         self._scaled_to = n0
         rt.client.wait_for_workers(n0, timeout=self.scale_timeout_s)
         self._shrink_to(n0, set())
+        if getattr(rt, "warm_processes", 0):  # INIT_INSTANCE: the new workers' imports
+            from nbtune.runtimes.dask.pool import wait_pool_ready
+
+            rt.client.run(wait_pool_ready, self.scale_timeout_s)
+        self.prepare_s = time.monotonic() - t0
 
     def start(self) -> None:
+        """Follow the plan from now on; stage 0's workers are billed from :meth:`prepare`."""
+        self.meter.observe(-self.prepare_s, set(self._workers()))
         self._thread = threading.Thread(target=self._loop, name="nbtune-plan", daemon=True)
         self._thread.start()
 
@@ -175,7 +192,14 @@ class PlanExecutor:
 
     # ------------------------------------------------------------ a tick
     def _workers(self) -> dict[str, Any]:
-        return dict(self.runtime.client.scheduler_info(n_workers=-1)["workers"])
+        """Workers the scheduler lists now (an empty answer while the runtime still knows
+        workers is a torn read, not every worker leaving: the last answer stands)."""
+        workers = dict(self.runtime.client.scheduler_info(n_workers=-1)["workers"])
+        inv = self.runtime.inventory
+        if not workers and inv is not None and inv.workers and self._last_workers:
+            return self._last_workers
+        self._last_workers = workers
+        return workers
 
     def _busy_workers(self) -> set[str]:
         """Workers hosting a running trial or a live trial process (never retired)."""

@@ -1,0 +1,166 @@
+"""rubberband_real: a RubberBand plan carried out on a real LocalCluster, predicted vs measured.
+
+Run: ``python benchmarks/rubberband_real.py``
+
+1. Profile (as RubberBand's profiler does, §5): on a 1-worker LocalCluster,
+   train two trials of the real model for a few epochs and take the measured
+   seconds per epoch and per-launch overhead; time ``cluster.scale(n + 1)`` until
+   the new worker is ready (SCALE + INIT_INSTANCE).
+2. Plan ``SuccessiveHalving(num_trials=8, eta=2, budgets 1..8)`` for a deadline
+   scaled to the few minutes this box allows, on a made-up per-worker price
+   ($3.60 per worker-hour, i.e. $0.001 per second; per-second billing with a 5 s
+   minimum instead of 60 s, scaled like the deadline), at most 2 workers
+   (the machine has 2 cores).
+3. Run it: ``nbtune.tune(train, ..., plan=plan)`` on a LocalCluster; the executor
+   resizes at stage boundaries and meters worker-seconds.
+
+Model: nbtune's digits CNN (16 channels, batch 16, one epoch = one budget unit),
+lr and dropout tuned; the architecture and batch size are fixed because
+RubberBand assumes hyperparameters do not change throughput (§3).
+
+Goals (issue 13): measured JCT and cost within 10 % of the plan's prediction;
+the cluster size over time follows the plan (each stage holds the planned workers
+within 5 s of its start, through to its end).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+
+import distributed
+
+import nbtune
+from nbtune.algorithms import SuccessiveHalving
+from nbtune.core.space import loguniform, uniform
+from nbtune.examples.digits import train
+from nbtune.planner import CloudProfile, Latency, ScalingProfile, plan, spec_from
+from nbtune.runtimes.dask import DaskRuntime
+from nbtune.runtimes.dask.pool import wait_pool_ready
+
+SPACE = {"lr": loguniform(1e-3, 0.3), "dropout": uniform(0.0, 0.5), "channels": 16,
+         "batch_size": 16}
+MAX_WORKERS = 2
+#: imported by the workers' warm processes, so a trial's first epoch is not an import
+PRELOAD = ("torch", "sklearn.datasets", "sklearn.model_selection", "nbtune.examples.digits")
+#: a stage's cluster size must be the plan's within this many seconds of its start
+SETTLE_S = 5.0
+SHA = dict(metric="accuracy", mode="max", num_trials=8, min_budget=1, max_budget=8, eta=2,
+           seed=0)
+
+
+def local_cluster(n: int) -> distributed.LocalCluster:
+    return distributed.LocalCluster(
+        n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+        dashboard_address=None, resources={"GPU": 1},
+        scheduler_kwargs={"dashboard_address": ":0"})
+
+
+def runtime(cluster) -> DaskRuntime:
+    return DaskRuntime(cluster, checkpoint_dir=tempfile.mkdtemp(prefix="rb-real-"),
+                       preload=PRELOAD, warm_processes=2, sample_interval=1.0)
+
+
+def profile() -> tuple[ScalingProfile, float]:
+    """Seconds per epoch (and spread), launch overhead, and a worker's start-up time."""
+    cluster = local_cluster(1)
+    try:
+        rt = runtime(cluster)
+        exp = nbtune.tune(train, SPACE, algorithm="random", metric="accuracy", mode="max",
+                          max_budget=3, num_trials=4, seed=1, runtime=rt)
+        exp.wait(300)
+        units, launches = [], []
+        for t in exp.engine.trials.values():
+            times = [s for s, _, _ in t.results]
+            units += [b - a for a, b in zip(times, times[1:], strict=False)]
+            launches.append(times[0] - t.start_time)
+        rt.close()
+        rt = runtime(cluster).connect()  # its warm-pool plugin reaches the new worker too
+        t0 = time.monotonic()
+        cluster.scale(2)
+        rt.client.wait_for_workers(2, timeout=120)
+        rt.client.run(wait_pool_ready, 120.0)  # started and its imports done
+        start_s = time.monotonic() - t0
+        rt.close()
+    finally:
+        cluster.close()
+    mean = statistics.fmean(units)
+    cv = statistics.pstdev(units) / mean
+    first_epoch = statistics.median(launches) - mean  # launch overhead beyond one epoch
+    return (ScalingProfile({1: mean}, cv=cv, startup_s=max(first_epoch, 0.0),
+                           source="measured on this box"), start_s)
+
+
+def settle_times(timeline: list, stages: int) -> list[float | None]:
+    """Per stage, seconds from its start until the cluster held the planned workers and kept
+    them to the stage's end (None: never)."""
+    out: list[float | None] = []
+    for i in range(stages):
+        rows = [r for r in timeline if r[3] == i]
+        if not rows or rows[-1][1] != rows[-1][2]:
+            out.append(None)
+            continue
+        k = len(rows) - 1
+        while k > 0 and rows[k - 1][1] == rows[k][2]:
+            k -= 1
+        out.append(round(rows[k][0] - rows[0][0], 2))
+    return out
+
+
+def main() -> dict:
+    prof, start_s = profile()
+    print(f"profile: {prof.points[1]:.3f} s/epoch (cv {prof.cv:.2f}), launch "
+          f"{prof.startup_s:.2f} s, worker start {start_s:.2f} s")
+    cloud = CloudProfile("local-worker", 3.6, 1, min_billed_s=5.0,
+                         provision=Latency(start_s), init=Latency(0.0),
+                         source="made up: $3.60 per worker-hour", date="2026-11-24")
+    algo = SuccessiveHalving(SPACE, **SHA)
+    spec = spec_from(algo)
+    static1 = plan(spec, prof, cloud, 1e9, max_instances=1).static.jct
+    deadline = 0.8 * static1  # tight for one worker: the cheapest static needs two
+    p = plan(spec, prof, cloud, deadline, max_instances=MAX_WORKERS)
+    print(p)
+    cluster = local_cluster(1)
+    try:
+        rt = runtime(cluster)
+        exp = nbtune.tune(train, SPACE, algorithm="sha", runtime=rt, plan=p, **SHA)
+        exp.wait(900)
+        ex = exp.plan_executor
+        ex.join(30)
+        rt.close()
+        ex.close()
+    finally:
+        cluster.close()
+    jct, cost = ex.jct, exp.cost
+    for t in sorted(exp.engine.trials.values(), key=lambda t: t.trial_id):
+        print(f"trial {t.trial_id}: start {t.start_time:.2f} end {t.end_time} reports "
+              f"{[(round(s, 2), b) for s, b, _ in t.results]}")
+    settle = settle_times(ex.timeline, spec.num_stages())
+    follows = all(s is not None and s <= SETTLE_S for s in settle)
+    jct_err = jct / p.planned.jct - 1
+    cost_err = cost / p.planned.cost - 1
+    figures = {
+        "s_per_epoch": round(prof.points[1], 3), "cv": round(prof.cv, 3),
+        "launch_s": round(prof.startup_s, 3), "worker_start_s": round(start_s, 2),
+        "deadline_s": round(deadline, 1), "plan_workers": list(p.allocation.instances),
+        "predicted_jct_s": round(p.planned.jct, 2), "measured_jct_s": round(jct, 2),
+        "jct_error": round(jct_err, 3),
+        "predicted_cost": round(p.planned.cost, 4), "measured_cost": round(cost, 4),
+        "cost_error": round(cost_err, 3),
+        "static_cost": round(p.static.cost, 4), "static_workers": p.static_instances,
+        "settle_s_per_stage": settle,
+        "timeline": [(round(t, 2), w, tgt, s) for t, w, tgt, s in ex.timeline],
+        "completed": int((exp.results()["state"] == "completed").sum()),
+    }
+    met = abs(jct_err) <= 0.10 and abs(cost_err) <= 0.10 and follows
+    line = {"name": "rubberband_real", "figures": figures,
+            "goal": {"jct_error": "<= 10 %", "cost_error": "<= 10 %",
+                     "cluster_follows_plan": True}, "met": met}
+    print(json.dumps(line))
+    return line
+
+
+if __name__ == "__main__":
+    main()
