@@ -29,7 +29,7 @@ from nbtune.planner.allocator import PlannedAllocator
 from nbtune.planner.plan import Plan
 from nbtune.planner.profiles import CloudProfile
 
-__all__ = ["CostMeter", "PlanExecutionError", "PlanExecutor"]
+__all__ = ["CostMeter", "PlanExecutionError", "PlanExecutor", "check_plan_fits", "predicted_vs_actual"]
 
 log = logging.getLogger("nbtune.planner")
 
@@ -281,3 +281,19 @@ def check_plan_fits(plan: Plan, algorithm: Any) -> None:
         raise PlanExecutionError(
             f"the plan was made for stages {have} but the algorithm runs {want}: plan with "
             f"nbtune.planner.spec_from(<the same algorithm and options>)")
+
+
+def predicted_vs_actual(executor: PlanExecutor) -> Any:
+    """The plan's predicted JCT and cost beside what the run measured (a DataFrame)."""
+    import pandas as pd
+
+    p = executor.plan.planned
+    rows = {
+        "JCT (s)": (p.jct, executor.jct),
+        "cost ($)": (p.cost, executor.cost),
+        "max workers": (max(p.instances) * executor.plan.cloud.gpus_per_instance,
+                        max((r[1] for r in executor.timeline), default=None)),
+    }
+    df = pd.DataFrame(rows, index=["predicted", "measured"]).T
+    df["error"] = [(m / pr - 1) if (m is not None and pr) else None for pr, m in rows.values()]
+    return df
