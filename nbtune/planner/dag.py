@@ -207,15 +207,8 @@ def _instance_cost(
     return cost
 
 
-def simulate(
-    spec: ExperimentSpec,
-    alloc: Allocation,
-    profile: ScalingProfile,
-    cloud: CloudProfile,
-    *,
-    samples: int = 16,
-    seed: int = 0,
-) -> Prediction:
+def simulate(spec: ExperimentSpec, alloc: Allocation, profile: ScalingProfile,
+             cloud: CloudProfile, *, samples: int = 16, seed: int = 0) -> Prediction:
     """Alg. 1: mean JCT (longest path) and cost over ``samples`` seeded draws."""
     dag, marks = to_dag(spec, alloc, profile, cloud)
     rng = np.random.default_rng(seed)
