@@ -49,34 +49,34 @@ class CostMeter:
     """
 
     cloud: CloudProfile
-    #: worker address -> [joined, left or None]
-    lives: dict[str, list[float | None]] = field(default_factory=dict)
+    #: every worker life seen, ``[joined, left or None]`` (a worker may come back)
+    lives: list[list[float | None]] = field(default_factory=list)
+    _open: dict[str, list[float | None]] = field(default_factory=dict)
 
     def observe(self, now: float, workers: set[str]) -> None:
         for w in workers:
-            if w not in self.lives or self.lives[w][1] is not None:
-                self.lives[w] = [now, None]
-        for w, life in self.lives.items():
-            if life[1] is None and w not in workers:
-                life[1] = now
+            if w not in self._open:
+                self._open[w] = [now, None]
+                self.lives.append(self._open[w])
+        for w in [w for w in self._open if w not in workers]:
+            self._open.pop(w)[1] = now
 
     def close(self, now: float) -> None:
-        for life in self.lives.values():
-            if life[1] is None:
-                life[1] = now
+        for life in self._open.values():
+            life[1] = now
+        self._open.clear()
+
+    def _held(self, now: float) -> list[float]:
+        return [(end if end is not None else now) - start  # type: ignore[operator]
+                for start, end in self.lives]
 
     def worker_seconds(self, now: float) -> float:
-        return sum((end if end is not None else now) - start  # type: ignore[operator]
-                   for start, end in self.lives.values())
+        return sum(self._held(now))
 
     def cost(self, now: float) -> float:
         """The bill so far (open lives counted up to ``now``, minimum charge applied)."""
         rate = self.cloud.price_per_gpu_second
-        total = 0.0
-        for start, end in self.lives.values():
-            held = (end if end is not None else now) - start  # type: ignore[operator]
-            total += max(held, self.cloud.min_billed_s) * rate
-        return total
+        return sum(max(h, self.cloud.min_billed_s) for h in self._held(now)) * rate
 
     def function_cost(self, gpu_seconds: float) -> float:
         return gpu_seconds * self.cloud.price_per_gpu_second
