@@ -109,6 +109,8 @@ class PlanExecutor:
         #: ``(seconds, stage)`` when the executor first saw each stage
         self.stage_starts: list[tuple[float, int]] = []
         self.retired: list[str] = []
+        #: when the executor asked for workers again after losing some
+        self.recoveries: list[float] = []
         self.end_s: float | None = None
         #: seconds :meth:`prepare` took to size the cluster for stage 0 (the plan's first
         #: SCALE + INIT_INSTANCE), before the experiment's clock started
@@ -236,6 +238,7 @@ class PlanExecutor:
             self.cluster.scale(len(workers))
             self.cluster.scale(target)
             self._asked_at = now
+            self.recoveries.append(now)
         elif len(workers) > target:
             self._shrink_to(target, self._busy_workers())
 
