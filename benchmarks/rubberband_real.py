@@ -2,10 +2,10 @@
 
 Run: ``python benchmarks/rubberband_real.py``
 
-1. Profile (as RubberBand's profiler does, §5): on a 1-worker LocalCluster,
-   train two trials of the real model for a few epochs and take the measured
-   seconds per epoch and per-launch overhead; time ``cluster.scale(n + 1)`` until
-   the new worker is ready (SCALE + INIT_INSTANCE).
+1. Profile (as RubberBand's profiler does, §5): time ``cluster.scale(2)`` on a
+   1-worker LocalCluster until the new worker is ready (SCALE + INIT_INSTANCE),
+   then train six trials of the real model for three epochs on the two workers
+   and take the measured seconds per epoch and mean per-launch overhead.
 2. Plan ``SuccessiveHalving(num_trials=8, eta=2, budgets 1..8)`` for a deadline
    scaled to the few minutes this box allows, on a made-up per-worker price
    ($3.60 per worker-hour, i.e. $0.001 per second; per-second billing with a 5 s
@@ -64,12 +64,23 @@ def runtime(cluster) -> DaskRuntime:
 
 
 def profile() -> tuple[ScalingProfile, float]:
-    """Seconds per epoch (and spread), launch overhead, and a worker's start-up time."""
+    """Seconds per epoch (and spread), launch overhead, and a worker's start-up time.
+
+    Measured the way the plan will run: a worker is added to a 1-worker cluster
+    (SCALE + INIT: started and its warm processes' imports done), then six trials
+    train three epochs each on the two workers side by side, so the per-epoch time
+    and launch overhead include what two concurrent trials cost each other here.
+    """
     cluster = local_cluster(1)
     try:
-        rt = runtime(cluster)
+        rt = runtime(cluster).connect()  # its warm-pool plugin reaches the new worker too
+        t0 = time.monotonic()
+        cluster.scale(2)
+        rt.client.wait_for_workers(2, timeout=120)
+        rt.client.run(wait_pool_ready, 120.0)  # started and its imports done
+        start_s = time.monotonic() - t0
         exp = nbtune.tune(train, SPACE, algorithm="random", metric="accuracy", mode="max",
-                          max_budget=3, num_trials=4, seed=1, runtime=rt)
+                          max_budget=3, num_trials=6, seed=1, runtime=rt)
         exp.wait(300)
         units, launches = [], []
         for t in exp.engine.trials.values():
@@ -77,18 +88,11 @@ def profile() -> tuple[ScalingProfile, float]:
             units += [b - a for a, b in zip(times, times[1:], strict=False)]
             launches.append(times[0] - t.start_time)
         rt.close()
-        rt = runtime(cluster).connect()  # its warm-pool plugin reaches the new worker too
-        t0 = time.monotonic()
-        cluster.scale(2)
-        rt.client.wait_for_workers(2, timeout=120)
-        rt.client.run(wait_pool_ready, 120.0)  # started and its imports done
-        start_s = time.monotonic() - t0
-        rt.close()
     finally:
         cluster.close()
     mean = statistics.fmean(units)
     cv = statistics.pstdev(units) / mean
-    first_epoch = statistics.median(launches) - mean  # launch overhead beyond one epoch
+    first_epoch = statistics.fmean(launches) - mean  # launch overhead beyond one epoch
     return (ScalingProfile({1: mean}, cv=cv, startup_s=max(first_epoch, 0.0),
                            source="measured on this box"), start_s)
 
