@@ -123,15 +123,25 @@ class PlanExecutor:
     def target_workers(self, stage: int) -> int:
         return self.plan.allocation.instances[stage] * self.plan.cloud.gpus_per_instance
 
+    def _now(self) -> float:
+        """The run's end once it ended (even before this thread noticed), else the clock."""
+        if self.end_s is not None:
+            return self.end_s
+        eng = self.runtime._engine
+        return eng.time if eng is not None and eng.done else self.runtime.clock.now()
+
     @property
     def jct(self) -> float | None:
         """Measured JCT comparable with the plan's: preparing stage 0 plus the run."""
-        return None if self.end_s is None else self.prepare_s + self.end_s
+        eng = self.runtime._engine
+        if self.end_s is None and (eng is None or not eng.done):
+            return None
+        return self.prepare_s + self._now()
 
     @property
     def cost(self) -> float:
         """Metered cost so far (final once the experiment ended)."""
-        now = self.end_s if self.end_s is not None else self.runtime.clock.now()
+        now = self._now()
         if self.plan.cloud.billing == "function":
             eng = self.runtime._engine
             return self.meter.function_cost(
