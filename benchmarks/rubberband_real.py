@@ -26,9 +26,7 @@ within 5 s of its start, through to its end).
 from __future__ import annotations
 
 import json
-import statistics
 import tempfile
-import time
 
 import distributed
 
@@ -37,8 +35,8 @@ from nbtune.algorithms import SuccessiveHalving
 from nbtune.core.space import loguniform, uniform
 from nbtune.examples.digits import train
 from nbtune.planner import CloudProfile, Latency, ScalingProfile, plan, spec_from
+from nbtune.planner.measure import measure_profile, measure_worker_start
 from nbtune.runtimes.dask import DaskRuntime
-from nbtune.runtimes.dask.pool import wait_pool_ready
 
 SPACE = {"lr": loguniform(1e-3, 0.3), "dropout": uniform(0.0, 0.5), "channels": 16,
          "batch_size": 16}
@@ -74,27 +72,13 @@ def profile() -> tuple[ScalingProfile, float]:
     cluster = local_cluster(1)
     try:
         rt = runtime(cluster).connect()  # its warm-pool plugin reaches the new worker too
-        t0 = time.monotonic()
-        cluster.scale(2)
-        rt.client.wait_for_workers(2, timeout=120)
-        rt.client.run(wait_pool_ready, 120.0)  # started and its imports done
-        start_s = time.monotonic() - t0
-        exp = nbtune.tune(train, SPACE, algorithm="random", metric="accuracy", mode="max",
-                          max_budget=3, num_trials=6, seed=1, runtime=rt)
-        exp.wait(300)
-        units, launches = [], []
-        for t in exp.engine.trials.values():
-            times = [s for s, _, _ in t.results]
-            units += [b - a for a, b in zip(times, times[1:], strict=False)]
-            launches.append(times[0] - t.start_time)
+        start = measure_worker_start(rt, cluster)
+        prof = measure_profile(train, SPACE, rt, trials=6, iterations=3, metric="accuracy",
+                               mode="max", seed=1)
         rt.close()
     finally:
         cluster.close()
-    mean = statistics.fmean(units)
-    cv = statistics.pstdev(units) / mean
-    first_epoch = statistics.fmean(launches) - mean  # launch overhead beyond one epoch
-    return (ScalingProfile({1: mean}, cv=cv, startup_s=max(first_epoch, 0.0),
-                           source="measured on this box"), start_s)
+    return prof, start.mean
 
 
 def settle_times(timeline: list, stages: int) -> list[float | None]:

@@ -146,3 +146,23 @@ def test_co_located_prefers_the_fewest_nodes():
     assert co_located(idle, 4) == [2, 3, 4, 5]
     assert sorted(co_located(idle, 6)) == [0, 1, 2, 3, 4, 5]
     assert co_located(idle, 8) is None
+
+
+def test_measure_profile_and_worker_start_on_a_real_cluster(tmp_path):
+    from nbtune.core.space import uniform
+    from nbtune.planner.measure import measure_profile, measure_worker_start
+    from nbtune.runtimes.dask import DaskRuntime
+
+    cluster = local_cluster()
+    try:
+        rt = DaskRuntime(cluster, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
+                         sample_interval=0.5).connect()
+        start = measure_worker_start(rt, cluster)
+        assert start.mean > 0 and len(rt.client.scheduler_info(n_workers=-1)["workers"]) == 2
+        prof = measure_profile(functools.partial(train_steps, sleep=0.3),
+                               {"lr": uniform(0.1, 1.0)}, rt, trials=2, iterations=3)
+        rt.close()
+    finally:
+        cluster.close()
+    assert prof.points[1] >= 0.3  # an iteration sleeps 0.3 s: never measured faster
+    assert prof.startup_s >= 0 and "4 iterations of 2 trials" in prof.source
