@@ -21,7 +21,7 @@ from typing import Any
 
 from nbtune.planner.profiles import Latency, ScalingProfile
 
-__all__ = ["measure_profile", "measure_worker_start"]
+__all__ = ["measure_profile", "measure_worker_start", "profile_from_experiment"]
 
 
 def measure_worker_start(runtime: Any, cluster: Any, *, timeout: float = 120.0) -> Latency:
@@ -53,22 +53,46 @@ def measure_profile(train: Any, space: Mapping[str, Any], runtime: Any, *, trial
     launch, less one iteration, is the launch overhead. The runtime is used up
     (a runtime runs one experiment).
     """
-    import nbtune
+    from nbtune.algorithms import RandomSearch
+    from nbtune.allocators import make_allocator
+    from nbtune.engine.engine import Engine
 
     if trials < 1 or iterations < 2:
         raise ValueError("measure at least one trial for at least two iterations")
-    exp = nbtune.tune(train, dict(space), algorithm="random", metric=metric, mode=mode,
-                      max_budget=iterations, num_trials=trials, seed=seed, runtime=runtime)
-    if not exp.runtime.wait(timeout):
+    algo = RandomSearch(dict(space), metric=metric, mode=mode, max_budget=iterations,
+                        num_trials=trials, seed=seed)
+    engine = Engine(algo, make_allocator("fifo"))
+    runtime.start(engine, train)
+    if not runtime.wait(timeout):
         raise TimeoutError(f"profiling did not finish in {timeout} s")
+    return profile_from_experiment(engine)
+
+
+def profile_from_experiment(run: Any) -> ScalingProfile:
+    """The one-worker profile a finished run (an Experiment or its Engine) measured.
+
+    Gaps between reports of one segment (one launch) are iterations; a launch's
+    first report, less one iteration, is the launch overhead. Gaps across a
+    pause (a trial waiting at a rung's barrier) are left out.
+
+    Replaying a plan with the profile of the run that carried it out separates the
+    model's error from a profile gone stale (a machine whose load changed).
+    """
+    engine = getattr(run, "engine", run)
+    launched: dict[int, set[float]] = {}
+    for rec in engine.ledger.log:  # one record per launch (and per resize) of a trial
+        launched.setdefault(rec.trial_id, set()).add(rec.start)
     units: list[float] = []
     launches: list[float] = []
-    for t in exp.engine.trials.values():
+    for t in engine.trials.values():
+        starts = sorted(launched.get(t.trial_id, ()))
         times = [s for s, _, _ in t.results]
-        if len(times) < 2 or t.start_time is None:
-            continue
-        units += [b - a for a, b in zip(times, times[1:], strict=False)]
-        launches.append(times[0] - t.start_time)
+        for k, start in enumerate(starts):  # a gap across a pause is not an iteration
+            end = starts[k + 1] if k + 1 < len(starts) else float("inf")
+            seg = [x for x in times if start <= x < end]
+            if seg:
+                launches.append(seg[0] - start)
+                units += [b - a for a, b in zip(seg, seg[1:], strict=False)]
     if not units:
         raise RuntimeError("no trial reported twice: nothing to measure (did they fail?)")
     mean = statistics.fmean(units)

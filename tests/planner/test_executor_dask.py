@@ -164,5 +164,7 @@ def test_measure_profile_and_worker_start_on_a_real_cluster(tmp_path):
         rt.close()
     finally:
         cluster.close()
-    assert prof.points[1] >= 0.3  # an iteration sleeps 0.3 s: never measured faster
+    # an iteration sleeps 0.3 s; reports are timed when the driver receives them, so a
+    # delayed report shortens the gap after it: on a loaded box the mean can dip below 0.3 s
+    assert prof.points[1] > 0.15
     assert prof.startup_s >= 0 and "4 iterations of 2 trials" in prof.source
