@@ -89,7 +89,7 @@ def profile_from_experiment(run: Any) -> ScalingProfile:
         times = [s for s, _, _ in t.results]
         for k, start in enumerate(starts):  # a gap across a pause is not an iteration
             end = starts[k + 1] if k + 1 < len(starts) else float("inf")
-            seg = [x for x in times if start <= x < end]
+            seg = [x for x in times if start < x <= end]  # a report closes its segment
             if seg:
                 launches.append(seg[0] - start)
                 units += [b - a for a, b in zip(seg, seg[1:], strict=False)]

@@ -50,3 +50,16 @@ def test_meter_bills_lifetimes_with_the_minimum_charge():
     m2.observe(2.0, {"a"})  # a came back: a second life, a second minimum charge
     m2.close(3.0)
     assert m2.cost(3.0) == pytest.approx(20 * 0.001)
+
+
+def test_profile_from_a_run_skips_pauses_at_barriers():
+    from nbtune.planner.measure import profile_from_experiment
+
+    wl = nbtune.SyntheticWorkload(SPACE, unit_time=2.0, launch_overhead=1.0, seed=0)
+    exp = nbtune.tune(wl, SPACE, algorithm="sha", metric="loss", max_budget=8, num_trials=8,
+                      eta=2, runtime=nbtune.SimRuntime(cluster=2), seed=0)
+    prof = profile_from_experiment(exp)
+    # trials wait at every rung's barrier; none of that waiting is an iteration
+    assert prof.points[1] == pytest.approx(2.0)
+    assert prof.startup_s == pytest.approx(1.0)
+    assert prof.cv == pytest.approx(0.0, abs=1e-9)
