@@ -109,7 +109,7 @@ def main() -> dict:
     print(f"profile: {prof.points[1]:.3f} s/epoch (cv {prof.cv:.2f}), launch "
           f"{prof.startup_s:.2f} s, worker start {start_s:.2f} s")
     cloud = CloudProfile("local-worker", 3.6, 1, min_billed_s=5.0,
-                         provision=Latency(start_s), init=Latency(0.0),
+                         provision=Latency(0.0), init=Latency(start_s),
                          source="made up: $3.60 per worker-hour", date="2026-11-24")
     algo = SuccessiveHalving(SPACE, **SHA)
     spec = spec_from(algo)
@@ -133,9 +133,11 @@ def main() -> dict:
         print(f"trial {t.trial_id}: start {t.start_time:.2f} end {t.end_time} reports "
               f"{[(round(s, 2), b) for s, b, _ in t.results]}")
     # the model alone: the same plan replayed with what this run measured (its epochs and
-    # launches, its own stage-0 preparation as SCALE + INIT)
+    # launches, its own stage-0 preparation as INIT_INSTANCE). A local worker is billed
+    # from the moment it is asked for (the meter counts stage 0's preparation), so the
+    # worker start is modelled as a billed INIT, with no unbilled provisioning before it.
     replay = simulate(spec, p.allocation, profile_from_experiment(exp),
-                      cloud.with_(provision=Latency(ex.prepare_s)))
+                      cloud.with_(init=Latency(ex.prepare_s)))
     settle = settle_times(ex.timeline, spec.num_stages())
     follows = all(s is not None and s <= SETTLE_S for s in settle)
     jct_err = jct / p.planned.jct - 1
