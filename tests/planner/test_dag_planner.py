@@ -100,13 +100,15 @@ specs = st.lists(st.tuples(st.integers(1, 12), st.integers(1, 6)), min_size=1, m
     lambda xs: ExperimentSpec(tuple(Stage(n, float(it)) for n, it in xs)))
 
 
-@given(spec=specs, slack=st.floats(1.0, 3.0), cv=st.sampled_from([0.0, 0.1]))
-@settings(max_examples=25, deadline=None)
-def test_planner_never_worse_than_static_and_meets_the_deadline(spec, slack, cv):
+@given(spec=specs, slack=st.floats(1.0, 3.0), cv=st.sampled_from([0.0, 0.1]),
+       billing=st.sampled_from(["instance", "function"]))
+@settings(max_examples=30, deadline=None)
+def test_planner_never_worse_than_static_and_meets_the_deadline(spec, slack, cv, billing):
     profile = ScalingProfile({1: 60.0, 2: 33.0, 4: 19.0, 8: 12.0}, cv=cv)
-    fastest = min(simulate(spec, static_allocation(spec, k, CLOUD), profile, CLOUD).jct
+    cloud = CLOUD.with_(billing=billing)
+    fastest = min(simulate(spec, static_allocation(spec, k, cloud), profile, cloud).jct
                   for k in range(1, 9))
-    p = plan(spec, profile, CLOUD, fastest * slack, max_instances=8)
+    p = plan(spec, profile, cloud, fastest * slack, max_instances=8)
     assert p.planned.cost <= p.static.cost + 1e-9
     assert p.planned.jct <= p.deadline
     assert p.static.jct <= p.deadline
