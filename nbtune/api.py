@@ -38,6 +38,7 @@ def tune(
     allocator_options: Mapping[str, Any] | None = None,
     scaling: float | None = None,
     eager_fraction: float = 0.5,
+    plan: Any = None,
     **algorithm_options: Any,
 ) -> Experiment:
     """Tune ``trainable`` over ``space`` and return the :class:`Experiment`.
@@ -59,6 +60,10 @@ def tune(
     config gets ``scaling=S`` (build the model with ``nbtune.surrogate.build``)
     and the best configuration is trained on the full model (``scaling=1``)
     once ``eager_fraction`` of the surrogate trials has ended.
+
+    ``plan`` (an :class:`nbtune.planner.Plan`) carries a RubberBand plan out on
+    the Dask runtime: the cluster is resized at stage boundaries and the bill
+    metered (:attr:`Experiment.cost`); it replaces ``allocator``.
     """
     if space is None:
         space = getattr(trainable, "space", None)
@@ -85,7 +90,14 @@ def tune(
         from nbtune.surrogate.eager_transfer import EagerTransfer
 
         algo = EagerTransfer(algo, scaling=scaling, fraction=eager_fraction)
-    alloc = make_allocator(allocator, **dict(allocator_options or {}))
+    executor = None
+    if plan is not None:  # RubberBand: the plan's allocator and cluster executor
+        from nbtune.planner.executor import PlanExecutor, check_plan_fits  # on demand
+
+        check_plan_fits(plan, algo)
+        executor = PlanExecutor(plan, rt)
+    alloc = (executor.allocator if executor is not None
+             else make_allocator(allocator, **dict(allocator_options or {})))
     engine = Engine(algo, alloc, validate=validate, max_failures=max_failures,
                     hints=workload_hints(trainable))
     if name is None:
@@ -101,4 +113,16 @@ def tune(
                 runtime=rt.name, max_failures=max_failures,
                 checkpoints=runtime_checkpoints(st, name, rt),
             )
-    return build_experiment(name, engine, rt, trainable, store=st, record=record, created=True)
+    hooks = {} if executor is None else _executor_hooks(executor)
+    return build_experiment(name, engine, rt, trainable, store=st, record=record, created=True,
+                            **hooks)
+
+
+def _executor_hooks(executor: Any) -> dict[str, Any]:
+    """A plan's executor joins the experiment and readies the cluster, then follows the run."""
+
+    def attach(exp: Experiment) -> None:
+        exp.plan_executor = executor
+        executor.prepare()
+
+    return {"before_start": attach, "after_start": lambda exp: executor.start()}

@@ -65,6 +65,8 @@ def build_experiment(
     record: Callable[[Runtime], Any] | None = None,
     created: bool = False,
     start: bool = True,
+    before_start: Callable[[Experiment], None] | None = None,
+    after_start: Callable[[Experiment], None] | None = None,
 ) -> Experiment:
     """Start ``engine`` on ``runtime`` with ``trainable``; return the running :class:`Experiment`.
 
@@ -76,7 +78,10 @@ def build_experiment(
     and nothing was recorded, it is deleted so the name stays free. With
     ``start=False`` the caller starts it (``exp.runtime.start(exp.engine,
     exp.trainable)``) after subscribing to the engine: the simulator runs the
-    whole experiment inside ``start``.
+    whole experiment inside ``start``. ``before_start(exp)`` and
+    ``after_start(exp)`` run just before and after ``runtime.start`` (a plan's
+    executor readies the cluster, then follows the run); if either fails the
+    start counts as failed, as above.
     """
     rt = make_runtime(runtime)
     check_trainable(trainable, rt)
@@ -88,7 +93,11 @@ def build_experiment(
     if not start:
         return exp
     try:
+        if before_start is not None:
+            before_start(exp)
         rt.start(engine, trainable)
+        if after_start is not None:
+            after_start(exp)
     except BaseException:
         if exp.recorder is not None:
             exp.recorder.close()  # an error in this process: keep everything recorded so far

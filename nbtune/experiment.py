@@ -47,6 +47,13 @@ class Experiment:
     store: Any = None
     #: the :class:`nbtune.store.Recorder` writing into it
     recorder: Any = None
+    #: the :class:`nbtune.planner.executor.PlanExecutor` following a plan (``tune(plan=...)``)
+    plan_executor: Any = None
+
+    @property
+    def cost(self) -> float | None:
+        """Metered cloud cost of a run that follows a plan (None without a plan)."""
+        return None if self.plan_executor is None else self.plan_executor.cost
 
     def __init__(self, name: str, engine: Engine, runtime: Runtime, trainable: Any) -> None:
         self.name = name

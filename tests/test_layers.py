@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"algorithms", "allocators", "workloads", "progress", "examples"},
     {"engine", "surrogate"},
     {"runtimes"},
-    {"experiment", "store"},
+    {"experiment", "store", "planner"},
     {"build"},
     {"api", "resumption", "replay"},
     {"demo"},

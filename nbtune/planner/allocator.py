@@ -1,0 +1,134 @@
+"""The allocator that carries a RubberBand plan out inside the engine.
+
+The engine stays the only one that places trials; this allocator tells it,
+stage by stage, what the plan says: each trial of stage ``i`` gets the
+plan's GPUs per trial, at most the plan's number of trials run at once
+(queued trials wait, as in the DAG model), and only the lowest-numbered GPUs
+the stage's cluster size allows are used, so the executor can retire the
+others without hitting a running trial. A trial's GPUs are taken from as few
+nodes as possible (RubberBand §4.4.1: co-location).
+
+Stages are recognised by TrialGroup: a synchronous rung algorithm hands out one
+group per rung, in order, which is exactly the spec's stage order. The
+allocator is pure: it reads only the scheduling view.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from nbtune.allocators.base import Allocation as Placements
+from nbtune.allocators.base import BaseAllocator, SchedulingView
+from nbtune.planner.dag import stage_layout
+from nbtune.planner.plan import Plan
+
+__all__ = ["PlannedAllocator", "co_located"]
+
+
+def co_located(idle_by_node: dict[str, list[int]], width: int) -> list[int] | None:
+    """``width`` idle GPUs on the fewest nodes: the best-fitting node, else largest first."""
+    fits = [(len(g), n) for n, g in idle_by_node.items() if len(g) >= width]
+    if fits:
+        _, node = min(fits)
+        return sorted(idle_by_node[node])[:width]
+    out: list[int] = []
+    for node in sorted(idle_by_node, key=lambda n: -len(idle_by_node[n])):
+        out.extend(sorted(idle_by_node[node])[: width - len(out)])
+        if len(out) == width:
+            return out
+    return None
+
+
+class PlannedAllocator(BaseAllocator):
+    """Fair division of each stage's planned GPUs among its trials."""
+
+    name = "planned"
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self._stage_of_group: dict[int, int] = {}
+        #: highest stage any trial has reached (the executor sizes the cluster for it)
+        self.stage = 0
+
+    # ------------------------------------------------------------ stages
+    def stage_of(self, group_id: int | None) -> int:
+        if group_id is None:
+            return self.stage
+        if group_id not in self._stage_of_group:
+            last = self.plan.spec.num_stages() - 1
+            self._stage_of_group[group_id] = min(len(self._stage_of_group), last)
+        return self._stage_of_group[group_id]
+
+    def _observe(self, view: SchedulingView) -> None:
+        for spec in sorted(view.pending, key=lambda s: -1 if s.group_id is None else s.group_id):
+            self.stage = max(self.stage, self.stage_of(spec.group_id))
+
+    def gpus_allowed(self, stage: int) -> int:
+        """GPUs the stage's cluster holds (whole instances), lowest ids first."""
+        return self.plan.allocation.instances[stage] * self.plan.cloud.gpus_per_instance
+
+    def layout(self, stage: int) -> tuple[int, int]:
+        """``(trials at once, GPUs per trial)`` of a stage under the plan."""
+        return stage_layout(self.plan.spec.stages[stage].trials, self.plan.allocation.gpus[stage])
+
+    # --------------------------------------------------------- protocol
+    def _usable_idle(self, view: SchedulingView) -> dict[str, list[int]]:
+        allowed = sorted(g.gpu_id for g in view.cluster.gpus)[: self.gpus_allowed(self.stage)]
+        idle = view.idle_gpus
+        node = {g.gpu_id: g.node for g in view.cluster.gpus}
+        out: dict[str, list[int]] = defaultdict(list)
+        for g in allowed:
+            if g in idle:
+                out[node[g]].append(g)
+        return out
+
+    def _running_per_stage(self, view: SchedulingView) -> dict[int, int]:
+        counts: dict[int, int] = defaultdict(int)
+        for tid in view.running:
+            counts[self.stage_of(view.trial(tid).group_id)] += 1
+        return counts
+
+    def capacity(self, view: SchedulingView) -> int:
+        self._observe(view)
+        slots, width = self.layout(self.stage)
+        free = sum(len(g) for g in self._usable_idle(view).values()) // width
+        return max(0, min(free, slots - self._running_per_stage(view)[self.stage]))
+
+    def allocate(self, view: SchedulingView) -> Placements:
+        """Launch pending trials at their stage's width; widen narrow ones when GPUs come.
+
+        A stage that needs more GPUs per trial than the cluster has yet (the
+        executor is scaling it up) starts its first trial on what there is
+        rather than stall the engine, and :meth:`allocate` resizes it to the
+        planned width once the new workers have joined.
+        """
+        self._observe(view)
+        idle = self._usable_idle(view)
+        running = self._running_per_stage(view)
+        out = Placements()
+        for tid, placement in view.running.items():
+            width = self.layout(self.stage_of(view.trial(tid).group_id))[1]
+            if len(placement) < width:
+                extra = co_located(idle, width - len(placement))
+                if extra is not None:
+                    self._take(idle, extra)
+                    out.resize[tid] = placement + tuple((g, 1.0) for g in extra)
+        for spec in view.pending:
+            stage = self.stage_of(spec.group_id)
+            slots, width = self.layout(stage)
+            if running[stage] >= slots:
+                continue
+            gpus = co_located(idle, width)
+            if gpus is None and not view.running and not out.launch:
+                gpus = co_located(idle, min(width, sum(len(g) for g in idle.values())) or 1)
+            if gpus is None:
+                continue
+            self._take(idle, gpus)
+            out.launch[spec.trial_id] = tuple((g, 1.0) for g in gpus)
+            running[stage] += 1
+        return out
+
+    @staticmethod
+    def _take(idle: dict[str, list[int]], gpus: list[int]) -> None:
+        for node in idle:
+            idle[node] = [g for g in idle[node] if g not in gpus]

@@ -1,0 +1,145 @@
+"""DAG simulator (Alg. 1) and planner (Alg. 2): invariants the paper states."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nbtune.planner import (
+    Allocation,
+    CloudProfile,
+    Dag,
+    ExperimentSpec,
+    InfeasibleDeadline,
+    Latency,
+    NodeKind,
+    ScalingProfile,
+    Stage,
+    plan,
+    simulate,
+    static_allocation,
+    step_down,
+)
+from nbtune.planner.planner import fair_values
+
+PROFILE = ScalingProfile({1: 100.0, 2: 55.0, 4: 30.0, 8: 20.0})
+CLOUD = CloudProfile("test", 3.6, 4, provision=Latency(10.0), init=Latency(5.0))
+
+
+def test_jct_is_the_hand_computed_critical_path():
+    spec = ExperimentSpec((Stage(4, 1), Stage(2, 2), Stage(1, 3)))
+    # stage 0: 2 GPUs for 4 trials -> 2 waves of 100 s; stage 1: 2 trials x 1 GPU, 200 s;
+    # stage 2: 4 GPUs -> 3 iterations x 30 s; scale 0->1 instance at start (10+5 s)
+    alloc = Allocation((2, 2, 4), (1, 1, 1))
+    p = simulate(spec, alloc, PROFILE, CLOUD)
+    assert p.jct == pytest.approx(15 + 200 + 200 + 90)
+    # a scale-up before stage 2 adds a blocking SCALE + INIT (15 s) there
+    p2 = simulate(spec, Allocation((2, 2, 8), (1, 1, 2)), PROFILE, CLOUD)
+    assert p2.jct == pytest.approx(15 + 200 + 200 + 15 + 3 * 20)
+    assert p2.stage_start[2] == pytest.approx(415)
+
+
+def test_cost_bills_instances_idle_at_barriers_and_the_minimum():
+    spec = ExperimentSpec((Stage(2, 1), Stage(1, 1)))
+    cloud = CLOUD.with_(provision=Latency(0.0), init=Latency(0.0), price_per_hour=3600.0)
+    # 2 instances (8 GPUs) held through stage 0 (4 GPUs/trial: 30 s), one released after
+    p = simulate(spec, Allocation((8, 4), (2, 1)), PROFILE, cloud)
+    # instance A: 0..60 s (30 + 30 s); instance B: 0..30 s billed 60 s minimum
+    assert p.cost == pytest.approx(60 + 60)
+    fn = simulate(spec, Allocation((8, 4), (2, 1)), PROFILE, cloud.with_(billing="function"))
+    assert fn.cost == pytest.approx((2 * 30 * 4 + 30 * 4) * 3600 / 4 / 3600)
+
+
+@st.composite
+def dags(draw):
+    n = draw(st.integers(1, 9))
+    dag = Dag()
+    for i in range(n):
+        preds = draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)) if i else []
+        dag.add(NodeKind.TRAIN, Latency(draw(st.floats(0, 50))), tuple(preds))
+    return dag
+
+
+def _brute_force_longest(dag: Dag, lat: np.ndarray) -> float:
+    succ = {i: [j for j, v in enumerate(dag.nodes) if i in v.preds] for i in range(len(dag.nodes))}
+
+    def paths(i):
+        if not succ[i]:
+            yield [i]
+        for j in succ[i]:
+            for rest in paths(j):
+                yield [i, *rest]
+
+    roots = [i for i, v in enumerate(dag.nodes) if not v.preds]
+    return max(sum(lat[k] for k in p) for r in roots for p in paths(r))
+
+
+@given(dags())
+@settings(max_examples=40, deadline=None)
+def test_longest_path_equals_brute_force_enumeration(dag):
+    lat = dag.sample_latencies(np.random.default_rng(0), 1)
+    assert dag.longest_path(lat)[0] == pytest.approx(_brute_force_longest(dag, lat[:, 0]))
+
+
+def test_step_down_keeps_fair_division():
+    assert step_down(32, 32) == 16 and step_down(16, 32) == 8
+    assert step_down(64, 32) == 32 and step_down(30, 10) == 20
+    assert step_down(1, 5) is None
+    for n, top in itertools.product(range(1, 13), range(1, 40)):
+        v = step_down(top, n)
+        if v is not None:
+            assert v < top and (n % v == 0 or v % n == 0)
+    assert fair_values(6, 13) == [1, 2, 3, 6, 12]
+
+
+specs = st.lists(st.tuples(st.integers(1, 12), st.integers(1, 6)), min_size=1, max_size=4).map(
+    lambda xs: ExperimentSpec(tuple(Stage(n, float(it)) for n, it in xs)))
+
+
+@given(spec=specs, slack=st.floats(1.0, 3.0), cv=st.sampled_from([0.0, 0.1]),
+       billing=st.sampled_from(["instance", "function"]))
+@settings(max_examples=30, deadline=None)
+def test_planner_never_worse_than_static_and_meets_the_deadline(spec, slack, cv, billing):
+    profile = ScalingProfile({1: 60.0, 2: 33.0, 4: 19.0, 8: 12.0}, cv=cv)
+    cloud = CLOUD.with_(billing=billing)
+    fastest = min(simulate(spec, static_allocation(spec, k, cloud), profile, cloud).jct
+                  for k in range(1, 9))
+    p = plan(spec, profile, cloud, fastest * slack, max_instances=8)
+    assert p.planned.cost <= p.static.cost + 1e-9
+    assert p.planned.jct <= p.deadline
+    assert p.static.jct <= p.deadline
+    if p.naive is not None:
+        assert p.naive.jct <= p.deadline
+
+
+@given(spec=specs, k=st.integers(1, 6), factor=st.floats(1.01, 4.0))
+@settings(max_examples=25, deadline=None)
+def test_cost_is_monotone_in_price(spec, k, factor):
+    alloc = static_allocation(spec, k, CLOUD)
+    lo = simulate(spec, alloc, PROFILE, CLOUD).cost
+    hi = simulate(spec, alloc, PROFILE, CLOUD.with_(price_per_hour=3.6 * factor)).cost
+    assert hi > lo
+
+
+def test_infeasible_deadline_is_a_clear_error():
+    spec = ExperimentSpec((Stage(4, 10),))
+    with pytest.raises(InfeasibleDeadline, match="fastest is predicted"):
+        plan(spec, PROFILE, CLOUD, 60.0, max_instances=4)
+    with pytest.raises(ValueError, match="deadline"):
+        plan(spec, PROFILE, CLOUD, -1)
+
+
+def test_plan_renders_table_text_html_and_bokeh():
+    spec = ExperimentSpec((Stage(8, 1), Stage(2, 3), Stage(1, 9)))
+    p = plan(spec, PROFILE, CLOUD, 1500)
+    t = p.table()
+    assert list(t["trials"]) == [8, 2, 1]
+    assert {"epochs", "gpus_per_trial", "instances"} <= set(t.columns)
+    assert "planned" in str(p) and "static" in p._repr_html_()
+    from bokeh.models import LayoutDOM
+
+    assert isinstance(p.plot(), LayoutDOM)

@@ -1,0 +1,65 @@
+"""Executor pieces that need no cluster: plan/algorithm matching, the meter, bad runtimes."""
+
+from __future__ import annotations
+
+import pytest
+
+import nbtune
+from nbtune.algorithms import Hyperband, SuccessiveHalving
+from nbtune.core.space import uniform
+from nbtune.planner import CloudProfile, ScalingProfile, plan, spec_from
+from nbtune.planner.executor import CostMeter, PlanExecutionError, check_plan_fits
+
+SPACE = {"lr": uniform(0.1, 1.0)}
+CLOUD = CloudProfile("w", 3.6, 1, min_billed_s=10.0)
+
+
+def small_plan(n=4):
+    algo = SuccessiveHalving(SPACE, metric="loss", num_trials=n, max_budget=4, eta=2)
+    return plan(spec_from(algo), ScalingProfile({1: 1.0}), CLOUD, 100.0, max_instances=4)
+
+
+def test_plan_must_match_the_algorithm():
+    p = small_plan(4)
+    check_plan_fits(p, SuccessiveHalving(SPACE, metric="loss", num_trials=4, max_budget=4,
+                                         eta=2))
+    with pytest.raises(PlanExecutionError, match="plan was made for stages"):
+        check_plan_fits(p, SuccessiveHalving(SPACE, metric="loss", num_trials=8,
+                                             max_budget=4, eta=2))
+    with pytest.raises(PlanExecutionError, match="pipeline_brackets=False"):
+        check_plan_fits(p, Hyperband(SPACE, metric="loss", max_budget=4, eta=2))
+
+
+def test_a_plan_needs_the_dask_runtime():
+    with pytest.raises(PlanExecutionError, match="Dask runtime"):
+        nbtune.tune(nbtune.SyntheticWorkload(SPACE), SPACE, algorithm="sha", metric="loss", max_budget=4,
+                    num_trials=4, eta=2, plan=small_plan(4))
+
+
+def test_meter_bills_lifetimes_with_the_minimum_charge():
+    m = CostMeter(CLOUD)  # $0.001 per worker-second, 10 s minimum
+    m.observe(0.0, {"a", "b"})
+    m.observe(5.0, {"a"})  # b left after 5 s: billed 10
+    m.observe(30.0, {"a", "c"})
+    m.close(50.0)  # a: 50 s, c: 20 s
+    assert m.cost(50.0) == pytest.approx((50 + 10 + 20) * 0.001)
+    assert m.worker_seconds(50.0) == pytest.approx(75.0)
+    m2 = CostMeter(CLOUD)
+    m2.observe(0.0, {"a"})
+    m2.observe(1.0, set())
+    m2.observe(2.0, {"a"})  # a came back: a second life, a second minimum charge
+    m2.close(3.0)
+    assert m2.cost(3.0) == pytest.approx(20 * 0.001)
+
+
+def test_profile_from_a_run_skips_pauses_at_barriers():
+    from nbtune.planner.measure import profile_from_experiment
+
+    wl = nbtune.SyntheticWorkload(SPACE, unit_time=2.0, launch_overhead=1.0, seed=0)
+    exp = nbtune.tune(wl, SPACE, algorithm="sha", metric="loss", max_budget=8, num_trials=8,
+                      eta=2, runtime=nbtune.SimRuntime(cluster=2), seed=0)
+    prof = profile_from_experiment(exp)
+    # trials wait at every rung's barrier; none of that waiting is an iteration
+    assert prof.points[1] == pytest.approx(2.0)
+    assert prof.startup_s == pytest.approx(1.0)
+    assert prof.cv == pytest.approx(0.0, abs=1e-9)
