@@ -105,26 +105,32 @@ class FusedSGD(FusedOptimizer):
     def step(self, closure=None):  # noqa: D102 — torch's signature
         loss = None if closure is None else torch.enable_grad()(closure)()
         for g in self.param_groups:
+            mom_v = g["momentum"]
+            any_wd = bool((g["weight_decay"] != 0).any())
+            all_mom, no_mom = bool((mom_v != 0).all()), bool((mom_v == 0).all())
+            damped = bool((g["dampening"] != 0).any())
             for p in g["params"]:
                 if p.grad is None:
                     continue
                 d = p.grad
-                wd = self._b(g["weight_decay"], p)
-                d = d + wd * p
-                mom = self._b(g["momentum"], p)
-                st = self.state[p]
-                if "momentum_buffer" not in st:
-                    buf = d.clone()  # torch: the first step's buffer is the gradient itself
+                if any_wd:
+                    d = d.addcmul(p, self._b(g["weight_decay"], p))
+                if no_mom:
+                    step = d
                 else:
-                    buf = st["momentum_buffer"]
-                    buf.mul_(mom).add_((1 - self._b(g["dampening"], p)) * d)
-                st["momentum_buffer"] = buf
-                # members with momentum 0 use d itself (torch skips the buffer for them)
-                if self.nesterov:
-                    step = torch.where(mom != 0, d + mom * buf, d)
-                else:
-                    step = torch.where(mom != 0, buf, d)
-                p.sub_(self._b(g["lr"], p) * step)
+                    mom = self._b(mom_v, p)
+                    st = self.state[p]
+                    buf = st.get("momentum_buffer")
+                    if buf is None:  # torch: the first step's buffer is the gradient itself
+                        buf = st["momentum_buffer"] = d.clone()
+                    elif damped:
+                        buf.mul_(mom).addcmul_(d, 1 - self._b(g["dampening"], p))
+                    else:
+                        buf.mul_(mom).add_(d)
+                    step = d.addcmul(buf, mom) if self.nesterov else buf
+                    if not all_mom:  # members with momentum 0 step on d (torch: no buffer)
+                        step = torch.where(mom != 0, step, d)
+                p.addcmul_(step, self._b(g["lr"], p), value=-1)
         return loss
 
 

@@ -17,30 +17,27 @@ import torch
 from torch import nn
 
 #: repetitions per candidate (after one warm-up)
-REPEATS = 3
+REPEATS = 5
 
 
 def choose(fns: dict[str, Callable[[], torch.Tensor]], module: nn.Module,
            timer: Callable[[], float] = time.perf_counter) -> str:
     """The name of the fastest candidate; gradients and module state are left untouched."""
     saved = _snapshot(module)
+    params = [p for p in module.parameters() if p.requires_grad]
     try:
-        best, best_t = "", float("inf")
-        for name, fn in fns.items():
-            times = []
-            for rep in range(REPEATS + 1):
+        times: dict[str, list[float]] = {name: [] for name in fns}
+        # candidates alternate within each repetition, so a burst of load hits all alike
+        for rep in range(REPEATS + 1):
+            for name, fn in fns.items():
                 t0 = timer()
                 out = fn()
                 if out.requires_grad:
-                    torch.autograd.grad(out.sum(), [p for p in module.parameters()
-                                                    if p.requires_grad], allow_unused=True)
+                    torch.autograd.grad(out.sum(), params, allow_unused=True)
                 _sync(out)
-                if rep:
-                    times.append(timer() - t0)
-            t = statistics.median(times)
-            if t < best_t:
-                best, best_t = name, t
-        return best
+                if rep:  # the first repetition warms up
+                    times[name].append(timer() - t0)
+        return min(times, key=lambda n: statistics.median(times[n]))
     finally:
         _restore(module, saved)
 
