@@ -78,22 +78,14 @@ class FusedOp(nn.Module):
             for name, t in self._tensors():
                 if t is not None:
                     target = getattr(layer, name)
-                    target.copy_(self.to_layer(name, t[k]).reshape(target.shape))
+                    target.copy_(t[k].reshape(target.shape))
 
     def load_member(self, k: int, layer: nn.Module) -> None:
         """Copy an ordinary layer's parameters and buffers into member slot k."""
         with torch.no_grad():
             for name, t in self._tensors():
                 if t is not None:
-                    t[k].copy_(self.from_layer(name, getattr(layer, name)).reshape(t[k].shape))
-
-    def to_layer(self, name: str, t: torch.Tensor) -> torch.Tensor:
-        """One member's tensor in the ordinary layer's layout (identity unless overridden)."""
-        return t
-
-    def from_layer(self, name: str, t: torch.Tensor) -> torch.Tensor:
-        """An ordinary layer's tensor in this fused layer's per-member layout."""
-        return t
+                    t[k].copy_(getattr(layer, name).reshape(t[k].shape))
 
     def keep(self, indices: Sequence[int]) -> dict[nn.Parameter, nn.Parameter]:
         """Drop every member not in ``indices`` (in that order), in place.
