@@ -1,0 +1,87 @@
+"""The same train(config, trial) runs unfused (F = 1) and fused, with per-member stops."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nbtune.fusion import member_accuracy
+from nbtune.fusion.trial import FusionTrial, run_group
+
+
+def make_model(config):
+    torch.manual_seed(config["seed"])
+    return nn.Sequential(nn.Linear(6, config["width"]), nn.ReLU(),
+                         nn.Linear(config["width"], 3))
+
+
+def data():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(96, 6, generator=gen)
+    return x, (x[:, 0] + x[:, 1] > 0).long() + (x[:, 2] > 1).long()
+
+
+def train(config, trial):  # one ordinary loop
+    x, y = data()
+    model = trial.model(make_model)
+    opt = trial.optimizer(torch.optim.SGD, model, lr="lr", momentum=0.9, weight_decay=1e-4)
+    bs = config["batch_size"]
+    for step in trial.steps():
+        for i in range(0, len(x), bs):
+            loss, _ = trial.loss(F.cross_entropy, model(x[i:i + bs]), y[i:i + bs])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            out = model(x)
+            _, per_loss = trial.loss(F.cross_entropy, out, y)
+        trial.report(step, loss=per_loss, accuracy=member_accuracy(out, y))
+
+
+class Recorder:
+    def __init__(self, stop_at: int | None = None):
+        self.rows, self.stop_at = [], stop_at
+
+    def report(self, step, **metrics):
+        self.rows.append((step, metrics))
+
+    def should_stop(self):
+        return self.stop_at is not None and self.rows[-1][0] >= self.stop_at
+
+
+CONFIGS = [{"seed": s, "width": 8, "batch_size": 32, "lr": lr}
+           for s, lr in enumerate([0.3, 0.1, 0.03, 0.01])]
+
+
+def test_same_loop_unfused_and_fused_gives_the_same_metrics():
+    alone = []
+    for cfg in CONFIGS:
+        rec = Recorder()
+        run_group(train, [cfg], [rec], budget=4)
+        alone.append(rec.rows)
+    recs = [Recorder() for _ in CONFIGS]
+    run_group(train, CONFIGS, recs, budget=4)
+    for want, rec in zip(alone, recs, strict=True):
+        assert [s for s, _ in rec.rows] == [1, 2, 3, 4]
+        for (_, a), (_, b) in zip(want, rec.rows, strict=True):
+            assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_stopped_member_is_sliced_out_and_the_others_are_unchanged():
+    full = [Recorder() for _ in CONFIGS]
+    run_group(train, CONFIGS, full, budget=4)
+    recs = [Recorder(stop_at=2 if k == 1 else None) for k in range(len(CONFIGS))]
+    trial = run_group(train, CONFIGS, recs, budget=4)
+    assert trial.alive == [0, 2, 3]
+    assert [s for s, _ in recs[1].rows] == [1, 2]
+    for k in (0, 2, 3):
+        for (_, a), (_, b) in zip(full[k].rows, recs[k].rows, strict=True):
+            assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_report_checks_lengths():
+    trial = FusionTrial(CONFIGS[:2], [Recorder(), Recorder()], budget=1)
+    with pytest.raises(ValueError, match="3 values for 2 members"):
+        trial.report(1, loss=[1.0, 2.0, 3.0])
