@@ -23,6 +23,7 @@ Members are the runtime's ordinary per-trial objects: anything with
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -108,6 +109,18 @@ def _per_member(name: str, value: Any, f: int) -> list[float]:
 def _stops(member: Member) -> bool:
     check = getattr(member, "should_stop", None)
     return bool(check()) if callable(check) else False
+
+
+def as_fusion_trial(trial: Any) -> FusionTrial:
+    """A runtime's ordinary trial (``nbtune.runtimes.dask.trial_api.Trial``: ``config``,
+    ``start_step``, ``budget``, ``report``, ``should_stop``) as a one-member FusionTrial, so a
+    loop written for fusion runs unfused with one added line: ``trial = as_fusion_trial(trial)``.
+    """
+    if isinstance(trial, FusionTrial):
+        return trial
+    start = int(math.floor(float(trial.start_step) + 1e-9))
+    budget = int(math.floor(float(trial.budget) + 1e-9))
+    return FusionTrial([trial.config], [trial], budget, start_step=start)
 
 
 def run_group(train: Callable[[Mapping[str, Any], FusionTrial], object],

@@ -85,3 +85,38 @@ def test_report_checks_lengths():
     trial = FusionTrial(CONFIGS[:2], [Recorder(), Recorder()], budget=1)
     with pytest.raises(ValueError, match="3 values for 2 members"):
         trial.report(1, loss=[1.0, 2.0, 3.0])
+
+
+def train_on_runtime(config, trial):  # the runtime's trial: one added line
+    from nbtune.fusion.trial import as_fusion_trial
+
+    train(config, as_fusion_trial(trial))
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_same_loop_runs_unfused_on_dask_with_fused_metrics(tmp_path):
+    """On a real LocalCluster the loop runs unfused (F = 1); fused locally, every member ends
+    with the metrics its Dask trial reported."""
+    import nbtune
+    from nbtune.core.space import choice
+    from nbtune.runtimes.dask import DaskRuntime
+
+    space = {"seed": choice([0, 1, 2]), "width": choice([8]), "batch_size": choice([32]),
+             "lr": choice([0.3, 0.1, 0.03])}
+    rt = DaskRuntime(n_workers=1, dashboard_address=None, preload=("torch",),
+                     warm_processes=1, checkpoint_dir=tmp_path)
+    exp = nbtune.tune(train_on_runtime, space, algorithm="random", metric="loss", mode="min",
+                      max_budget=3, num_trials=3, runtime=rt, seed=0)
+    try:
+        exp.wait(300)
+    finally:
+        rt.close()
+    df = exp.results()
+    assert (df["state"] == "completed").all(), df
+    configs = [{k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("config/")}
+               for row in df.to_dict("records")]
+    recs = [Recorder() for _ in configs]
+    run_group(train, configs, recs, budget=3)
+    for rec, last in zip(recs, df["last"], strict=True):
+        assert rec.rows[-1][1]["loss"] == pytest.approx(last, abs=1e-4)
