@@ -63,6 +63,14 @@ class FusedOptimizer(torch.optim.Optimizer):
         self.owner: FusedModel | None = None
         super().__init__(params, vecs)
 
+    # torch's Optimizer pickles/copies only defaults, state and param_groups
+    _extra = ("members", "owner", "nesterov")
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.update({k: getattr(self, k) for k in self._extra if hasattr(self, k)})
+        return state
+
     # the hyperparameter vectors, as (F, 1, ..., 1) in the parameter's dtype
     @staticmethod
     def _b(v: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
