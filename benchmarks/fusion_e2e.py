@@ -23,42 +23,6 @@ import json
 import time
 
 
-def make_model(config):  # noqa: ANN001, ANN201 — pickled by value to the workers
-    import torch
-    from torch import nn
-
-    torch.manual_seed(int(config["seed"]))
-    return nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-
-
-def train(config, trial):  # noqa: ANN001 — the one training loop, fused or not
-    import torch
-    import torch.nn.functional as F
-
-    from nbtune.examples.digits import load_data
-    from nbtune.fusion import member_accuracy
-    from nbtune.fusion.trial import as_fusion_trial
-
-    torch.set_num_threads(1)
-    trial = as_fusion_trial(trial)
-    x, y, xv, yv = load_data()
-    model = trial.model(make_model)
-    opt = trial.optimizer(torch.optim.SGD, model, lr="lr", momentum="momentum")
-    bs = 64
-    for step in trial.steps():
-        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(step))
-        for i in range(0, len(order), bs):
-            idx = order[i:i + bs]
-            loss, _ = trial.loss(F.cross_entropy, model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        with torch.no_grad():
-            out = model(xv)
-            _, per_loss = trial.loss(F.cross_entropy, out, yv)
-        trial.report(step, loss=per_loss, accuracy=member_accuracy(out, yv))
-
-
 class Last:
     """A member sink keeping the last metrics."""
 
@@ -70,6 +34,7 @@ class Last:
 
 
 def run_unit(configs, budget):  # noqa: ANN001, ANN201 — one fused group, on a worker
+    from nbtune.examples.fusion_digits import train
     from nbtune.fusion.trial import run_group
 
     sinks = [Last() for _ in configs]
@@ -98,6 +63,7 @@ def main() -> None:
 
     import nbtune
     from nbtune.core.space import choice, loguniform
+    from nbtune.examples.fusion_digits import train
     from nbtune.fusion.planner import plan_fusion
     from nbtune.runtimes.dask import DaskRuntime
 

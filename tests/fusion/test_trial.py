@@ -1,43 +1,12 @@
-"""The same train(config, trial) runs unfused (F = 1) and fused, with per-member stops."""
+"""The same train(config, trial) (nbtune.examples.fusion_digits) runs unfused (F = 1) and
+fused, with per-member stops."""
 
 from __future__ import annotations
 
 import pytest
-import torch
-import torch.nn.functional as F
-from torch import nn
 
-from nbtune.fusion import member_accuracy
+from nbtune.examples.fusion_digits import train
 from nbtune.fusion.trial import FusionTrial, run_group
-
-
-def make_model(config):
-    torch.manual_seed(config["seed"])
-    return nn.Sequential(nn.Linear(6, config["width"]), nn.ReLU(),
-                         nn.Linear(config["width"], 3))
-
-
-def data():
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(96, 6, generator=gen)
-    return x, (x[:, 0] + x[:, 1] > 0).long() + (x[:, 2] > 1).long()
-
-
-def train(config, trial):  # one ordinary loop
-    x, y = data()
-    model = trial.model(make_model)
-    opt = trial.optimizer(torch.optim.SGD, model, lr="lr", momentum=0.9, weight_decay=1e-4)
-    bs = config["batch_size"]
-    for step in trial.steps():
-        for i in range(0, len(x), bs):
-            loss, _ = trial.loss(F.cross_entropy, model(x[i:i + bs]), y[i:i + bs])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        with torch.no_grad():
-            out = model(x)
-            _, per_loss = trial.loss(F.cross_entropy, out, y)
-        trial.report(step, loss=per_loss, accuracy=member_accuracy(out, y))
 
 
 class Recorder:
@@ -51,8 +20,8 @@ class Recorder:
         return self.stop_at is not None and self.rows[-1][0] >= self.stop_at
 
 
-CONFIGS = [{"seed": s, "width": 8, "batch_size": 32, "lr": lr}
-           for s, lr in enumerate([0.3, 0.1, 0.03, 0.01])]
+CONFIGS = [{"seed": s, "hidden": 16, "batch_size": 128, "lr": lr, "momentum": m}
+           for s, (lr, m) in enumerate([(0.3, 0.0), (0.1, 0.9), (0.03, 0.5), (0.01, 0.9)])]
 
 
 def test_same_loop_unfused_and_fused_gives_the_same_metrics():
@@ -87,12 +56,6 @@ def test_report_checks_lengths():
         trial.report(1, loss=[1.0, 2.0, 3.0])
 
 
-def train_on_runtime(config, trial):  # the runtime's trial: one added line
-    from nbtune.fusion.trial import as_fusion_trial
-
-    train(config, as_fusion_trial(trial))
-
-
 @pytest.mark.integration
 @pytest.mark.slow
 def test_same_loop_runs_unfused_on_dask_with_fused_metrics(tmp_path):
@@ -102,11 +65,11 @@ def test_same_loop_runs_unfused_on_dask_with_fused_metrics(tmp_path):
     from nbtune.core.space import choice
     from nbtune.runtimes.dask import DaskRuntime
 
-    space = {"seed": choice([0, 1, 2]), "width": choice([8]), "batch_size": choice([32]),
-             "lr": choice([0.3, 0.1, 0.03])}
+    space = {"seed": choice([0, 1, 2]), "hidden": choice([16]), "batch_size": choice([128]),
+             "lr": choice([0.3, 0.1, 0.03]), "momentum": choice([0.0, 0.9])}
     rt = DaskRuntime(n_workers=1, dashboard_address=None, preload=("torch",),
                      warm_processes=1, checkpoint_dir=tmp_path)
-    exp = nbtune.tune(train_on_runtime, space, algorithm="random", metric="loss", mode="min",
+    exp = nbtune.tune(train, space, algorithm="random", metric="loss", mode="min",
                       max_budget=3, num_trials=3, runtime=rt, seed=0)
     try:
         exp.wait(300)
