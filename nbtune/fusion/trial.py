@@ -1,0 +1,132 @@
+"""One ordinary training loop for unfused and fused trials.
+
+A training function gets its model, optimizer and loss through the trial, and reports
+per-member metrics; the same ``train(config, trial)`` then runs one trial (F = 1) or a
+fused group of F trials::
+
+    def train(config, trial):
+        model = trial.model(make_model)                      # make_model(config) -> nn.Module
+        opt = trial.optimizer(torch.optim.SGD, model, lr="lr", momentum=0.9)
+        for step in trial.steps():
+            for x, y in batches(config["batch_size"]):      # shape keys: same for all members
+                loss, _ = trial.loss(F.cross_entropy, model(x), y)
+                opt.zero_grad(); loss.backward(); opt.step()
+            trial.report(step, accuracy=member_accuracy(model(x_val), y_val))
+
+A string hyperparameter names a config key, read per member (``lr="lr"``); anything else
+is one value for all. ``report`` splits ``(F,)`` vectors to the members; a member whose
+own trial says stop is sliced out with :meth:`FusedModel.keep` and the rest go on.
+
+Members are the runtime's ordinary per-trial objects: anything with
+``report(step, **metrics)`` and, optionally, ``should_stop() -> bool``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from .loss import fused_loss
+from .model import FusedModel, fuse
+from .optim import FusedOptimizer, fused_optimizer
+
+
+class Member(Protocol):
+    def report(self, step: int, **metrics: float) -> object: ...
+
+
+class FusionTrial:
+    """The trial a fused (or F = 1) training function sees."""
+
+    def __init__(self, configs: Sequence[Mapping[str, Any]], members: Sequence[Member],
+                 budget: int, start_step: int = 0, impl: str = "auto") -> None:
+        if len(configs) != len(members) or not configs:
+            raise ValueError("FusionTrial: one member per config, at least one")
+        self.configs = list(configs)
+        self.members = list(members)
+        self.budget = budget
+        self.start_step = start_step
+        self.impl = impl
+        self.alive = list(range(len(configs)))  # original member indices, in fused order
+        self._model: FusedModel | None = None
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The first member's config: its shape keys are every member's."""
+        return self.configs[self.alive[0]]
+
+    def model(self, build: Callable[[Mapping[str, Any]], nn.Module]) -> FusedModel:
+        """``build(config)`` once per member, fused (forward returns ``(F, N, ...)``)."""
+        self._model = fuse([build(self.configs[i]) for i in self.alive], impl=self.impl)
+        return self._model
+
+    def optimizer(self, cls: type[torch.optim.Optimizer], model: FusedModel,
+                  **hparams: Any) -> FusedOptimizer:
+        """``cls`` per member; a ``str`` value is the config key to read per member."""
+        resolved = {k: [self.configs[i][v] for i in self.alive] if isinstance(v, str) else v
+                    for k, v in hparams.items()}
+        return fused_optimizer(cls, model, **resolved)
+
+    def loss(self, loss_fn: Callable[..., torch.Tensor] | nn.Module, output: torch.Tensor,
+             target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sum of each member's mean loss, and the per-member losses."""
+        return fused_loss(loss_fn, output, target)
+
+    def steps(self) -> Iterator[int]:
+        for step in range(self.start_step + 1, self.budget + 1):
+            if not self.alive:
+                return
+            yield step
+
+    def report(self, step: int, **metrics: Any) -> None:
+        """Send each member its own metrics; slice out the members told to stop."""
+        f = len(self.alive)
+        values = {k: _per_member(k, v, f) for k, v in metrics.items()}
+        for pos, i in enumerate(self.alive):
+            self.members[i].report(step, **{k: v[pos] for k, v in values.items()})
+        survivors = [pos for pos, i in enumerate(self.alive) if not _stops(self.members[i])]
+        if len(survivors) < f:
+            if survivors and self._model is not None:
+                self._model.keep(survivors)
+            self.alive = [self.alive[pos] for pos in survivors]
+
+
+def _per_member(name: str, value: Any, f: int) -> list[float]:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().flatten().tolist()
+    if isinstance(value, int | float):
+        return [float(value)] * f
+    value = [float(v) for v in value]
+    if len(value) != f:
+        raise ValueError(f"report: metric {name!r} has {len(value)} values for {f} members")
+    return value
+
+
+def _stops(member: Member) -> bool:
+    check = getattr(member, "should_stop", None)
+    return bool(check()) if callable(check) else False
+
+
+def as_fusion_trial(trial: Any) -> FusionTrial:
+    """A runtime's ordinary trial (``nbtune.runtimes.dask.trial_api.Trial``: ``config``,
+    ``start_step``, ``budget``, ``report``, ``should_stop``) as a one-member FusionTrial, so a
+    loop written for fusion runs unfused with one added line: ``trial = as_fusion_trial(trial)``.
+    """
+    if isinstance(trial, FusionTrial):
+        return trial
+    start = int(math.floor(float(trial.start_step) + 1e-9))
+    budget = int(math.floor(float(trial.budget) + 1e-9))
+    return FusionTrial([trial.config], [trial], budget, start_step=start)
+
+
+def run_group(train: Callable[[Mapping[str, Any], FusionTrial], object],
+              configs: Sequence[Mapping[str, Any]], members: Sequence[Member], budget: int,
+              impl: str = "auto") -> FusionTrial:
+    """Run ``train`` once for a fused group of trials; returns the trial (``.alive``)."""
+    trial = FusionTrial(configs, members, budget, impl=impl)
+    train(trial.config, trial)
+    return trial

@@ -1,0 +1,85 @@
+"""The same train(config, trial) (nbtune.examples.fusion_digits) runs unfused (F = 1) and
+fused, with per-member stops."""
+
+from __future__ import annotations
+
+import pytest
+
+from nbtune.examples.fusion_digits import train
+from nbtune.fusion.trial import FusionTrial, run_group
+
+
+class Recorder:
+    def __init__(self, stop_at: int | None = None):
+        self.rows, self.stop_at = [], stop_at
+
+    def report(self, step, **metrics):
+        self.rows.append((step, metrics))
+
+    def should_stop(self):
+        return self.stop_at is not None and self.rows[-1][0] >= self.stop_at
+
+
+CONFIGS = [{"seed": s, "hidden": 16, "batch_size": 128, "lr": lr, "momentum": m}
+           for s, (lr, m) in enumerate([(0.3, 0.0), (0.1, 0.9), (0.03, 0.5), (0.01, 0.9)])]
+
+
+def test_same_loop_unfused_and_fused_gives_the_same_metrics():
+    alone = []
+    for cfg in CONFIGS:
+        rec = Recorder()
+        run_group(train, [cfg], [rec], budget=4)
+        alone.append(rec.rows)
+    recs = [Recorder() for _ in CONFIGS]
+    run_group(train, CONFIGS, recs, budget=4)
+    for want, rec in zip(alone, recs, strict=True):
+        assert [s for s, _ in rec.rows] == [1, 2, 3, 4]
+        for (_, a), (_, b) in zip(want, rec.rows, strict=True):
+            assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_stopped_member_is_sliced_out_and_the_others_are_unchanged():
+    full = [Recorder() for _ in CONFIGS]
+    run_group(train, CONFIGS, full, budget=4)
+    recs = [Recorder(stop_at=2 if k == 1 else None) for k in range(len(CONFIGS))]
+    trial = run_group(train, CONFIGS, recs, budget=4)
+    assert trial.alive == [0, 2, 3]
+    assert [s for s, _ in recs[1].rows] == [1, 2]
+    for k in (0, 2, 3):
+        for (_, a), (_, b) in zip(full[k].rows, recs[k].rows, strict=True):
+            assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_report_checks_lengths():
+    trial = FusionTrial(CONFIGS[:2], [Recorder(), Recorder()], budget=1)
+    with pytest.raises(ValueError, match="3 values for 2 members"):
+        trial.report(1, loss=[1.0, 2.0, 3.0])
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_same_loop_runs_unfused_on_dask_with_fused_metrics(tmp_path):
+    """On a real LocalCluster the loop runs unfused (F = 1); fused locally, every member ends
+    with the metrics its Dask trial reported."""
+    import nbtune
+    from nbtune.core.space import choice
+    from nbtune.runtimes.dask import DaskRuntime
+
+    space = {"seed": choice([0, 1, 2]), "hidden": choice([16]), "batch_size": choice([128]),
+             "lr": choice([0.3, 0.1, 0.03]), "momentum": choice([0.0, 0.9])}
+    rt = DaskRuntime(n_workers=1, dashboard_address=None, preload=("torch",),
+                     warm_processes=1, checkpoint_dir=tmp_path)
+    exp = nbtune.tune(train, space, algorithm="random", metric="loss", mode="min",
+                      max_budget=3, num_trials=3, runtime=rt, seed=0)
+    try:
+        exp.wait(300)
+    finally:
+        rt.close()
+    df = exp.results()
+    assert (df["state"] == "completed").all(), df
+    configs = [{k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("config/")}
+               for row in df.to_dict("records")]
+    recs = [Recorder() for _ in configs]
+    run_group(train, configs, recs, budget=3)
+    for rec, last in zip(recs, df["last"], strict=True):
+        assert rec.rows[-1][1]["loss"] == pytest.approx(last, abs=1e-4)
