@@ -42,7 +42,7 @@ def tune(
     mode: str = "min",
     max_budget: float,
     num_trials: int | None = None,
-    allocator: Any = "fifo",
+    allocator: Any = "auto",
     runtime: str | Runtime = "sim",
     name: str | None = None,
     store: Any = None,
@@ -94,8 +94,13 @@ def tune(
         num_trials=num_trials, seed=seed, min_budget=min_budget, **algorithm_options,
     )
     alloc = make_allocator(allocator, **dict(allocator_options or {}))
-    hints = {"workload": trainable} if isinstance(trainable, WorkloadModel) else {}
-    engine = Engine(algo, alloc, validate=validate, max_failures=max_failures, hints=hints)
+    # no workload model in the hints: the runtime's profiler measures what allocators read
+    engine = Engine(algo, alloc, validate=validate, max_failures=max_failures)
+    if st is not None and getattr(rt, "profiler", None) is None:
+        from nbtune.runtimes.profiler import Profiler
+        from nbtune.store import SqlProfileStore
+
+        rt.profiler = Profiler(SqlProfileStore(st))  # the job history outlives the kernel
     if name is None:
         name = st.free_name() if st is not None else f"experiment-{next(_names)}"
     exp = Experiment(name, engine, rt, trainable)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nbtune.allocators.base import SchedulingView
-from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
+from nbtune.allocators.profiling import Profile, ProfileStore, profile_for
 from nbtune.core.resources import Demand
 
 __all__ = ["DEFAULT_DEMAND", "DemandLookup", "trial_demand", "expected_runtime",
@@ -32,10 +32,7 @@ DEFAULT_DEMAND = Demand()
 
 
 def _profile(view: SchedulingView, config: Mapping[str, Any]) -> Profile | None:
-    store = view.hints.get("profiles")
-    if store is None or not isinstance(store, ProfileStore):
-        return None
-    return store.get(model_signature(config))
+    return profile_for(view.hints.get("profiles"), config)
 
 
 def _valid(d: Any, trial_id: int, source: str) -> Demand:
@@ -96,7 +93,7 @@ def expected_runtimes(
             out.append(remaining * measured[0])
             continue
         if store is not None:
-            prof = store.get(model_signature(config))
+            prof = profile_for(store, config)
             if prof is not None and prof.unit_time:
                 out.append(remaining * prof.unit_time)
                 continue

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from nbtune.allocators.base import SchedulingView
-from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
+from nbtune.allocators.profiling import Profile, ProfileStore, profile_for
 from nbtune.core.resources import Placement, width
 from nbtune.core.trial import Trial
 from nbtune.workloads.base import OverheadModel
@@ -55,10 +55,7 @@ class FluidEstimator:
     def _profile(self, tid: int) -> Profile | None:
         if self.store is None:
             return None
-        try:
-            return self.store.get(model_signature(self.view.trial(tid).config, self.keys))
-        except KeyError:
-            return None
+        return profile_for(self.store, self.view.trial(tid).config, self.keys)
 
     def overhead(self, tid: int) -> OverheadModel:
         oh = self._oh.get(tid)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from nbtune.core.resources import Demand
@@ -27,7 +27,8 @@ from nbtune.workloads.base import OverheadModel
 __all__ = [
     "marginal_benefit", "packing_limit", "fit_alpha", "fit_beta", "scaling_limit",
     "interpolate_latency", "sample_iterations", "model_signature", "Profile",
-    "ProfileStore", "InMemoryProfileStore", "profile_from_measurements",
+    "ProfileStore", "InMemoryProfileStore", "profile_from_measurements", "MeasuredLimits",
+    "profile_for", "summarize",
 ]
 
 
@@ -189,10 +190,26 @@ class Profile:
     c: int = 1
     d: int = 1
     demand: Demand = field(default_factory=Demand)
+    #: measured seconds per unit with p trials packed on one GPU (p -> s); c, α come from it
+    packing: dict[int, float] = field(default_factory=dict)
+    #: measured seconds per unit at w GPUs alone (w -> s); d, β come from it
+    scaling: dict[int, float] = field(default_factory=dict)
+    #: measured ε: seconds a resize cost a trial (None: never resized)
+    resize_cost: float | None = None
 
     @property
     def overhead(self) -> OverheadModel:
         return OverheadModel(self.alpha, self.beta)
+
+    @property
+    def c_measured(self) -> bool:
+        """True when c rests on a measurement of packing (p = 1 and some p > 1)."""
+        return 1 in self.packing and len(self.packing) > 1
+
+    @property
+    def d_measured(self) -> bool:
+        """True when d rests on a measurement of scaling (at least w = 1 and 2)."""
+        return 1 in self.scaling and len(self.scaling) > 1
 
 
 @runtime_checkable
@@ -262,3 +279,120 @@ def profile_from_measurements(
         d=scaling_limit(scaling, min_gain),
         demand=Demand(compute=min(max(util, 0.0), 1.0), memory_gb=mem),
     )
+
+
+def profile_for(store: Any, config: Mapping[str, Any],
+                keys: Iterable[str] | None = None) -> Profile | None:
+    """The profile ``store`` holds for ``config``'s model, or None.
+
+    A store that names its own signatures (the runtime's profiler, with the
+    signature keys it was given) is asked with its own; any other store with
+    :func:`model_signature` of ``keys``. A config without a key: no profile.
+    """
+    if store is None or not isinstance(store, ProfileStore):
+        return None
+    own = getattr(store, "signature", None)
+    try:
+        sig = own(config) if callable(own) else model_signature(config, keys)
+    except KeyError:
+        return None
+    return store.get(sig)
+
+
+class MeasuredLimits:
+    """c and d as profiling measured them for the trials an allocator is deciding about.
+
+    Reads the view's ``hints["profiles"]`` (the runtime's profiler) for the
+    signatures of the pending and running trials and answers the smallest
+    measured c and d among them (a limit that holds for every trial in play),
+    or None where no profile measured packing (c) or scaling (d). Signatures
+    are remembered per trial while its config object is unchanged.
+    """
+
+    def __init__(self, keys: Iterable[str] | None = None) -> None:
+        self.keys = None if keys is None else list(keys)
+        self._sig: dict[int, tuple[Mapping[str, Any], str]] = {}
+
+    def _signature(self, tid: int, config: Mapping[str, Any]) -> str | None:
+        hit = self._sig.get(tid)
+        if hit is not None and hit[0] is config:
+            return hit[1]
+        try:
+            sig = model_signature(config, self.keys)
+        except KeyError:
+            return None
+        self._sig[tid] = (config, sig)
+        return sig
+
+    def __call__(self, view: Any) -> tuple[int | None, int | None]:
+        store = view.hints.get("profiles")
+        if store is None or not isinstance(store, ProfileStore):
+            return None, None
+        own = getattr(store, "signature", None)
+        if callable(own):
+            sigs = {own(s.config) for s in view.pending}
+            sigs.update(own(view.trial(tid).config) for tid in view.running)
+        else:
+            sigs = {self._signature(s.trial_id, s.config) for s in view.pending}
+            sigs.update(self._signature(tid, view.trial(tid).config) for tid in view.running)
+        c = d = None
+        for sig in sigs - {None}:
+            prof = store.get(sig)
+            if prof is None:
+                continue
+            if prof.c_measured:
+                c = prof.c if c is None else min(c, prof.c)
+            if prof.d_measured:
+                d = prof.d if d is None else min(d, prof.d)
+        return c, d
+
+
+def summarize(base: Profile, pack: dict[int, float], scale: dict[int, float], demand: Demand,
+              resize_cost: float | None, threshold: float = 0.05,
+              min_gain: float = 0.1) -> Profile:
+    """A Profile from mean seconds per unit at p packed (``pack``) and at w GPUs (``scale``).
+
+    Fields not measured keep ``base``'s (the job history). c and α come from
+    packing (Fluid's marginal benefit, §4.2.2; a p measured without p − 1, as
+    water-filling packs c at once, is filled in from the α fit); d and β from
+    scaling (RubberBand: the first doubling that stops paying). Times kept
+    from the history are rescaled by how this run's time alone compares with
+    the history's, so ratios are never taken between two runs' loads. The
+    compute share is at least 1/c: a utilization sampled while others load
+    the machine reads low, and the packing measurement says how many fit.
+    """
+    pack, scale = _alone(dict(pack), dict(scale))
+    pack = _merge(base.packing, pack)
+    scale = _merge(base.scaling, scale)
+    pack, scale = _alone(pack, scale)
+    kw: dict[str, Any] = {"packing": pack, "scaling": scale, "demand": demand,
+                          "resize_cost": resize_cost}
+    if 1 in pack:
+        kw["unit_time"] = t1 = pack[1]
+        if len(pack) > 1:
+            kw["alpha"] = alpha = fit_alpha({p: [t] for p, t in pack.items()})
+            times = {p: [pack.get(p, t1 * alpha ** (p - 1))] for p in range(1, max(pack) + 1)}
+            kw["c"] = c = packing_limit(times, threshold)
+            if demand.compute < 1.0 / c:  # a share read on a busy machine, not a need: c says
+                kw["demand"] = replace(demand, compute=1.0 / c)  # how many really fit
+    if 1 in scale and len(scale) > 1:
+        kw["d"] = scaling_limit(scale, min_gain)
+        kw["beta"] = fit_beta(scale)
+    return replace(base, **kw)
+
+
+def _alone(pack: dict[int, float], scale: dict[int, float]) -> tuple[dict, dict]:
+    """Alone on one GPU is both p = 1 and w = 1."""
+    if 1 in pack and 1 not in scale:
+        scale[1] = pack[1]
+    if 1 in scale and 1 not in pack:
+        pack[1] = scale[1]
+    return pack, scale
+
+
+def _merge(old: Mapping[int, float], new: Mapping[int, float]) -> dict[int, float]:
+    """``new`` over ``old``, ``old`` rescaled to ``new``'s time alone (key 1) when both have it."""
+    if 1 in old and 1 in new and old[1] > 0:
+        k = new[1] / old[1]
+        old = {p: t * k for p, t in old.items()}
+    return {**old, **new}

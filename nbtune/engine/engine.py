@@ -136,6 +136,11 @@ class Engine:
     def hints(self) -> Mapping[str, Any]:
         return self._hints
 
+    def set_hint(self, key: str, value: Any) -> None:
+        """Give the allocator a measurement source (the runtime's profiler sets ``"profiles"``)."""
+        self._hints[key] = value
+        self._dirty = True
+
     def trial(self, trial_id: int) -> Trial:
         return self.trials[trial_id]
 

@@ -24,11 +24,12 @@ from nbtune.core.clock import ManualClock
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import ClusterSpec, Placement
 from nbtune.engine.engine import Engine
+from nbtune.runtimes.profiler import Profiler, attach_profiler
 from nbtune.workloads.base import Neighbor, WorkloadModel
 
 __all__ = ["SimRuntime", "SimulationError"]
 
-_START, _REPORT, _EXTERNAL = 0, 1, 2
+_START, _REPORT, _EXTERNAL, _SAMPLE = 0, 1, 2, 3
 EPS = 1e-9
 
 
@@ -58,7 +59,11 @@ class SimRuntime:
     ``cluster`` is a :class:`ClusterSpec` or a GPU count; ``launch_overhead``
     (seconds from launch to the first iteration) defaults to the workload's;
     ``resize_overhead`` is Fluid's ε, paid when a running trial is resized;
-    ``report_every`` is the budget between two reports.
+    ``report_every`` is the budget between two reports. ``profiler`` measures
+    c, d, α, β, ε and demands from the simulated clock and the simulated GPUs'
+    utilization samples (one per launch, handed to the profiler: the
+    dashboard's simulated utilization stays the allocation), as on Dask; give one with a
+    job history to keep what it learns.
     """
 
     cluster: ClusterSpec | int = 4
@@ -67,6 +72,7 @@ class SimRuntime:
     report_every: float = 1.0
     max_events: int = 50_000_000
     name: str = "sim"
+    profiler: Profiler | None = None
     _clock: ManualClock = field(default_factory=ManualClock, init=False)
     _done: bool = field(default=False, init=False)
 
@@ -115,6 +121,7 @@ class SimRuntime:
         if self.launch_overhead is None:
             self.launch_overhead = trainable.launch_overhead
         self._gpus = self.cluster.by_id()
+        attach_profiler(self, engine, trainable)
         self._execute(engine.handle(ev.ExperimentStarted(self._clock.now(), self.cluster)))
         self._loop()
 
@@ -185,6 +192,11 @@ class SimRuntime:
                 live.waiting = True
                 self._waiting.append(live)
             return ev.TrialReported(t, tid, budget, metrics)
+        if prio == _SAMPLE:  # to the profiler only: the engine's utilization stays the allocation
+            sample = self._sample(tid, payload, t)
+            if sample is not None and self.profiler is not None:
+                self.profiler.sampled(sample)
+            return None
         if prio == _EXTERNAL:
             if isinstance(payload, ev.ResourcesChanged):
                 self._adopt_cluster(payload.cluster)
@@ -265,6 +277,23 @@ class SimRuntime:
         live.rate = self._rate(live)
         live.gen += 1
         self._push(live.last_t, _START, c.trial_id, live.gen, None)
+        self._push(live.last_t + 1e-9, _SAMPLE, c.trial_id, 0, live)  # just after it starts
+
+    def _sample(self, tid: int, launched: _Live, t: float) -> ev.Event | None:
+        """What NVML would read on the trial's GPUs as it starts: the shares its tenants use."""
+        live = self._live.get(tid)
+        if live is not launched or self._workload is None:
+            return None  # stopped or relaunched since
+        util, mem = {}, {}
+        for g, _ in live.placement:
+            u = m = 0.0
+            for other in self._on_gpu.get(g, ()):
+                o = self._live[other]
+                d = self._workload.demand(other, o.config)
+                u += min(sum(s for gg, s in o.placement if gg == g), d.compute)
+                m += d.memory_gb
+            util[g], mem[g] = min(u, 1.0), m
+        return ev.UtilizationSampled(t, util, mem)
 
     def _advance(self, live: _Live, now: float) -> None:
         if live.started and now > live.last_t:

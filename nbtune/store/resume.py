@@ -31,11 +31,12 @@ from nbtune.core.commands import Command
 from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment
 from nbtune.runtimes.base import Runtime
+from nbtune.runtimes.profiler import Profiler
+from nbtune.store.profiles import SqlProfileStore
 from nbtune.store.recorder import Recorder, runtime_checkpoints
 from nbtune.store.schema import ExperimentRow
 from nbtune.store.serialize import from_jsonable, load_space
 from nbtune.store.store import Store, command_payload, open_store
-from nbtune.workloads.base import WorkloadModel
 
 __all__ = ["RestartableEngine", "replay", "resume", "prepare_resume", "Resumption",
            "rebuild_algorithm", "rebuild_allocator", "ResumeError", "ExperimentFinishedError"]
@@ -248,9 +249,9 @@ def prepare_resume(
     work = _trainable(row, trainable)
     algo = rebuild_algorithm(row, algorithm)
     alloc = rebuild_allocator(row, allocator)
-    hints = {"workload": work} if isinstance(work, WorkloadModel) else {}
-    engine = RestartableEngine(algo, alloc, validate=validate, max_failures=row.max_failures,
-                               hints=hints)
+    engine = RestartableEngine(algo, alloc, validate=validate, max_failures=row.max_failures)
+    # measured again from the replayed events, so the allocator decides as it did the first time
+    Profiler(SqlProfileStore(st)).attach(engine, work)
     batches = replay(engine, st.event_log(name))
     if engine.done:
         raise ExperimentFinishedError(f"experiment {name!r} had finished; nothing to resume")
