@@ -32,17 +32,16 @@ backing store, into which :meth:`Profiler.flush` writes (at ``Finish``).
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nbtune.allocators.profiling import Profile, ProfileStore, model_signature, summarize
 from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import GPU, Demand, Placement
+from nbtune.runtimes.model_key import model_key
 from nbtune.workloads.base import Neighbor
 
 __all__ = ["Profiler", "model_key", "attach_profiler"]
@@ -50,39 +49,6 @@ __all__ = ["Profiler", "model_key", "attach_profiler"]
 log = logging.getLogger(__name__)
 
 _TOL = 1e-6
-
-
-def model_key(trainable: Any) -> str:
-    """What identifies the model being tuned: its code, not its hyperparameters.
-
-    A training function: its qualified name and source. A workload model (the
-    simulator's stand-in for code): its class and its fields. Hashed, short.
-    """
-    fn = getattr(trainable, "__wrapped__", trainable)
-    if inspect.isfunction(fn) or inspect.ismethod(fn) or isinstance(fn, type):
-        src = getattr(fn, "__nbtune_source__", None)  # a %%tune cell's body
-        if src is None:
-            try:
-                src = inspect.getsource(fn)
-            except Exception:  # no file (a REPL, exec'd code): the name alone
-                src = ""
-        desc = f"{fn.__module__}.{fn.__qualname__}:{src}"
-    elif is_dataclass(trainable):
-        desc = f"{type(trainable).__qualname__}:" + repr(
-            [(f.name, getattr(trainable, f.name, None)) for f in fields(trainable)])
-    else:  # a model object: its class and its parameters
-        desc = f"{type(trainable).__module__}.{type(trainable).__qualname__}:" + repr(
-            [(k, _plain(v)) for k, v in sorted(getattr(trainable, "__dict__", {}).items())
-             if "cache" not in k])  # memos fill up as it runs
-    return hashlib.sha1(desc.encode()).hexdigest()[:16]
-
-
-def _plain(v: Any) -> str:
-    """A parameter as text without memory addresses (a function by its name)."""
-    if callable(v):
-        return getattr(v, "__qualname__", type(v).__qualname__)
-    text = repr(v)
-    return type(v).__qualname__ if " at 0x" in text else text
 
 
 @dataclass
@@ -143,6 +109,7 @@ class Profiler:
         self._gen: dict[int, int] = {}              # gpu -> changes of occupancy
         self._marks: dict[int, _Mark] = {}
         self._started: set[int] = set()             # trials whose process is running
+        self._sigs: dict[int, tuple[Mapping[str, Any], str]] = {}
 
     # ------------------------------------------------------------ wiring
     def attach(self, engine: Any, trainable: Any) -> None:
@@ -172,7 +139,13 @@ class Profiler:
             self.history.put(replace(profile, signature=self._key(profile.signature)))
 
     def signature(self, config: Mapping[str, Any]) -> str:
-        return model_signature(config, self.keys)
+        """The config's model signature (remembered per config object: allocators ask often)."""
+        hit = self._sigs.get(id(config))
+        if hit is not None and hit[0] is config:
+            return hit[1]
+        sig = model_signature(config, self.keys)
+        self._sigs[id(config)] = (config, sig)
+        return sig
 
     def measured(self) -> dict[str, Profile]:
         """Profiles of every signature this run measured."""

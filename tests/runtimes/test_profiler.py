@@ -12,7 +12,8 @@ import nbtune
 from nbtune.allocators.profiling import InMemoryProfileStore, Profile, summarize
 from nbtune.core.resources import Demand
 from nbtune.core.space import grid, loguniform
-from nbtune.runtimes.profiler import Profiler, model_key
+from nbtune.runtimes.model_key import model_key
+from nbtune.runtimes.profiler import Profiler
 from nbtune.runtimes.sim import SimRuntime
 from nbtune.workloads import SyntheticWorkload
 
