@@ -106,9 +106,10 @@ class AutoAllocator(BaseAllocator):
         due = self._probe_due(view, profs)
         if due is not None:
             store = view.hints.get("profiles")
-            pair = [s for s in view.pending
-                    if (q := profile_for(store, s.config)) is not None
-                    and q.signature == due.signature][:2]
+            fits = [s for s in view.pending if _left(view, s) >= 2.0
+                    and (q := profile_for(store, s.config)) is not None
+                    and q.signature == due.signature]
+            pair = sorted(fits, key=lambda s: _left(view, s))[:2]  # the cheapest probe
             if len(pair) == 2 and (view.max_concurrent is None
                                    or view.max_concurrent - len(view.running) >= 2):
                 self._probed.add(due.signature)
@@ -121,6 +122,20 @@ class AutoAllocator(BaseAllocator):
 
     def max_share(self, view: SchedulingView, gpu_id: int) -> float:
         return self.fluid.max_share(view, gpu_id) if self.mode == "fluid" else 1.0
+
+
+def _left(view: SchedulingView, spec: Any) -> float:
+    """Budget units the spec still has to train: a probe needs two reports while packed.
+
+    The profiler times intervals between reports during which the packing did
+    not change; the first report of a packed trial ends an interval in which its
+    partner may not have started yet, so only the second one measures T^2.
+    """
+    try:
+        used = view.trial(spec.trial_id).budget_used
+    except KeyError:
+        used = 0.0
+    return spec.budget - used
 
 
 class _Without:

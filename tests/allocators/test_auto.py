@@ -6,18 +6,20 @@ import pytest
 
 import nbtune
 from nbtune.allocators import ALLOCATORS, AutoAllocator
+from nbtune.allocators.profiling import InMemoryProfileStore
 from nbtune.core.resources import Demand
 from nbtune.core.space import grid, loguniform
+from nbtune.runtimes.profiler import Profiler
 from nbtune.runtimes.sim import SimRuntime
 from nbtune.workloads import SyntheticWorkload
 
 SPACE = {"lr": loguniform(1e-3, 1e-1), "layers": grid([2])}
 
 
-def _run(wl, allocator, n=2, trials=24):
+def _run(wl, allocator, n=2, trials=24, history=None):
+    rt = SimRuntime(cluster=n, profiler=Profiler(history) if history is not None else None)
     return nbtune.tune(wl, SPACE, algorithm="asha", eta=3, metric="loss", max_budget=9,
-                       num_trials=trials, allocator=allocator, runtime=SimRuntime(cluster=n),
-                       seed=0, validate=True)
+                       num_trials=trials, allocator=allocator, runtime=rt, seed=0, validate=True)
 
 
 def test_registered_and_the_default():
@@ -29,13 +31,18 @@ def test_registered_and_the_default():
 
 def test_packing_that_gains_nothing_keeps_fifo_after_one_probe():
     wl = SyntheticWorkload(SPACE, unit_time=2.0, alpha=2.0)  # whole-GPU model, packing hurts
-    fifo, auto = _run(wl, "fifo"), _run(wl, "auto")
+    hist = InMemoryProfileStore()
+    fifo, auto = _run(wl, "fifo"), _run(wl, "auto", history=hist)
     prof = auto.engine.hints["profiles"].get('{"layers": 2}')
     assert prof.c_measured and prof.c == 1
     assert auto.engine.allocator.mode == "fifo"
     a = auto.allocations()
     assert (a.share < 1).sum() == 2  # the probe's two trials, nothing else packed
-    assert auto.makespan <= 1.05 * fifo.makespan
+    # the probe's price: two promoted trials (2 units of 2 s each) at half speed on one GPU
+    assert auto.makespan <= fifo.makespan + 2 * 2.0
+    again = _run(wl, "auto", history=hist)  # the job history knows c = 1: no probe, FIFO
+    assert (again.allocations().share == 1.0).all()
+    assert again.makespan == pytest.approx(fifo.makespan)
 
 
 def test_packing_that_pays_switches_to_fluid_knapsack_and_beats_fifo():
