@@ -48,7 +48,6 @@ class AutoAllocator(BaseAllocator):
         self.fifo = FifoAllocator()
         self.fluid = FluidKnapsackAllocator(**fluid_options)
         self._max_d = self.fluid._fluid.max_d
-        self._probed: set[str] = set()
         #: "fifo" or "fluid": the mode of the last decision (for logs and tests)
         self.mode = "fifo"
 
@@ -84,10 +83,15 @@ class AutoAllocator(BaseAllocator):
         """The profile of a model timed alone whose packing nobody measured, if a probe may run."""
         if not self.probe or not view.idle_gpus:
             return None
-        for p in profs:
-            if 1 in p.packing and not p.c_measured and p.signature not in self._probed:
-                return p
-        return None
+        due = [p for p in profs if 1 in p.packing and not p.c_measured]
+        if not due:
+            return None
+        # a probe under way (trials packed on a GPU): wait for its measurement. Read from
+        # the view, not remembered, so a resumed run decides as the first one did
+        store = view.hints.get("profiles")
+        probing = {q.signature for tid, pl in view.running.items() if pl and pl[0][1] < 1.0
+                   and (q := profile_for(store, view.trial(tid).config)) is not None}
+        return next((p for p in due if p.signature not in probing), None)
 
     # -------------------------------------------------------------- protocol
     def capacity(self, view: SchedulingView) -> int:
@@ -96,7 +100,7 @@ class AutoAllocator(BaseAllocator):
             return self.fluid.capacity(view)
         room = self.fifo.capacity(view)
         if self._probe_due(view, profs) is not None and view.max_concurrent is None:
-            room += 1  # a second trial for the probe's GPU
+            room += 2  # a second trial for the probe's GPU, and one to follow it
         return room
 
     def allocate(self, view: SchedulingView) -> Allocation:
@@ -110,9 +114,9 @@ class AutoAllocator(BaseAllocator):
                     and (q := profile_for(store, s.config)) is not None
                     and q.signature == due.signature]
             pair = sorted(fits, key=lambda s: _left(view, s))[:2]  # the cheapest probe
-            if len(pair) == 2 and (view.max_concurrent is None
+            # never at the tail: with nothing queued behind the pair it would be the critical path
+            if len(pair) == 2 and len(view.pending) > 2 and (view.max_concurrent is None
                                    or view.max_concurrent - len(view.running) >= 2):
-                self._probed.add(due.signature)
                 g = min(view.idle_gpus)
                 launch = {s.trial_id: ((g, 0.5),) for s in pair}
                 rest = self.fifo.allocate(_Without(view, set(launch), g))

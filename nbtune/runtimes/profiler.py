@@ -257,6 +257,8 @@ class Profiler:
                 self._leave(e.trial_id)
             elif kind is ev.UtilizationSampled:
                 self.sampled(e, touched)
+            elif kind is ev.TrialSampled:
+                self._take_sample(e.trial_id, e.util, e.memory_gb, touched)
         for c in cmds:
             kind = type(c)
             if kind is Launch:
@@ -350,32 +352,27 @@ class Profiler:
             touched.add(sig)
         self._mark(eng, tid, e.time, e.budget, first=False)
 
-    def sampled(self, e: ev.UtilizationSampled, touched: set[str] | None = None) -> None:
-        """Take a utilization sample (the engine's events on Dask; the simulator hands its own)."""
-        if touched is None:
-            touched = set()
-            self.sampled(e, touched)
-            for sig in touched:
-                self._cache.pop(sig, None)
-            return
+    def sampled(self, e: ev.UtilizationSampled, touched: set[str]) -> None:
+        """Per-GPU samples (NVML, psutil on CPU workers) of GPUs that hold exactly one trial."""
         for g, u in e.gpu_util.items():
             tids = self._on_gpu.get(g)
-            if not tids or len(tids) != 1:
-                continue
-            (tid,) = tids
-            sig = self._sig_of.get(tid)
-            if sig is None or tid not in self._marks:  # not started yet: nothing to measure
-                continue
-            pl = self._where.get(tid, ())
-            if len(pl) != 1 or pl[0][1] < 1 - _TOL:
-                continue
-            obs = self._obs.setdefault(sig, _Obs())
-            if u > 0:
-                obs.util.append(float(u))
-            mem = e.gpu_memory_gb.get(g)
-            if mem is not None and mem > 0:
-                obs.memory.append(float(mem))
-            touched.add(sig)
+            if tids and len(tids) == 1:
+                (tid,) = tids
+                self._take_sample(tid, u, e.gpu_memory_gb.get(g, 0.0), touched)
+
+    def _take_sample(self, tid: int, util: float, memory_gb: float, touched: set[str]) -> None:
+        sig = self._sig_of.get(tid)
+        if sig is None or tid not in self._marks:  # not started yet: nothing to measure
+            return
+        pl = self._where.get(tid, ())
+        if len(pl) != 1 or pl[0][1] < 1 - _TOL or self._on_gpu.get(pl[0][0]) != {tid}:
+            return  # only a trial alone on one whole GPU shows its own demand
+        obs = self._obs.setdefault(sig, _Obs())
+        if util > 0:
+            obs.util.append(float(util))
+        if memory_gb > 0:
+            obs.memory.append(float(memory_gb))
+        touched.add(sig)
 
 
 def attach_profiler(runtime: Any, engine: Any, trainable: Any) -> Profiler:

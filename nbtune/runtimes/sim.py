@@ -61,8 +61,8 @@ class SimRuntime:
     ``resize_overhead`` is Fluid's ε, paid when a running trial is resized;
     ``report_every`` is the budget between two reports. ``profiler`` measures
     c, d, α, β, ε and demands from the simulated clock and the simulated GPUs'
-    utilization samples (one per launch, handed to the profiler: the
-    dashboard's simulated utilization stays the allocation), as on Dask; give one with a
+    samples of a trial alone on its GPU (``TrialSampled``, one per launch),
+    as on Dask; give one with a
     job history to keep what it learns.
     """
 
@@ -192,11 +192,8 @@ class SimRuntime:
                 live.waiting = True
                 self._waiting.append(live)
             return ev.TrialReported(t, tid, budget, metrics)
-        if prio == _SAMPLE:  # to the profiler only: the engine's utilization stays the allocation
-            sample = self._sample(tid, payload, t)
-            if sample is not None and self.profiler is not None:
-                self.profiler.sampled(sample)
-            return None
+        if prio == _SAMPLE:
+            return self._sample(tid, payload, t)
         if prio == _EXTERNAL:
             if isinstance(payload, ev.ResourcesChanged):
                 self._adopt_cluster(payload.cluster)
@@ -280,20 +277,14 @@ class SimRuntime:
         self._push(live.last_t + 1e-9, _SAMPLE, c.trial_id, 0, live)  # just after it starts
 
     def _sample(self, tid: int, launched: _Live, t: float) -> ev.Event | None:
-        """What NVML would read on the trial's GPUs as it starts: the shares its tenants use."""
+        """What NVML would read on the trial's GPU as it starts, if it holds the GPU alone."""
         live = self._live.get(tid)
         if live is not launched or self._workload is None:
             return None  # stopped or relaunched since
-        util, mem = {}, {}
-        for g, _ in live.placement:
-            u = m = 0.0
-            for other in self._on_gpu.get(g, ()):
-                o = self._live[other]
-                d = self._workload.demand(other, o.config)
-                u += min(sum(s for gg, s in o.placement if gg == g), d.compute)
-                m += d.memory_gb
-            util[g], mem[g] = min(u, 1.0), m
-        return ev.UtilizationSampled(t, util, mem)
+        if any(self._on_gpu.get(g, set()) != {tid} for g, _ in live.placement):
+            return None  # shared: no clean sample of this trial
+        d = self._workload.demand(tid, live.config)
+        return ev.TrialSampled(t, tid, min(live.placement[0][1], d.compute), d.memory_gb)
 
     def _advance(self, live: _Live, now: float) -> None:
         if live.started and now > live.last_t:

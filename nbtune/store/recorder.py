@@ -46,7 +46,7 @@ __all__ = ["Recorder", "RecordingConflict", "start_recording", "trainable_ref",
 
 log = logging.getLogger(__name__)
 
-_QUIET = (ev.TrialReported, ev.TrialStarted, ev.UtilizationSampled)
+_QUIET = (ev.TrialReported, ev.TrialStarted, ev.UtilizationSampled, ev.TrialSampled)
 
 
 class RecordingConflict(RuntimeError):

@@ -8,8 +8,8 @@ that from the store and water-filling never packs. The machine is shared
 with other sessions (load averages of 15 on 2 cores were seen), and the
 kernel's per-process fair share would then hand two packed processes more
 of the machine than one, and its load swings from one run to the next: so
-each worker's core is a lock (one file per worker process) held for a
-fixed 0.2 s per step, a core that two trials can only take turns on.
+each worker's core is a lock (one file per worker process) taken in 10 ms
+slices, 0.2 s per step: a core that two trials can only take turns on.
 """
 
 from __future__ import annotations
@@ -40,8 +40,11 @@ def train_cpu(config, trial):
     core = os.path.join(tempfile.gettempdir(), f"nbtune-test-core-{os.getppid()}")
     for step in range(start + 1, 6):
         with open(core, "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)  # this worker's one core
-            time.sleep(0.2)  # a step's compute, at a speed the machine's load cannot change
+            for _ in range(20):  # a step's compute in 10 ms slices, as a core time-slices
+                fcntl.flock(f, fcntl.LOCK_EX)  # this worker's one core
+                time.sleep(0.01)  # at a speed the machine's load cannot change
+                fcntl.flock(f, fcntl.LOCK_UN)
+                time.sleep(0)
         trial.checkpoint(step, step=step)
         if trial.report(step, loss=config["lr"] / step):
             return
