@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from nbtune.core.resources import Demand
@@ -28,7 +28,7 @@ __all__ = [
     "marginal_benefit", "packing_limit", "fit_alpha", "fit_beta", "scaling_limit",
     "interpolate_latency", "sample_iterations", "model_signature", "Profile",
     "ProfileStore", "InMemoryProfileStore", "profile_from_measurements", "MeasuredLimits",
-    "profile_for", "summarize",
+    "profile_for",
 ]
 
 
@@ -345,54 +345,3 @@ class MeasuredLimits:
             if prof.d_measured:
                 d = prof.d if d is None else min(d, prof.d)
         return c, d
-
-
-def summarize(base: Profile, pack: dict[int, float], scale: dict[int, float], demand: Demand,
-              resize_cost: float | None, threshold: float = 0.05,
-              min_gain: float = 0.1) -> Profile:
-    """A Profile from mean seconds per unit at p packed (``pack``) and at w GPUs (``scale``).
-
-    Fields not measured keep ``base``'s (the job history). c and α come from
-    packing (Fluid's marginal benefit, §4.2.2; a p measured without p − 1, as
-    water-filling packs c at once, is filled in from the α fit); d and β from
-    scaling (RubberBand: the first doubling that stops paying). Times kept
-    from the history are rescaled by how this run's time alone compares with
-    the history's, so ratios are never taken between two runs' loads. The
-    compute share is at least 1/c: a utilization sampled while others load
-    the machine reads low, and the packing measurement says how many fit.
-    """
-    pack, scale = _alone(dict(pack), dict(scale))
-    pack = _merge(base.packing, pack)
-    scale = _merge(base.scaling, scale)
-    pack, scale = _alone(pack, scale)
-    kw: dict[str, Any] = {"packing": pack, "scaling": scale, "demand": demand,
-                          "resize_cost": resize_cost}
-    if 1 in pack:
-        kw["unit_time"] = t1 = pack[1]
-        if len(pack) > 1:
-            kw["alpha"] = alpha = fit_alpha({p: [t] for p, t in pack.items()})
-            times = {p: [pack.get(p, t1 * alpha ** (p - 1))] for p in range(1, max(pack) + 1)}
-            kw["c"] = c = packing_limit(times, threshold)
-            if demand.compute < 1.0 / c:  # a share read on a busy machine, not a need: c says
-                kw["demand"] = replace(demand, compute=1.0 / c)  # how many really fit
-    if 1 in scale and len(scale) > 1:
-        kw["d"] = scaling_limit(scale, min_gain)
-        kw["beta"] = fit_beta(scale)
-    return replace(base, **kw)
-
-
-def _alone(pack: dict[int, float], scale: dict[int, float]) -> tuple[dict, dict]:
-    """Alone on one GPU is both p = 1 and w = 1."""
-    if 1 in pack and 1 not in scale:
-        scale[1] = pack[1]
-    if 1 in scale and 1 not in pack:
-        pack[1] = scale[1]
-    return pack, scale
-
-
-def _merge(old: Mapping[int, float], new: Mapping[int, float]) -> dict[int, float]:
-    """``new`` over ``old``, ``old`` rescaled to ``new``'s time alone (key 1) when both have it."""
-    if 1 in old and 1 in new and old[1] > 0:
-        k = new[1] / old[1]
-        old = {p: t * k for p, t in old.items()}
-    return {**old, **new}

@@ -18,8 +18,8 @@ What it records, per model signature (:func:`model_key` of the trainable +
   which neither changed; an interval that begins at a (re)start is kept
   apart (pipeline set-up, HyperSack skips it) and used only when nothing
   else was measured at that (p, w);
-* ε: how much longer the first interval after a resize took than the new
-  width's unit time predicts;
+* ε: how much longer the first interval after a resize took than the old
+  and new widths' unit times predict;
 * demand: utilization and memory samples (NVML on GPUs, psutil on CPU
   workers, the simulated GPU in the simulator) of GPUs that held exactly one
   trial.
@@ -37,7 +37,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nbtune.allocators.profiling import Profile, ProfileStore, model_signature, summarize
+from nbtune.allocators.profile_summary import fit_resize_cost, summarize
+from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
 from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import GPU, Demand, Placement
@@ -60,7 +61,7 @@ class _Obs:
     first: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # (p, w) after a start
     util: list[float] = field(default_factory=list)
     memory: list[float] = field(default_factory=list)
-    resize: list[float] = field(default_factory=list)
+    resize: list[tuple] = field(default_factory=list)  # see fit_resize_cost
 
 
 @dataclass
@@ -195,7 +196,7 @@ class Profiler:
         util = min(max(_mean(obs.util), 0.01), 1.0) if obs.util else base.demand.compute
         mem = max(obs.memory) if obs.memory else base.demand.memory_gb
         return summarize(base, pack, scale, Demand(util, mem, base.demand.cpus),
-                         max(_mean(obs.resize), 0.0) if obs.resize else base.resize_cost,
+                         fit_resize_cost(obs.resize, pack, scale) or base.resize_cost,
                          self.threshold, self.min_gain)
 
     def probe(self, workload: Any, configs: Iterable[Mapping[str, Any]],
@@ -338,10 +339,9 @@ class Profiler:
         if m is not None and ctx is not None and sig is not None and e.budget > m.budget + _TOL:
             unit = (e.time - m.time) / (e.budget - m.budget)
             obs = self._obs.setdefault(sig, _Obs())
-            if m.resized_at is not None:
-                known = obs.packing.get(ctx[0]) if ctx[1] == 1 else obs.scaling.get(ctx[1])
-                if known:
-                    obs.resize.append(e.time - m.resized_at - (e.budget - m.budget) * _mean(known))
+            if m.resized_at is not None:  # resolved once both widths' unit times are known
+                obs.resize.append(((m.p, m.w), (ctx[0], ctx[1]), m.resized_at - m.time,
+                                   e.time - m.resized_at, e.budget - m.budget))
             elif (ctx[0], ctx[1], ctx[2]) == (m.p, m.w, m.gen) and unit > 0:
                 if m.first:
                     obs.first.setdefault((m.p, m.w), []).append(unit)

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nbtune
-from nbtune.allocators.profiling import InMemoryProfileStore, Profile, summarize
+from nbtune.allocators.profile_summary import summarize
+from nbtune.allocators.profiling import InMemoryProfileStore, Profile
 from nbtune.core.resources import Demand
 from nbtune.core.space import grid, loguniform
 from nbtune.runtimes.model_key import model_key
@@ -110,3 +111,17 @@ def test_probe_puts_profiles_into_the_job_history():
     out = Profiler(hist).probe(wl, [{"layers": 2}])
     assert len(hist) == 1 and out[0].unit_time == pytest.approx(2.0)
     assert out[0].d == 2 and out[0].beta == pytest.approx(1.5)  # 4 GPUs: 2/4·1.5³ > 0.9·2/2·1.5
+
+
+def test_resize_cost_is_measured_from_the_first_interval_after_a_resize():
+    # one long trial and short ones on 4 GPUs: DynamicFluid widens the long one as GPUs free
+    wl = SyntheticWorkload({"i": grid(list(range(4)))}, unit_time=lambda c: 8.0 if c["i"] == 0
+                           else 1.0)
+    prof = Profiler(signature_keys=[])
+    rt = SimRuntime(cluster=4, resize_overhead=3.0, profiler=prof)
+    exp = nbtune.tune(wl, algorithm="grid", metric="loss", max_budget=8, runtime=rt,
+                      allocator="waterfill", allocator_options={"c": 1}, validate=True)
+    a = exp.allocations()
+    assert a.groupby("trial_id").start.nunique().max() > 1  # someone was resized
+    measured = prof.get("{}").resize_cost
+    assert measured == pytest.approx(3.0, rel=0.05)  # the simulator charged ε = 3 s
