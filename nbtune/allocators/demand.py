@@ -5,11 +5,11 @@ Knapsack placement needs each trial's :class:`~nbtune.core.resources.Demand`
 "decreasing" policies, its expected runtime. Both come from whatever the
 engine was given as hints, in a fixed order so the answer is predictable:
 
-demand:  the job history, ``hints["profiles"]`` (a
+demand:  the job history, ``hints["profiles"]`` (the runtime's profiler, a
          :class:`~nbtune.allocators.profiling.ProfileStore`, looked up by
-         :func:`~nbtune.allocators.profiling.model_signature` of the config,
-         as HyperSack's Sampler does) → ``hints["workload"].demand`` (the
-         simulator's model; ``None`` means "don't know") → :data:`DEFAULT_DEMAND`.
+         the config's model signature, as HyperSack's Sampler does) →
+         ``hints["workload"].demand`` (a prior only unit tests of the
+         policies give; ``nbtune.tune`` passes none) → :data:`DEFAULT_DEMAND`.
 runtime: remaining budget × seconds per unit: the unit time the engine
          measured → the profile's → ``hints["workload"].unit_time`` → 1
          (then trials are ordered by remaining budget).

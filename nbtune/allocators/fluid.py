@@ -15,9 +15,9 @@
 Estimates: h_i1 is remaining budget × seconds per unit on one GPU. Seconds
 per unit come from the engine's measurement (``view.unit_time``, converted
 to width 1 through the overhead model), else a profile in the
-``ProfileStore`` the runtime put in ``view.hints["profiles"]``, else the
-workload prior the simulator puts in ``view.hints["workload"]``, else the
-mean of the other live trials, else 1. Nothing here knows which runtime runs
+``ProfileStore`` the runtime's profiler put in ``view.hints["profiles"]``,
+else a workload prior in ``view.hints["workload"]`` (unit tests only), else
+the mean of the other live trials, else 1. Nothing here knows which runtime runs
 it. Deviations from the paper, each for a stated reason: spare GPUs the floor
 leaves are handed out (:func:`~nbtune.allocators.waterfill.fill_leftover`);
 all live trials form one pool (asynchronous algorithms submit one-trial

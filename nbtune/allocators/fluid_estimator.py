@@ -3,9 +3,10 @@
 h_i1 is remaining budget × seconds per unit on one GPU. Seconds per unit come
 from the engine's measurement (``view.unit_time``, converted to width 1
 through the overhead model), else a profile in the ``ProfileStore`` the
-runtime put in ``view.hints["profiles"]``, else the workload prior the
-simulator puts in ``view.hints["workload"]``, else the mean of the other live
-trials, else 1. Nothing here knows which runtime runs it.
+runtime's profiler put in ``view.hints["profiles"]``, else a workload prior
+in ``view.hints["workload"]`` (only unit tests of the policies give one:
+``nbtune.tune`` never hands the allocators the model), else the mean of the
+other live trials, else 1. Nothing here knows which runtime runs it.
 """
 
 from __future__ import annotations
