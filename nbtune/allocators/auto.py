@@ -57,9 +57,8 @@ class AutoAllocator(BaseAllocator):
         if store is None:
             return []
         out, seen = [], set()
-        configs = [s.config for s in view.pending]
-        configs += [view.trial(tid).config for tid in view.running]
-        for cfg in configs:
+        # the trials to place now: a running trial's model was looked at when it was pending
+        for cfg in [s.config for s in view.pending]:
             prof = profile_for(store, cfg)
             if prof is not None and prof.signature not in seen:
                 seen.add(prof.signature)

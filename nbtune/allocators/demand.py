@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nbtune.allocators.base import SchedulingView
-from nbtune.allocators.profiling import Profile, ProfileStore, profile_for
+from nbtune.allocators.profiling import Profile, is_profile_store, profile_for
 from nbtune.core.resources import Demand
 
 __all__ = ["DEFAULT_DEMAND", "DemandLookup", "trial_demand", "expected_runtime",
@@ -82,7 +82,7 @@ def expected_runtimes(
 ) -> list[float]:
     """:func:`expected_runtime` for many ``(trial_id, config, budget)`` at once (hints read once)."""
     store = view.hints.get("profiles")
-    if store is not None and not isinstance(store, ProfileStore):
+    if store is not None and not is_profile_store(store):
         store = None
     model = view.hints.get("workload")
     out = []

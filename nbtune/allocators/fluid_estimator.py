@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from nbtune.allocators.base import SchedulingView
-from nbtune.allocators.profiling import Profile, ProfileStore, profile_for
+from nbtune.allocators.profiling import Profile, ProfileStore, is_profile_store, profile_for
 from nbtune.core.resources import Placement, width
 from nbtune.core.trial import Trial
 from nbtune.workloads.base import OverheadModel
@@ -45,7 +45,7 @@ class FluidEstimator:
         hints = view.hints
         self.workload = hints.get("workload")
         store = hints.get("profiles")
-        self.store: ProfileStore | None = store if isinstance(store, ProfileStore) else None
+        self.store: ProfileStore | None = store if is_profile_store(store) else None
         self._h1: dict[int, float] = {}
         self._oh: dict[int, OverheadModel] = {}
         self._factors: dict[tuple[int, float], float] = {}  # (id of a model in _oh, w)

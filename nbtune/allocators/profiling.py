@@ -28,7 +28,7 @@ __all__ = [
     "marginal_benefit", "packing_limit", "fit_alpha", "fit_beta", "scaling_limit",
     "interpolate_latency", "sample_iterations", "model_signature", "Profile",
     "ProfileStore", "InMemoryProfileStore", "profile_from_measurements", "MeasuredLimits",
-    "profile_for",
+    "profile_for", "is_profile_store",
 ]
 
 
@@ -281,6 +281,18 @@ def profile_from_measurements(
     )
 
 
+_STORE_TYPES: dict[type, bool] = {}
+
+
+def is_profile_store(obj: Any) -> bool:
+    """``isinstance(obj, ProfileStore)``, remembered per type (a Protocol check is slow)."""
+    t = type(obj)
+    hit = _STORE_TYPES.get(t)
+    if hit is None:
+        hit = _STORE_TYPES[t] = isinstance(obj, ProfileStore)
+    return hit
+
+
 def profile_for(store: Any, config: Mapping[str, Any],
                 keys: Iterable[str] | None = None) -> Profile | None:
     """The profile ``store`` holds for ``config``'s model, or None.
@@ -289,7 +301,7 @@ def profile_for(store: Any, config: Mapping[str, Any],
     signature keys it was given) is asked with its own; any other store with
     :func:`model_signature` of ``keys``. A config without a key: no profile.
     """
-    if store is None or not isinstance(store, ProfileStore):
+    if store is None or not is_profile_store(store):
         return None
     own = getattr(store, "signature", None)
     try:
@@ -303,10 +315,11 @@ class MeasuredLimits:
     """c and d as profiling measured them for the trials an allocator is deciding about.
 
     Reads the view's ``hints["profiles"]`` (the runtime's profiler) for the
-    signatures of the pending and running trials and answers the smallest
-    measured c and d among them (a limit that holds for every trial in play),
-    or None where no profile measured packing (c) or scaling (d). Signatures
-    are remembered per trial while its config object is unchanged.
+    signatures of the pending trials (a running trial's were read while it
+    waited; reading every running trial on every call would cost O(trials)
+    per event) and answers the smallest measured c and d among them, or None
+    where no profile measured packing (c) or scaling (d). Signatures are
+    remembered per trial while its config object is unchanged.
     """
 
     def __init__(self, keys: Iterable[str] | None = None) -> None:
@@ -326,15 +339,13 @@ class MeasuredLimits:
 
     def __call__(self, view: Any) -> tuple[int | None, int | None]:
         store = view.hints.get("profiles")
-        if store is None or not isinstance(store, ProfileStore):
+        if store is None or not is_profile_store(store):
             return None, None
         own = getattr(store, "signature", None)
         if callable(own):
             sigs = {own(s.config) for s in view.pending}
-            sigs.update(own(view.trial(tid).config) for tid in view.running)
         else:
             sigs = {self._signature(s.trial_id, s.config) for s in view.pending}
-            sigs.update(self._signature(tid, view.trial(tid).config) for tid in view.running)
         c = d = None
         for sig in sigs - {None}:
             prof = store.get(sig)

@@ -43,7 +43,6 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import GPU, Demand, Placement
 from nbtune.runtimes.model_key import model_key
-from nbtune.workloads.base import Neighbor
 
 __all__ = ["Profiler", "model_key", "attach_profiler"]
 
@@ -75,8 +74,17 @@ class _Mark:
     resized_at: float | None = None
 
 
+#: samples kept per shape (HyperSack's sampler takes ~10 iterations; more only smooths noise)
+SAMPLES = 64
+
+
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
+
+
+def _add(xs: list[float], x: float) -> None:
+    if len(xs) < SAMPLES:
+        xs.append(x)
 
 
 class Profiler:
@@ -210,29 +218,9 @@ class Profiler:
         history (:meth:`put`), as a profiling run's would. Call after
         :meth:`attach` or give the model to :func:`model_key` first.
         """
-        if not self.model:
-            self.model = model_key(workload)
-        gpu = gpu or GPU(0)
-        gpus = {i: replace(gpu, gpu_id=i) for i in range(4)}
-        seen: dict[str, Mapping[str, Any]] = {}
-        for cfg in configs:
-            seen.setdefault(self.signature(cfg), cfg)
-        out = []
-        for sig, cfg in seen.items():
-            dem = workload.demand(-1, cfg)
+        from nbtune.runtimes.probe import probe_workload
 
-            def unit(pl: Placement, nb: int, cfg: Mapping[str, Any] = cfg, dem: Demand = dem) -> float:
-                share = pl[0][1]
-                others = tuple(Neighbor(-2 - i, share, dem) for i in range(nb))
-                return 1.0 / workload.rate(-1, cfg, pl, gpus, others)
-
-            pack = {p: unit(((0, 1.0 / p),), p - 1) for p in (1, 2, 3, 4)}
-            scale = {w: unit(tuple((g, 1.0) for g in range(w)), 0) for w in (1, 2, 4)}
-            util = Demand(min(dem.compute, 1.0), dem.memory_gb, dem.cpus)
-            prof = summarize(Profile(sig), pack, scale, util, None, self.threshold, self.min_gain)
-            self.put(prof)
-            out.append(prof)
-        return out
+        return probe_workload(self, workload, configs, gpu)
 
     # --------------------------------------------------------- observing
     def _observe(self, events: tuple[ev.Event, ...], cmds: list[Command]) -> None:
@@ -244,6 +232,14 @@ class Profiler:
     def _take(self, events: tuple[ev.Event, ...], cmds: list[Command]) -> None:
         eng = self._engine
         touched: set[str] = set()
+        if not cmds and len(events) == 1 and type(events[0]) is ev.TrialReported:
+            e = events[0]  # the hot path: one report, nothing decided
+            self._reported(eng, e, touched)
+            if e.trial_id not in eng.running:
+                self._leave(e.trial_id)
+            for sig in touched:
+                self._cache.pop(sig, None)
+            return
         for e in events:
             kind = type(e)
             if kind is ev.TrialReported:
@@ -310,17 +306,25 @@ class Profiler:
         pl = self._where.get(tid)
         if not pl:
             return None
-        gen = sum(self._gen.get(g, 0) for g, _ in pl)
-        occupants = max(len(self._on_gpu.get(g, ())) for g, _ in pl)
-        width = sum(s for _, s in pl)
+        if len(pl) == 1:  # the common case, spelled out (this runs twice per report)
+            g, width = pl[0]
+            gen = self._gen.get(g, 0)
+            on = self._on_gpu.get(g)
+            occupants = len(on) if on else 0
+        else:
+            gen = sum(self._gen.get(g, 0) for g, _ in pl)
+            occupants = max(len(self._on_gpu.get(g, ())) for g, _ in pl)
+            width = sum(s for _, s in pl)
         if width < 1 - _TOL:  # packed: the measurement is for share 1/p among p trials
             p = round(1 / width)
             return (p, 1, gen) if abs(p * width - 1) < 1e-3 and occupants == p else None
         w = round(width)
         return (1, w, gen) if abs(w - width) < 1e-3 and occupants == 1 else None
 
-    def _mark(self, eng: Any, tid: int, now: float, budget: float | None, *, first: bool) -> None:
-        ctx = self._context(tid)
+    def _mark(self, eng: Any, tid: int, now: float, budget: float | None, *, first: bool,
+              ctx: tuple[int, int, int] | None | bool = False) -> None:
+        if ctx is False:
+            ctx = self._context(tid)
         if ctx is None:
             self._marks.pop(tid, None)
             return
@@ -334,8 +338,15 @@ class Profiler:
     def _reported(self, eng: Any, e: ev.TrialReported, touched: set[str]) -> None:
         tid = e.trial_id
         m = self._marks.get(tid)
-        ctx = self._context(tid)
         sig = self._sig_of.get(tid)
+        if m is not None and not m.first and m.resized_at is None and sig is not None:
+            full = self._obs.get(sig)
+            got = None if full is None else (full.packing if m.w == 1 else full.scaling).get(
+                m.p if m.w == 1 else m.w)
+            if got is not None and len(got) >= SAMPLES:  # the sampler has enough of this shape:
+                m.time, m.budget = e.time, e.budget   # keep the mark going, skip the work
+                return
+        ctx = self._context(tid)
         if m is not None and ctx is not None and sig is not None and e.budget > m.budget + _TOL:
             unit = (e.time - m.time) / (e.budget - m.budget)
             obs = self._obs.setdefault(sig, _Obs())
@@ -344,13 +355,13 @@ class Profiler:
                                    e.time - m.resized_at, e.budget - m.budget))
             elif (ctx[0], ctx[1], ctx[2]) == (m.p, m.w, m.gen) and unit > 0:
                 if m.first:
-                    obs.first.setdefault((m.p, m.w), []).append(unit)
+                    _add(obs.first.setdefault((m.p, m.w), []), unit)
                 elif m.w == 1:
-                    obs.packing.setdefault(m.p, []).append(unit)
+                    _add(obs.packing.setdefault(m.p, []), unit)
                 else:
-                    obs.scaling.setdefault(m.w, []).append(unit)
+                    _add(obs.scaling.setdefault(m.w, []), unit)
             touched.add(sig)
-        self._mark(eng, tid, e.time, e.budget, first=False)
+        self._mark(eng, tid, e.time, e.budget, first=False, ctx=ctx)
 
     def sampled(self, e: ev.UtilizationSampled, touched: set[str]) -> None:
         """Per-GPU samples (NVML, psutil on CPU workers) of GPUs that hold exactly one trial."""
@@ -369,9 +380,9 @@ class Profiler:
             return  # only a trial alone on one whole GPU shows its own demand
         obs = self._obs.setdefault(sig, _Obs())
         if util > 0:
-            obs.util.append(float(util))
+            _add(obs.util, float(util))
         if memory_gb > 0:
-            obs.memory.append(float(memory_gb))
+            _add(obs.memory, float(memory_gb))
         touched.add(sig)
 
 
