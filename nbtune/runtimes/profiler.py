@@ -339,12 +339,12 @@ class Profiler:
         tid = e.trial_id
         m = self._marks.get(tid)
         sig = self._sig_of.get(tid)
-        if m is not None and not m.first and m.resized_at is None and sig is not None:
+        if m is not None and m.resized_at is None and sig is not None:
             full = self._obs.get(sig)
-            got = None if full is None else (full.packing if m.w == 1 else full.scaling).get(
-                m.p if m.w == 1 else m.w)
+            got = None if full is None else full.first.get((m.p, m.w)) if m.first else (
+                full.packing if m.w == 1 else full.scaling).get(m.p if m.w == 1 else m.w)
             if got is not None and len(got) >= SAMPLES:  # the sampler has enough of this shape:
-                m.time, m.budget = e.time, e.budget   # keep the mark going, skip the work
+                m.time, m.budget, m.first = e.time, e.budget, False  # the mark moves on
                 return
         ctx = self._context(tid)
         if m is not None and ctx is not None and sig is not None and e.budget > m.budget + _TOL:
