@@ -37,7 +37,8 @@ def fifo_run(trials: int, gpus: int, max_budget: float, seed: int) -> dict:
     sim = SimRuntime(cluster=gpus)
     t0, c0 = time.perf_counter(), time.process_time()
     exp = nbtune.tune(wl, space, algorithm="hyperband", metric="loss", mode="min",
-                      max_budget=max_budget, num_trials=trials, runtime=sim, seed=seed)
+                      max_budget=max_budget, num_trials=trials, runtime=sim, seed=seed,
+                      allocator="fifo")  # the FIFO scenario (the default is "auto")
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     res = exp.results()
     return {

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nbtune.allocators import make_allocator
-from nbtune.build import build_experiment, make_runtime, workload_hints
+from nbtune.build import build_experiment, make_runtime
 from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment
 from nbtune.runtimes.base import Runtime, check_trainable
@@ -27,7 +27,7 @@ def tune(
     mode: str = "min",
     max_budget: float,
     num_trials: int | None = None,
-    allocator: Any = "fifo",
+    allocator: Any = "auto",
     runtime: str | Runtime = "sim",
     name: str | None = None,
     store: Any = None,
@@ -98,8 +98,13 @@ def tune(
         executor = PlanExecutor(plan, rt)
     alloc = (executor.allocator if executor is not None
              else make_allocator(allocator, **dict(allocator_options or {})))
-    engine = Engine(algo, alloc, validate=validate, max_failures=max_failures,
-                    hints=workload_hints(trainable))
+    # no workload model in the hints: the runtime's profiler measures what allocators read
+    engine = Engine(algo, alloc, validate=validate, max_failures=max_failures)
+    if st is not None and getattr(rt, "profiler", None) is None:
+        from nbtune.runtimes.profiler import Profiler
+        from nbtune.store import SqlProfileStore
+
+        rt.profiler = Profiler(SqlProfileStore(st))  # the job history outlives the kernel
     if name is None:
         name = st.free_name() if st is not None else f"experiment-{next(_names)}"
     record = None

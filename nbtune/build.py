@@ -15,9 +15,8 @@ from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment
 from nbtune.runtimes.base import Runtime, check_trainable
 from nbtune.runtimes.sim import SimRuntime
-from nbtune.workloads.base import WorkloadModel
 
-__all__ = ["build_experiment", "make_runtime", "runtime_class", "workload_hints",
+__all__ = ["build_experiment", "make_runtime", "runtime_class",
            "check_trainable"]
 
 
@@ -48,11 +47,6 @@ def make_runtime(spec: str | Runtime, **options: Any) -> Runtime:
     if options:
         raise TypeError(f"options {sorted(options)} are for a runtime name, not an instance")
     return spec
-
-
-def workload_hints(trainable: Any) -> dict[str, Any]:
-    """The engine's hints: a simulated workload model is known up front, a function is not."""
-    return {"workload": trainable} if isinstance(trainable, WorkloadModel) else {}
 
 
 def build_experiment(

@@ -15,10 +15,12 @@ from typing import Any
 
 from nbtune.algorithms.base import BaseAlgorithm
 from nbtune.allocators.base import BaseAllocator
-from nbtune.build import build_experiment, workload_hints
+from nbtune.build import build_experiment
 from nbtune.engine.restart import RestartableEngine
 from nbtune.experiment import Experiment
 from nbtune.runtimes.base import Runtime
+from nbtune.runtimes.profiler import Profiler
+from nbtune.store.profiles import SqlProfileStore
 from nbtune.store.recorder import Recorder
 from nbtune.store.registration import runtime_checkpoints
 from nbtune.store.resume import (
@@ -92,8 +94,9 @@ def prepare_resume(
     work = rebuild_trainable(row, trainable)
     algo = rebuild_algorithm(row, algorithm)
     alloc = rebuild_allocator(row, allocator)
-    engine = RestartableEngine(algo, alloc, validate=validate, max_failures=row.max_failures,
-                               hints=workload_hints(work))
+    engine = RestartableEngine(algo, alloc, validate=validate, max_failures=row.max_failures)
+    # measured again from the replayed events, so the allocator decides as it did the first time
+    Profiler(SqlProfileStore(st)).attach(engine, work)
     batches = replay(engine, st.event_log(name))
     if engine.done:
         raise ExperimentFinishedError(f"experiment {name!r} had finished; nothing to resume")

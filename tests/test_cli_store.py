@@ -77,7 +77,7 @@ def test_ls_lists_each_experiment_with_state_trials_and_best(tmp_path, capsys):
     rows = {r[0]: r for r in table(out, "NAME")}
     assert list(rows) == ["done", "hb", "half"]
     assert rows["done"][1:4] == ["done", "12/12", f"loss {done.best['loss']:.4f}"]
-    assert rows["done"][4:6] == ["asha", "fifo"]
+    assert rows["done"][4:6] == ["asha", "auto"]
     assert rows["hb"][1:4] == ["done", f"{len(hb.results())}/{len(hb.results())}",
                                f"loss {hb.best['loss']:.4f}"]
     assert rows["hb"][4:6] == ["hyperband", "waterfill"]
@@ -156,7 +156,9 @@ def launches_after_restart(st, name):
 @pytest.mark.parametrize("algorithm,n", [("asha", 10), ("asha", 25), ("random", 40)])
 def test_resume_continues_a_crashed_experiment_to_the_same_end(tmp_path, capsys, algorithm, n):
     path = tmp_path / "st.db"
-    crash("run", path, n, algorithm)
+    # FIFO: a packing allocator's resumed run reaches the same results but not always the same
+    # makespan (already so for fluid+knapsack on main), and "auto" may switch to packing
+    crash("run", path, n, algorithm, allocator="fifo")
     st = Store(path)
     before = st.results("run")
     ended = set(before.loc[before["state"].isin(["completed", "stopped"]), "trial_id"])
@@ -164,7 +166,7 @@ def test_resume_continues_a_crashed_experiment_to_the_same_end(tmp_path, capsys,
 
     code, out, err = run(capsys, "resume", "run", "--store", path, "--trainable", WL_REF)
     assert code == 0, err
-    full = tune("full", tmp_path / "other.db", algorithm)  # the same run, never interrupted
+    full = tune("full", tmp_path / "other.db", algorithm, allocator="fifo")  # never interrupted
     pd.testing.assert_frame_equal(st.results("run")[STABLE], full.results()[STABLE],
                                   check_dtype=False)
     row = st.experiment("run")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbtune.allocators.auto import AutoAllocator
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.fifo import FifoAllocator
 from nbtune.allocators.fluid import DynamicFluidAllocator, StaticFluidAllocator
@@ -19,7 +20,7 @@ from nbtune.allocators.knapsack import (
 __all__ = ["Allocation", "BaseAllocator", "SchedulingView", "FifoAllocator", "ALLOCATORS",
            "make_allocator", "StaticFluidAllocator", "DynamicFluidAllocator",
            "KnapsackAllocator", "KnapsackFF", "KnapsackFFD", "KnapsackWF", "KnapsackWFD",
-           "FluidKnapsackAllocator"]
+           "FluidKnapsackAllocator", "AutoAllocator"]
 
 ALLOCATORS: dict[str, type[BaseAllocator]] = {"fifo": FifoAllocator}
 # Fluid = StaticFluid + DynamicFluid: "waterfill" is the dynamic one (it includes static)
@@ -29,6 +30,8 @@ ALLOCATORS["waterfill-static"] = StaticFluidAllocator
 ALLOCATORS.update({"knapsack-ff": KnapsackFF, "knapsack-ffd": KnapsackFFD,
                    "knapsack-wf": KnapsackWF, "knapsack-wfd": KnapsackWFD,
                    "fluid+knapsack": FluidKnapsackAllocator})
+# FIFO until the runtime's profiler measures that packing or scaling pays (nbtune.allocators.auto)
+ALLOCATORS["auto"] = AutoAllocator
 
 
 def make_allocator(spec: str | BaseAllocator, **options: Any) -> BaseAllocator:

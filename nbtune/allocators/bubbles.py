@@ -24,12 +24,14 @@ with the model that sizes it and the policy that fills it:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.fluid import FluidEstimator
+from nbtune.allocators.profiling import profile_for
 from nbtune.core.resources import GPU, ClusterSpec, Placement
 from nbtune.core.tolerance import EPS
 
@@ -207,7 +209,7 @@ class BubbleSqueezer(BaseAllocator):
     to ``inner``. A pending trial goes onto an idle bubble GPU, alone and
     whole (its progress rate is the GPU's speed), only when ``pausable(config)``
     says it can run pause-and-resume at layer boundaries and its memory
-    (``memory_gb(config)``, else the workload prior's demand) fits what the
+    (``memory_gb(config)``, else the profiler's measured demand) fits what the
     stage leaves; the longest-remaining fitting trials go first, since bubbles
     are slow and suit work that must not block the exclusive GPUs' queue
     (Hydro: multi-fidelity trials that are terminated early). ``inner`` gets
@@ -233,8 +235,9 @@ class BubbleSqueezer(BaseAllocator):
     def _memory(self, view: SchedulingView, tid: int, cfg: Mapping[str, Any]) -> float:
         if self.memory_gb is not None:
             return float(self.memory_gb(cfg))
-        wl = view.hints.get("workload")
-        return float(wl.demand(tid, cfg).memory_gb) if wl is not None else 0.0
+        prof = profile_for(view.hints.get("profiles"), cfg)
+        # memory nobody measured yet: run it on an exclusive GPU first, where it cannot overflow
+        return float(prof.demand.memory_gb) if prof is not None else math.inf
 
     def capacity(self, view: SchedulingView) -> int:
         own, bubble = self._split(view)

@@ -5,11 +5,11 @@ Knapsack placement needs each trial's :class:`~nbtune.core.resources.Demand`
 "decreasing" policies, its expected runtime. Both come from whatever the
 engine was given as hints, in a fixed order so the answer is predictable:
 
-demand:  the job history, ``hints["profiles"]`` (a
+demand:  the job history, ``hints["profiles"]`` (the runtime's profiler, a
          :class:`~nbtune.allocators.profiling.ProfileStore`, looked up by
-         :func:`~nbtune.allocators.profiling.model_signature` of the config,
-         as HyperSack's Sampler does) → ``hints["workload"].demand`` (the
-         simulator's model; ``None`` means "don't know") → :data:`DEFAULT_DEMAND`.
+         the config's model signature, as HyperSack's Sampler does) →
+         ``hints["workload"].demand`` (a prior only unit tests of the
+         policies give; ``nbtune.tune`` passes none) → :data:`DEFAULT_DEMAND`.
 runtime: remaining budget × seconds per unit: the unit time the engine
          measured → the profile's → ``hints["workload"].unit_time`` → 1
          (then trials are ordered by remaining budget).
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nbtune.allocators.base import SchedulingView
-from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
+from nbtune.allocators.profiling import Profile, is_profile_store, profile_for
 from nbtune.core.resources import Demand
 
 __all__ = ["DEFAULT_DEMAND", "DemandLookup", "trial_demand", "expected_runtime",
@@ -32,10 +32,7 @@ DEFAULT_DEMAND = Demand()
 
 
 def _profile(view: SchedulingView, config: Mapping[str, Any]) -> Profile | None:
-    store = view.hints.get("profiles")
-    if store is None or not isinstance(store, ProfileStore):
-        return None
-    return store.get(model_signature(config))
+    return profile_for(view.hints.get("profiles"), config)
 
 
 def _valid(d: Any, trial_id: int, source: str) -> Demand:
@@ -85,7 +82,7 @@ def expected_runtimes(
 ) -> list[float]:
     """:func:`expected_runtime` for many ``(trial_id, config, budget)`` at once (hints read once)."""
     store = view.hints.get("profiles")
-    if store is not None and not isinstance(store, ProfileStore):
+    if store is not None and not is_profile_store(store):
         store = None
     model = view.hints.get("workload")
     out = []
@@ -96,7 +93,7 @@ def expected_runtimes(
             out.append(remaining * measured[0])
             continue
         if store is not None:
-            prof = store.get(model_signature(config))
+            prof = profile_for(store, config)
             if prof is not None and prof.unit_time:
                 out.append(remaining * prof.unit_time)
                 continue

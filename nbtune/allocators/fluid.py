@@ -15,9 +15,9 @@
 Estimates: h_i1 is remaining budget × seconds per unit on one GPU. Seconds
 per unit come from the engine's measurement (``view.unit_time``, converted
 to width 1 through the overhead model), else a profile in the
-``ProfileStore`` the runtime put in ``view.hints["profiles"]``, else the
-workload prior the simulator puts in ``view.hints["workload"]``, else the
-mean of the other live trials, else 1. Nothing here knows which runtime runs
+``ProfileStore`` the runtime's profiler put in ``view.hints["profiles"]``,
+else a workload prior in ``view.hints["workload"]`` (unit tests only), else
+the mean of the other live trials, else 1. Nothing here knows which runtime runs
 it. Deviations from the paper, each for a stated reason: spare GPUs the floor
 leaves are handed out (:func:`~nbtune.allocators.waterfill.fill_leftover`);
 all live trials form one pool (asynchronous algorithms submit one-trial
@@ -36,7 +36,7 @@ from typing import Any
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.fluid_estimator import FluidEstimator, with_hints
 from nbtune.allocators.held_book import HeldBook
-from nbtune.allocators.profiling import Profile, ProfileStore
+from nbtune.allocators.profiling import MeasuredLimits, Profile, ProfileStore
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
 from nbtune.core.resources import Placement, width
 from nbtune.core.tolerance import EPS as _TOL
@@ -55,7 +55,8 @@ class StaticFluidAllocator(BaseAllocator):
     (``c`` per idle GPU) may start a trial. ``fill`` hands out the GPUs
     Alg. 1's floor leaves spare. ``profiles`` is a ProfileStore used when the
     runtime puts none in the hints; ``signature_keys`` name the config entries
-    that identify a model for it.
+    that identify a model for it. ``measured`` (default) lowers c and d to
+    what the runtime's profiler measured; False keeps them as given.
     """
 
     name = "waterfill-static"
@@ -72,6 +73,7 @@ class StaticFluidAllocator(BaseAllocator):
         resize_overhead: float = 0.0,
         profiles: ProfileStore | None = None,
         signature_keys: Iterable[str] | None = None,
+        measured: bool = True,
     ) -> None:
         if isinstance(c, bool) or not isinstance(c, int) or c < 1:
             raise ValueError(f"c (trials per GPU) must be an integer >= 1, got {c!r}")
@@ -86,6 +88,8 @@ class StaticFluidAllocator(BaseAllocator):
             if v is not None and not v >= 1:
                 raise ValueError(f"{nm} must be >= 1 (1 = no overhead), got {v!r}")
         self.c, self.d = c, d
+        self.max_c, self.max_d = c, d  # what was asked for; measurements may only lower it
+        self._measured = MeasuredLimits(signature_keys) if measured else None
         self.alpha, self.beta = alpha, beta
         self.concurrency = concurrency
         self.fill = fill
@@ -103,6 +107,23 @@ class StaticFluidAllocator(BaseAllocator):
         return cls(**kwargs)
 
     # ------------------------------------------------------------ helpers
+    def adopt_measured(self, view: SchedulingView) -> None:
+        """c, d lowered to what the runtime's profiler measured (Fluid §4.2.2), never raised.
+
+        On CPU workers packing two trials on one core gains nothing, so the
+        measured c is 1 and water-filling stops packing there.
+        """
+        if self._measured is None:
+            return
+        mc, md = self._measured(view)
+        if mc is None and md is None:
+            return  # nothing measured for the trials in play (or none in play): keep what was
+        c = self.max_c if mc is None else max(1, min(self.max_c, mc))
+        d = self.max_d if md is None else max(1, min(self.max_d, md))
+        if (c, d) != (self.c, self.d):
+            self.c, self.d = c, d
+            self._held_book = None  # its per-GPU slots were counted for the old c
+
     def estimator(self, view: SchedulingView) -> FluidEstimator:
         if self.profiles is not None and "profiles" not in view.hints:
             view = with_hints(view, {**view.hints, "profiles": self.profiles})
@@ -143,6 +164,7 @@ class StaticFluidAllocator(BaseAllocator):
         algorithms (ASHA) then run up to ``c`` times as many trials as GPUs,
         which is where packing's throughput comes from.
         """
+        self.adopt_measured(view)
         count = self._book(view, view.running).count  # trials on each GPU of the cluster
         load_of = view.gpu_load.get
         c, frac = self.c, 1.0 / self.c
@@ -162,6 +184,7 @@ class StaticFluidAllocator(BaseAllocator):
         return slots
 
     def allocate(self, view: SchedulingView) -> Allocation:
+        self.adopt_measured(view)
         est = self.estimator(view)
         return Allocation(launch=self._static(view, est))
 
@@ -206,6 +229,7 @@ class DynamicFluidAllocator(StaticFluidAllocator):
     name = "waterfill"
 
     def allocate(self, view: SchedulingView) -> Allocation:
+        self.adopt_measured(view)
         est = self.estimator(view)
         launch = self._static(view, est)
         if len(launch) < len(view.pending):

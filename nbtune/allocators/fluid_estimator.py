@@ -3,9 +3,10 @@
 h_i1 is remaining budget × seconds per unit on one GPU. Seconds per unit come
 from the engine's measurement (``view.unit_time``, converted to width 1
 through the overhead model), else a profile in the ``ProfileStore`` the
-runtime put in ``view.hints["profiles"]``, else the workload prior the
-simulator puts in ``view.hints["workload"]``, else the mean of the other live
-trials, else 1. Nothing here knows which runtime runs it.
+runtime's profiler put in ``view.hints["profiles"]``, else a workload prior
+in ``view.hints["workload"]`` (only unit tests of the policies give one:
+``nbtune.tune`` never hands the allocators the model), else the mean of the
+other live trials, else 1. Nothing here knows which runtime runs it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from nbtune.allocators.base import SchedulingView
-from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
+from nbtune.allocators.profiling import Profile, ProfileStore, is_profile_store, profile_for
 from nbtune.core.overhead import OverheadModel
 from nbtune.core.resources import Placement, width
 from nbtune.core.tolerance import EPS as _TOL
@@ -43,7 +44,7 @@ class FluidEstimator:
         hints = view.hints
         self.workload = hints.get("workload")
         store = hints.get("profiles")
-        self.store: ProfileStore | None = store if isinstance(store, ProfileStore) else None
+        self.store: ProfileStore | None = store if is_profile_store(store) else None
         self._h1: dict[int, float] = {}
         self._oh: dict[int, OverheadModel] = {}
         self._factors: dict[tuple[int, float], float] = {}  # (id of a model in _oh, w)
@@ -54,10 +55,7 @@ class FluidEstimator:
     def _profile(self, tid: int) -> Profile | None:
         if self.store is None:
             return None
-        try:
-            return self.store.get(model_signature(self.view.trial(tid).config, self.keys))
-        except KeyError:
-            return None
+        return profile_for(self.store, self.view.trial(tid).config, self.keys)
 
     def overhead(self, tid: int) -> OverheadModel:
         oh = self._oh.get(tid)

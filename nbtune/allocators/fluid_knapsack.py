@@ -108,6 +108,7 @@ class FluidKnapsackAllocator(KnapsackAllocator):
         default_demand: Demand = DEFAULT_DEMAND,
         profiles: object | None = None,
         signature_keys: Iterable[str] | None = None,
+        measured: bool = True,
     ) -> None:
         super().__init__(policy, oversubscription=oversubscription,
                          default_demand=default_demand)
@@ -115,9 +116,10 @@ class FluidKnapsackAllocator(KnapsackAllocator):
         # Fluid's sizing, plan and resize test (and the validation of their options)
         self._fluid = DynamicFluidAllocator(c=c, d=d, alpha=alpha, beta=beta, fill=fill,
                                             resize_overhead=resize_overhead, profiles=profiles,
-                                            signature_keys=signature_keys)
+                                            signature_keys=signature_keys, measured=measured)
 
     def allocate(self, view: SchedulingView) -> Allocation:
+        self._fluid.adopt_measured(view)
         est = self._fluid.estimator(view)
         room = cluster_room(view, self.ratios(view), self.demand_of)
         launch = self._launch(view, est, room)

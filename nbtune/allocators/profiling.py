@@ -27,7 +27,8 @@ from nbtune.core.resources import Demand
 __all__ = [
     "marginal_benefit", "packing_limit", "fit_alpha", "fit_beta", "scaling_limit",
     "interpolate_latency", "sample_iterations", "model_signature", "Profile",
-    "ProfileStore", "InMemoryProfileStore", "profile_from_measurements",
+    "ProfileStore", "InMemoryProfileStore", "profile_from_measurements", "MeasuredLimits",
+    "profile_for", "is_profile_store",
 ]
 
 
@@ -189,10 +190,26 @@ class Profile:
     c: int = 1
     d: int = 1
     demand: Demand = field(default_factory=Demand)
+    #: measured seconds per unit with p trials packed on one GPU (p -> s); c, α come from it
+    packing: dict[int, float] = field(default_factory=dict)
+    #: measured seconds per unit at w GPUs alone (w -> s); d, β come from it
+    scaling: dict[int, float] = field(default_factory=dict)
+    #: measured ε: seconds a resize cost a trial (None: never resized)
+    resize_cost: float | None = None
 
     @property
     def overhead(self) -> OverheadModel:
         return OverheadModel(self.alpha, self.beta)
+
+    @property
+    def c_measured(self) -> bool:
+        """True when c rests on a measurement of packing (p = 1 and some p > 1)."""
+        return 1 in self.packing and len(self.packing) > 1
+
+    @property
+    def d_measured(self) -> bool:
+        """True when d rests on a measurement of scaling (at least w = 1 and 2)."""
+        return 1 in self.scaling and len(self.scaling) > 1
 
 
 @runtime_checkable
@@ -262,3 +279,80 @@ def profile_from_measurements(
         d=scaling_limit(scaling, min_gain),
         demand=Demand(compute=min(max(util, 0.0), 1.0), memory_gb=mem),
     )
+
+
+_STORE_TYPES: dict[type, bool] = {}
+
+
+def is_profile_store(obj: Any) -> bool:
+    """``isinstance(obj, ProfileStore)``, remembered per type (a Protocol check is slow)."""
+    t = type(obj)
+    hit = _STORE_TYPES.get(t)
+    if hit is None:
+        hit = _STORE_TYPES[t] = isinstance(obj, ProfileStore)
+    return hit
+
+
+def profile_for(store: Any, config: Mapping[str, Any],
+                keys: Iterable[str] | None = None) -> Profile | None:
+    """The profile ``store`` holds for ``config``'s model, or None.
+
+    A store that names its own signatures (the runtime's profiler, with the
+    signature keys it was given) is asked with its own; any other store with
+    :func:`model_signature` of ``keys``. A config without a key: no profile.
+    """
+    if store is None or not is_profile_store(store):
+        return None
+    own = getattr(store, "signature", None)
+    try:
+        sig = own(config) if callable(own) else model_signature(config, keys)
+    except KeyError:
+        return None
+    return store.get(sig)
+
+
+class MeasuredLimits:
+    """c and d as profiling measured them for the trials an allocator is deciding about.
+
+    Reads the view's ``hints["profiles"]`` (the runtime's profiler) for the
+    signatures of the pending trials (a running trial's were read while it
+    waited; reading every running trial on every call would cost O(trials)
+    per event) and answers the smallest measured c and d among them, or None
+    where no profile measured packing (c) or scaling (d). Signatures are
+    remembered per trial while its config object is unchanged.
+    """
+
+    def __init__(self, keys: Iterable[str] | None = None) -> None:
+        self.keys = None if keys is None else list(keys)
+        self._sig: dict[int, tuple[Mapping[str, Any], str]] = {}
+
+    def _signature(self, tid: int, config: Mapping[str, Any]) -> str | None:
+        hit = self._sig.get(tid)
+        if hit is not None and hit[0] is config:
+            return hit[1]
+        try:
+            sig = model_signature(config, self.keys)
+        except KeyError:
+            return None
+        self._sig[tid] = (config, sig)
+        return sig
+
+    def __call__(self, view: Any) -> tuple[int | None, int | None]:
+        store = view.hints.get("profiles")
+        if store is None or not is_profile_store(store):
+            return None, None
+        own = getattr(store, "signature", None)
+        if callable(own):
+            sigs = {own(s.config) for s in view.pending}
+        else:
+            sigs = {self._signature(s.trial_id, s.config) for s in view.pending}
+        c = d = None
+        for sig in sigs - {None}:
+            prof = store.get(sig)
+            if prof is None:
+                continue
+            if prof.c_measured:
+                c = prof.c if c is None else min(c, prof.c)
+            if prof.d_measured:
+                d = prof.d if d is None else min(d, prof.d)
+        return c, d

@@ -23,6 +23,7 @@ __all__ = [
     "ResourcesChanged",
     "TrialStarted",
     "TrialReported",
+    "TrialSampled",
     "TrialFailed",
     "TrialStopRequested",
     "ExperimentStopRequested",
@@ -109,3 +110,17 @@ class UtilizationSampled(Event):
 
     gpu_util: dict[int, float]
     gpu_memory_gb: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class TrialSampled(Event):
+    """What one trial alone on its GPU used, as a runtime sampled it (for the profiler).
+
+    The simulator's stand-in for an NVML sample of a GPU holding one trial:
+    it goes through the engine (which ignores it) so the store records it and
+    a resumed run's profiler measures exactly what the first one did.
+    """
+
+    trial_id: int
+    util: float
+    memory_gb: float = 0.0

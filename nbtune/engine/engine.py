@@ -81,6 +81,7 @@ class Engine:
             ev.ExperimentResumeRequested: self._on_experiment_resume,
             ev.ConcurrencyChanged: self._on_concurrency,
             ev.UtilizationSampled: self._on_utilization,
+            ev.TrialSampled: self._on_sampled,
         }
 
     # ------------------------------------------------------------ public API
@@ -150,6 +151,11 @@ class Engine:
     @property
     def hints(self) -> Mapping[str, Any]:
         return self._hints
+
+    def set_hint(self, key: str, value: Any) -> None:
+        """Give the allocator a measurement source (the runtime's profiler sets ``"profiles"``)."""
+        self._hints[key] = value
+        self._dirty = True
 
     def trial(self, trial_id: int) -> Trial:
         return self.trials[trial_id]
@@ -271,6 +277,9 @@ class Engine:
                 cmds.append(Pause(tid))
                 self._requeue(tid, failed=False, front=True)
         self._dirty = True
+
+    def _on_sampled(self, e: ev.TrialSampled, cmds: list[Command]) -> None:
+        pass  # for the runtime's profiler (a subscriber); nothing to decide
 
     def _on_utilization(self, e: ev.UtilizationSampled, cmds: list[Command]) -> None:
         for g, u in e.gpu_util.items():

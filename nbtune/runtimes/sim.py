@@ -25,11 +25,12 @@ from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import ClusterSpec, Placement
 from nbtune.core.tolerance import EPS
 from nbtune.engine.engine import Engine
+from nbtune.runtimes.profiler import Profiler, attach_profiler
 from nbtune.workloads.base import Neighbor, WorkloadModel
 
 __all__ = ["SimRuntime", "SimulationError"]
 
-_START, _REPORT, _EXTERNAL = 0, 1, 2
+_START, _REPORT, _EXTERNAL, _SAMPLE = 0, 1, 2, 3
 
 
 class SimulationError(RuntimeError):
@@ -58,7 +59,11 @@ class SimRuntime:
     ``cluster`` is a :class:`ClusterSpec` or a GPU count; ``launch_overhead``
     (seconds from launch to the first iteration) defaults to the workload's;
     ``resize_overhead`` is Fluid's ε, paid when a running trial is resized;
-    ``report_every`` is the budget between two reports.
+    ``report_every`` is the budget between two reports. ``profiler`` measures
+    c, d, α, β, ε and demands from the simulated clock and the simulated GPUs'
+    samples of a trial alone on its GPU (``TrialSampled``, one per launch),
+    as on Dask; give one with a
+    job history to keep what it learns.
     """
 
     cluster: ClusterSpec | int = 4
@@ -70,6 +75,7 @@ class SimRuntime:
     virtual_clock: ClassVar[bool] = True
     keeps_checkpoints: ClassVar[bool] = False
     live_workers: ClassVar[bool] = False
+    profiler: Profiler | None = None
     _clock: ManualClock = field(default_factory=ManualClock, init=False)
     _done: bool = field(default=False, init=False)
 
@@ -118,6 +124,7 @@ class SimRuntime:
         if self.launch_overhead is None:
             self.launch_overhead = trainable.launch_overhead
         self._gpus = self.cluster.by_id()
+        attach_profiler(self, engine, trainable)
         self._execute(engine.handle(ev.ExperimentStarted(self._clock.now(), self.cluster)))
         self._loop()
 
@@ -188,6 +195,8 @@ class SimRuntime:
                 live.waiting = True
                 self._waiting.append(live)
             return ev.TrialReported(t, tid, budget, metrics)
+        if prio == _SAMPLE:
+            return self._sample(tid, payload, t)
         if prio == _EXTERNAL:
             if isinstance(payload, ev.ResourcesChanged):
                 self._adopt_cluster(payload.cluster)
@@ -268,6 +277,17 @@ class SimRuntime:
         live.rate = self._rate(live)
         live.gen += 1
         self._push(live.last_t, _START, c.trial_id, live.gen, None)
+        self._push(live.last_t + 1e-9, _SAMPLE, c.trial_id, 0, live)  # just after it starts
+
+    def _sample(self, tid: int, launched: _Live, t: float) -> ev.Event | None:
+        """What NVML would read on the trial's GPU as it starts, if it holds the GPU alone."""
+        live = self._live.get(tid)
+        if live is not launched or self._workload is None:
+            return None  # stopped or relaunched since
+        if any(self._on_gpu.get(g, set()) != {tid} for g, _ in live.placement):
+            return None  # shared: no clean sample of this trial
+        d = self._workload.demand(tid, live.config)
+        return ev.TrialSampled(t, tid, min(live.placement[0][1], d.compute), d.memory_gb)
 
     def _advance(self, live: _Live, now: float) -> None:
         if live.started and now > live.last_t:

@@ -29,6 +29,8 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
 def profile_from_dict(d: dict[str, Any]) -> Profile:
     fields = dict(d)
     fields["demand"] = Demand(**fields.get("demand", {}))
+    for k in ("packing", "scaling"):  # JSON made the int keys strings
+        fields[k] = {int(n): float(v) for n, v in (fields.get(k) or {}).items()}
     return Profile(**fields)
 
 

@@ -47,7 +47,7 @@ __all__ = ["Recorder", "RecordingConflict"]
 
 log = logging.getLogger(__name__)
 
-_QUIET = (ev.TrialReported, ev.TrialStarted, ev.UtilizationSampled)
+_QUIET = (ev.TrialReported, ev.TrialStarted, ev.UtilizationSampled, ev.TrialSampled)
 
 
 class RecordingConflict(RuntimeError):

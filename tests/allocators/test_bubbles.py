@@ -17,6 +17,7 @@ from nbtune.allocators.bubbles import (
 )
 from nbtune.core.resources import ClusterSpec, Demand
 from nbtune.workloads import SyntheticWorkload
+from tests.allocators.probed import probed_sim
 
 
 def test_bubble_ratio_is_hydro_formula():
@@ -63,7 +64,7 @@ def _bubble_run(pausable, memory_gb=2.0, exclusive=1, host=None):
                            demand=Demand(memory_gb=memory_gb))
     alloc = BubbleSqueezer(FifoAllocator(), pausable=pausable)
     exp = nbtune.tune(wl, algorithm="grid", metric="loss", max_budget=5, allocator=alloc,
-                      runtime=SimRuntime(cluster=cluster), validate=True)
+                      runtime=probed_sim(wl, signature_keys=[], cluster=cluster), validate=True)
     return exp, cluster, host
 
 

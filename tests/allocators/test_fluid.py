@@ -16,6 +16,7 @@ from nbtune.core.resources import ClusterSpec, Placement, width
 from nbtune.core.trial import Trial, TrialState
 from nbtune.workloads import SyntheticWorkload
 from tests.allocators.fluid_views import View
+from tests.allocators.probed import probed_sim
 
 
 def runtimes_workload(hs: list[float], budget: float, **kw: Any) -> SyntheticWorkload:
@@ -27,7 +28,7 @@ def runtimes_workload(hs: list[float], budget: float, **kw: Any) -> SyntheticWor
 def run(hs, n, allocator, *, budget=4.0, eps=0.0, **kw):
     wl = runtimes_workload(hs, budget, **kw)
     return nbtune.tune(wl, algorithm="grid", metric="loss", max_budget=budget,
-                       allocator=allocator, runtime=SimRuntime(cluster=n, resize_overhead=eps),
+                       allocator=allocator, runtime=probed_sim(wl, cluster=n, resize_overhead=eps),
                        validate=True)
 
 

@@ -12,6 +12,7 @@ from nbtune.core.space import grid, uniform
 from nbtune.engine.engine import EngineError
 from nbtune.runtimes.sim import SimRuntime
 from nbtune.workloads import SyntheticWorkload
+from tests.allocators.probed import probed_sim
 
 SPACE = {"lr": uniform(1e-4, 1e-1), "bs": grid([64, 128, 256, 512])}
 
@@ -101,7 +102,7 @@ def test_a_trial_bigger_than_every_gpu_is_refused_clearly():
     wl = SyntheticWorkload(SPACE, unit_time=1.0, demand=Demand(0.5, 500.0), seed=0)
     with pytest.raises(ValueError, match="more than any GPU"):
         nbtune.tune(wl, SPACE, algorithm="grid", metric="loss", max_budget=3, num_trials=4,
-                    allocator="knapsack-ff", runtime=SimRuntime(cluster=2), validate=True)
+                    allocator="knapsack-ff", runtime=probed_sim(wl, cluster=2), validate=True)
 
 
 def test_share_covering_the_demand_runs_at_full_speed_in_the_simulator():

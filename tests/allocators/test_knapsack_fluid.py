@@ -18,6 +18,7 @@ from nbtune.core.space import grid, uniform
 from nbtune.engine.engine import Engine
 from nbtune.runtimes.sim import SimRuntime
 from nbtune.workloads import SyntheticWorkload
+from tests.allocators.probed import probed_sim
 
 SPACE = {"lr": uniform(1e-4, 1e-1), "bs": grid([64, 128, 256, 512])}
 
@@ -86,7 +87,7 @@ def test_memory_and_node_cores_are_never_oversubscribed(allocator, n, r, seed):
     alloc = make_allocator(allocator, oversubscription={"generic": r})
     engine = Engine(algo, alloc, validate=True, hints={"workload": wl})
     violations = watch_constraints(engine, wl)
-    SimRuntime(cluster=cluster).start(engine, wl)
+    probed_sim(wl, cluster=cluster).start(engine, wl)
     assert engine.done and not violations
     assert all(t.state.value == "completed" for t in engine.trials.values())
 
@@ -130,7 +131,7 @@ def test_a_long_trial_grows_onto_whole_gpus_when_the_short_ones_finish():
                            beta=1.02, seed=0)
     cluster = ClusterSpec.homogeneous(8, gpus_per_node=4)
     exp = tune(wl, algorithm="grid", metric="loss", max_budget=8, allocator="fluid+knapsack",
-               runtime=SimRuntime(cluster=cluster), validate=True,
+               runtime=probed_sim(wl, cluster=cluster), validate=True,
                allocator_options={"resize_overhead": 1.0})
     a = exp.allocations()
     long_id = int(exp.results().sort_values("gpu_seconds").trial_id.iloc[-1])

@@ -45,6 +45,12 @@ class Shadow(BaseAllocator):
         return self.fast.max_share(view, gpu_id)
 
 
+def _fixed_limits(alloc: BaseAllocator) -> BaseAllocator:
+    fluid = getattr(alloc, "_fluid", alloc)
+    fluid._measured = None  # as ``measured=False``: c, d stay as given
+    return alloc
+
+
 SPACE = {"lr": loguniform(1e-4, 1e-1), "width": uniform(0.0, 1.0)}
 
 
@@ -57,6 +63,8 @@ def _simulate(kind: str, algo: str, n_trials: int, cluster: ClusterSpec, changes
                                                      2.0 + 8 * cfg["width"], 1.0))
     opts = {"oversubscription": {"generic": 1.5}} if kind == "fluid+knapsack" else {}
     fast, ref = _fluid_pair(kind, c=c, d=d, resize_overhead=eps, **opts)
+    # the references predate measured limits: compare both at the c, d given
+    fast, ref = _fixed_limits(fast), _fixed_limits(ref)
     shadow = Shadow(fast, ref)
     kw = {"eta": 3} if algo in ("asha", "hyperband") else {}
     alg = make_algorithm(algo, SPACE, metric="loss", max_budget=max_budget,

@@ -404,7 +404,8 @@ def test_pbt_clones_resume_from_the_donor_checkpoint(client, tmp_path):
     rt = runtime(client, tmp_path)
     exp = nbtune.tune(train_simple, SPACE, algorithm="pbt", metric="loss", mode="min",
                       max_budget=6, num_trials=4, runtime=rt, validate=True, seed=3,
-                      perturbation_interval=2, quantile_fraction=0.5)
+                      perturbation_interval=2, quantile_fraction=0.5,
+                      allocator="fifo")  # the seed was chosen for FIFO's timing, not auto's probe
     try:
         exp.wait(WAIT)
         assert exp.done
@@ -436,7 +437,8 @@ def test_pbt_clone_waits_for_the_donor_checkpoint_it_clones(client, tmp_path):
     rt = runtime(client, tmp_path)
     exp = nbtune.tune(train_slow_boundary_checkpoint, SPACE, algorithm="pbt", metric="loss",
                       mode="min", max_budget=6, num_trials=4, runtime=rt, validate=True,
-                      seed=3, perturbation_interval=2, quantile_fraction=0.5)
+                      seed=3, perturbation_interval=2, quantile_fraction=0.5,
+                      allocator="fifo")  # the seed was chosen for FIFO's timing
     try:
         exp.wait(WAIT)
         assert exp.done

@@ -17,7 +17,7 @@ from comm.base_comm import BaseComm
 from nbtune import SyntheticWorkload, choice, loguniform, uniform
 from nbtune.algorithms import make_algorithm
 from nbtune.allocators import make_allocator
-from nbtune.build import build_experiment, make_runtime, workload_hints
+from nbtune.build import build_experiment, make_runtime
 from nbtune.core.resources import Demand
 from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment
@@ -40,7 +40,7 @@ def experiment(algorithm: str = "asha", *, trials: int = 40, gpus: int = 4,
     wl = workload(seed, max_budget)
     algo = make_algorithm(algorithm, SPACE, metric="loss", mode="min", max_budget=max_budget,
                           num_trials=trials, seed=seed, **options)
-    engine = Engine(algo, make_allocator(allocator), hints=workload_hints(wl), validate=True)
+    engine = Engine(algo, make_allocator(allocator), hints={"workload": wl}, validate=True)
     rt = make_runtime("sim", cluster=gpus, report_every=report_every)
     return build_experiment("ui-test", engine, rt, wl, start=False)
 

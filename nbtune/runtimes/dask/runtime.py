@@ -116,6 +116,7 @@ class DaskRuntime(RunDriver):
         mps: bool | None = None,
         reuse_processes: bool | None = None,
         shutdown_grace: float = 30.0,
+        profiler: Any = None,
     ) -> None:
         if threads_per_worker < 1:
             raise ValueError(f"threads_per_worker must be >= 1, got {threads_per_worker}")
@@ -146,6 +147,7 @@ class DaskRuntime(RunDriver):
         self.mps = mps
         self.reuse_processes = reuse_processes
         self.shutdown_grace = float(shutdown_grace)
+        self.profiler = profiler  # measures c, d, α, β, ε, demands (nbtune.runtimes.profiler)
         #: latest checkpoint per trial, ``trial_id -> (step, path)``, as the trials wrote them
         self.checkpoints: dict[int, tuple[float, str]] = {}
         self.client: Any = None
@@ -242,6 +244,7 @@ class DaskRuntime(RunDriver):
         import cloudpickle
 
         from nbtune.runtimes.dask.sampling import UtilizationSampler
+        from nbtune.runtimes.profiler import attach_profiler
 
         self._fn = cloudpickle.dumps(trainable)
         self.connect()
@@ -260,6 +263,7 @@ class DaskRuntime(RunDriver):
         sampler = UtilizationSampler(self._topic, self.sample_interval, bool(self.gpus))
         self._sampler_name = sampler.name
         self.client.register_plugin(sampler, name=sampler.name)
+        attach_profiler(self, engine, trainable)
         self._clock.start()
         self._inbox.put(("event", ev.ExperimentStarted(0.0, self.inventory.spec())))
         self._thread = threading.Thread(target=self._loop, name="nbtune-dask-driver", daemon=True)

@@ -1,0 +1,164 @@
+"""``allocator="auto"``: FIFO until measurements show that packing or scaling pays.
+
+Water-filling and the knapsack win only where their premise holds: a second
+trial packed onto a GPU must run faster than after the first (Fluid's
+marginal benefit O^2 > O_th), or a trial must speed up on more GPUs. On CPU
+workers neither holds (two trials time-slice one core), and a policy that
+packs anyway is slower than FIFO. So ``auto`` decides from what the
+runtime's profiler measured (``hints["profiles"]``), per decision:
+
+1. Nothing measured packing yet: FIFO, one trial per GPU. Once a model's
+   time alone is known and two trials wait, it runs one *probe*: two trials
+   packed on one idle GPU (Fluid §4.2.2's "trial and error"), which gives
+   the profiler T^2 and so c. On a GPU where packing does not pay this
+   costs at most those two trials' slowdown, the same work FIFO would do.
+2. A measured c > 1 or d > 1 for the trials in play: ``fluid+knapsack``
+   (HyperSack's demands, Fluid's widths) with c and d as measured; an
+   unmeasured d is 1 (a plain training function gains nothing from a second
+   worker unless it is data-parallel, and only a measurement can say so).
+3. Otherwise (c = 1 and d = 1 measured): FIFO for the rest of the run.
+
+A second run of the same model reads c and d from the job history and
+starts in the right mode, without a probe.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.fifo import FifoAllocator
+from nbtune.allocators.fluid_knapsack import FluidKnapsackAllocator
+from nbtune.allocators.profiling import Profile, profile_for
+
+__all__ = ["AutoAllocator"]
+
+
+class AutoAllocator(BaseAllocator):
+    """FIFO, one packing probe per model, then ``fluid+knapsack`` where measurements say it pays.
+
+    ``probe=False`` never packs to measure (FIFO unless a job history says
+    otherwise); other keyword arguments go to :class:`FluidKnapsackAllocator`.
+    """
+
+    name = "auto"
+
+    def __init__(self, *, probe: bool = True, **fluid_options: Any) -> None:
+        self.probe = probe
+        self.fifo = FifoAllocator()
+        self.fluid = FluidKnapsackAllocator(**fluid_options)
+        self._max_d = self.fluid._fluid.max_d
+        #: "fifo" or "fluid": the mode of the last decision (for logs and tests)
+        self.mode = "fifo"
+
+    # ---------------------------------------------------------------- choice
+    def _profiles(self, view: SchedulingView) -> list[Profile]:
+        store = view.hints.get("profiles")
+        if store is None:
+            return []
+        out, seen = [], set()
+        # the trials to place now: a running trial's model was looked at when it was pending
+        for cfg in [s.config for s in view.pending]:
+            prof = profile_for(store, cfg)
+            if prof is not None and prof.signature not in seen:
+                seen.add(prof.signature)
+                out.append(prof)
+        return out
+
+    def _choose(self, view: SchedulingView) -> list[Profile]:
+        profs = self._profiles(view)
+        if not profs:
+            return profs  # nothing in play is measured (or nothing in play): keep the mode
+        pays = [p for p in profs if (p.c_measured and p.c > 1) or (p.d_measured and p.d > 1)]
+        if pays:
+            ds = [p.d for p in profs if p.d_measured]
+            self.fluid._fluid.max_d = min([self._max_d, *ds]) if ds else 1
+            self.mode = "fluid"
+        else:
+            self.mode = "fifo"
+        return profs
+
+    def _probe_due(self, view: SchedulingView, profs: list[Profile]) -> Profile | None:
+        """The profile of a model timed alone whose packing nobody measured, if a probe may run."""
+        if not self.probe or not view.idle_gpus:
+            return None
+        due = [p for p in profs if 1 in p.packing and not p.c_measured]
+        if not due:
+            return None
+        # a probe under way (trials packed on a GPU): wait for its measurement. Read from
+        # the view, not remembered, so a resumed run decides as the first one did
+        store = view.hints.get("profiles")
+        probing = {q.signature for tid, pl in view.running.items() if pl and pl[0][1] < 1.0
+                   and (q := profile_for(store, view.trial(tid).config)) is not None}
+        return next((p for p in due if p.signature not in probing), None)
+
+    # -------------------------------------------------------------- protocol
+    def capacity(self, view: SchedulingView) -> int:
+        profs = self._choose(view)
+        if self.mode == "fluid":
+            return self.fluid.capacity(view)
+        room = self.fifo.capacity(view)
+        if self._probe_due(view, profs) is not None and view.max_concurrent is None:
+            room += 2  # a second trial for the probe's GPU, and one to follow it
+        return room
+
+    def allocate(self, view: SchedulingView) -> Allocation:
+        profs = self._choose(view)
+        if self.mode == "fluid":
+            return self.fluid.allocate(view)
+        due = self._probe_due(view, profs)
+        if due is not None:
+            store = view.hints.get("profiles")
+            fits = [s for s in view.pending if _left(view, s) >= 2.0
+                    and (q := profile_for(store, s.config)) is not None
+                    and q.signature == due.signature]
+            pair = sorted(fits, key=lambda s: _left(view, s))[:2]  # the cheapest probe
+            # never at the tail: with nothing queued behind the pair it would be the critical path
+            if len(pair) == 2 and len(view.pending) > 2 and (view.max_concurrent is None
+                                   or view.max_concurrent - len(view.running) >= 2):
+                g = min(view.idle_gpus)
+                launch = {s.trial_id: ((g, 0.5),) for s in pair}
+                rest = self.fifo.allocate(_Without(view, set(launch), g))
+                launch.update(rest.launch)
+                return Allocation(launch=launch)
+        return self.fifo.allocate(view)
+
+    def max_share(self, view: SchedulingView, gpu_id: int) -> float:
+        return self.fluid.max_share(view, gpu_id) if self.mode == "fluid" else 1.0
+
+
+def _left(view: SchedulingView, spec: Any) -> float:
+    """Budget units the spec still has to train: a probe needs two reports while packed.
+
+    The profiler times intervals between reports during which the packing did
+    not change; the first report of a packed trial ends an interval in which its
+    partner may not have started yet, so only the second one measures T^2.
+    """
+    try:
+        used = view.trial(spec.trial_id).budget_used
+    except KeyError:
+        used = 0.0
+    return spec.budget - used
+
+
+class _Without:
+    """The view less some pending trials and one GPU (what the probe took)."""
+
+    def __init__(self, view: SchedulingView, taken: set[int], gpu: int) -> None:
+        self._view, self._taken, self._gpu = view, taken, gpu
+
+    @property
+    def pending(self) -> list[Any]:
+        return [s for s in self._view.pending if s.trial_id not in self._taken]
+
+    @property
+    def idle_gpus(self) -> set[int]:
+        return self._view.idle_gpus - {self._gpu}
+
+    @property
+    def max_concurrent(self) -> int | None:
+        mc = self._view.max_concurrent
+        return None if mc is None else mc - len(self._taken)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)

@@ -1,0 +1,72 @@
+"""``allocator="auto"``: FIFO unless measurements show packing pays; never slower than FIFO."""
+
+from __future__ import annotations
+
+import pytest
+
+import nbtune
+from nbtune.allocators import ALLOCATORS, AutoAllocator
+from nbtune.allocators.profiling import InMemoryProfileStore
+from nbtune.core.resources import Demand
+from nbtune.core.space import grid, loguniform
+from nbtune.runtimes.profiler import Profiler
+from nbtune.runtimes.sim import SimRuntime
+from nbtune.workloads import SyntheticWorkload
+
+SPACE = {"lr": loguniform(1e-3, 1e-1), "layers": grid([2])}
+
+
+def _run(wl, allocator, n=2, trials=24, history=None):
+    rt = SimRuntime(cluster=n, profiler=Profiler(history) if history is not None else None)
+    return nbtune.tune(wl, SPACE, algorithm="asha", eta=3, metric="loss", max_budget=9,
+                       num_trials=trials, allocator=allocator, runtime=rt, seed=0, validate=True)
+
+
+def test_registered_and_the_default():
+    import inspect
+
+    assert ALLOCATORS["auto"] is AutoAllocator
+    assert inspect.signature(nbtune.tune).parameters["allocator"].default == "auto"
+
+
+def test_packing_that_gains_nothing_keeps_fifo_after_one_probe():
+    wl = SyntheticWorkload(SPACE, unit_time=2.0, alpha=2.0)  # whole-GPU model, packing hurts
+    hist = InMemoryProfileStore()
+    fifo, auto = _run(wl, "fifo"), _run(wl, "auto", history=hist)
+    prof = auto.engine.hints["profiles"].get('{"layers": 2}')
+    assert prof.c_measured and prof.c == 1
+    assert auto.engine.allocator.mode == "fifo"
+    a = auto.allocations()
+    assert (a.share < 1).sum() == 2  # the probe's two trials, nothing else packed
+    # the probe's price: two promoted trials (2 units of 2 s each) at half speed on one GPU
+    assert auto.makespan <= fifo.makespan + 2 * 2.0
+    again = _run(wl, "auto", history=hist)  # the job history knows c = 1: no probe, FIFO
+    assert (again.allocations().share == 1.0).all()
+    assert again.makespan == pytest.approx(fifo.makespan)
+
+
+def test_packing_that_pays_switches_to_fluid_knapsack_and_beats_fifo():
+    wl = SyntheticWorkload(SPACE, unit_time=2.0, demand=Demand(0.25, 2.0))  # a quarter GPU
+    fifo, auto = _run(wl, "fifo"), _run(wl, "auto")
+    prof = auto.engine.hints["profiles"].get('{"layers": 2}')
+    assert prof.c_measured and prof.c >= 2
+    assert auto.engine.allocator.mode == "fluid"
+    assert auto.makespan < 0.8 * fifo.makespan
+
+
+def test_without_a_profiler_or_probe_it_is_fifo():
+    from nbtune.algorithms import make_algorithm
+    from nbtune.engine.engine import Engine
+
+    wl = SyntheticWorkload(SPACE, unit_time=2.0, demand=Demand(0.25, 2.0))
+    algo = make_algorithm("random", SPACE, metric="loss", max_budget=3, num_trials=6, seed=0)
+    eng = Engine(algo, AutoAllocator(probe=False), validate=True)
+    SimRuntime(cluster=2).start(eng, wl)
+    assert eng.done and eng.allocator.mode == "fifo"
+    assert eng.ledger.log and all(r.share == 1.0 for r in eng.ledger.log)
+
+
+@pytest.mark.parametrize("bad", [{"c": 0}, {"d": 0}])
+def test_bad_fluid_options_fail_early(bad):
+    with pytest.raises(ValueError):
+        AutoAllocator(**bad)
