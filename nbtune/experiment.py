@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Protocol
 
 import pandas as pd
@@ -34,6 +35,10 @@ def set_frontend(frontend: Frontend | None) -> None:
     _frontend = frontend
 
 
+#: creation order of experiments in this process ("the latest" for %tune_stop without a name)
+_CREATED = itertools.count()
+
+
 def _front() -> Frontend:
     if _frontend is None:
         raise RuntimeError("no notebook front end is plugged in: import nbtune first")
@@ -60,6 +65,7 @@ class Experiment:
         self.engine = engine
         self.runtime = runtime
         self.trainable = trainable
+        self.created = next(_CREATED)
 
     # ------------------------------------------------------------- control
     def wait(self, timeout: float | None = None) -> Experiment:

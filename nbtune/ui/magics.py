@@ -233,7 +233,8 @@ class TuneMagics(Magics):
         if not words:
             if not known:
                 raise UsageError("no experiments in this session")
-            return list(known.values())[-1]
+            # the one started last, wherever it is bound (not the last name in the namespace)
+            return max(known.values(), key=lambda e: getattr(e, "created", -1))
         key = words[0]
         if key in known:
             return known[key]

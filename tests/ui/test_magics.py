@@ -147,3 +147,17 @@ def test_in_a_kernel_the_dashboard_is_built_before_the_run(ip, monkeypatch, wire
     with pytest.raises(UsageError):  # a bad option: the prebuilt dashboard is closed again
         ip.run_line_magic("tune", "space -w wl -b 3 -o nope=1 --name broken")
     dash.close()
+
+
+def test_without_a_name_the_line_magics_mean_the_experiment_started_last(ip):
+    import nbtune
+
+    ip.user_ns["first"] = nbtune.tune(workload(max_budget=3), SPACE, algorithm="random",
+                                      metric="loss", max_budget=3, num_trials=2, name="older")
+    ip.run_line_magic("tune", "space -w wl -b 3 -n 2 -a random --name newer --as later "
+                      "--no-dashboard")
+    ip.user_ns["first"] = ip.user_ns["first"]  # rebinding an old variable changes nothing
+    magics = ip.magics_manager.registry["TuneMagics"]
+    assert magics._find("").name == "newer"
+    with pytest.raises(UsageError, match="'newer' has already finished"):
+        ip.run_line_magic("tune_stop", "")  # it names the one just run
