@@ -315,17 +315,32 @@ class Figures:
             self.header.text = html
 
 
-def summary_html(title: str, d: Delta) -> str:
-    """One line of status for the header: state, progress, best trial."""
+def state_word(d: Delta) -> str:
+    """``failed`` (every trial errored), ``done``, ``paused`` or ``running``."""
+    if d.done and d.progress is not None and d.progress.failed:
+        return "failed"
+    return "done" if d.done else ("paused" if d.paused else "running")
+
+
+def progress_parts(d: Delta) -> list[str]:
+    """Trials settled, trials in error (never hidden), ETA: the header's and status line's words."""
     p = d.progress
-    state = "done" if d.done else ("paused" if d.paused else "running")
-    parts = [f"<b>{title}</b> &middot; {state} &middot; t = {d.time:,.0f} s"]
-    if p is not None:
-        total = f"/{p.total}" if p.total else ""
-        parts.append(f"{p.settled}{total} trials settled")
-        if p.eta is not None and not d.done:
-            parts.append(f"ETA {format_duration(p.eta)}")
-    return " &middot; ".join(parts)
+    if p is None:
+        return []
+    parts = [f"{p.settled}/{p.total} trials settled" if p.total
+             else f"{p.settled} trials settled"]
+    if p.errors:
+        parts.append(f'<span style="color:#d62728"><b>{p.errors} errored</b></span>'
+                     " (tracebacks: exp.results()['error'])")
+    if p.eta is not None and not d.done:
+        parts.append(f"ETA {format_duration(p.eta)}")
+    return parts
+
+
+def summary_html(title: str, d: Delta) -> str:
+    """One line of status for the header: state, progress, errors."""
+    parts = [f"<b>{title}</b> &middot; {state_word(d)} &middot; t = {d.time:,.0f} s"]
+    return " &middot; ".join(parts + progress_parts(d))
 
 
 def format_duration(seconds: float) -> str:

@@ -247,20 +247,18 @@ class TuneMagics(Magics):
 
     @line_magic
     def tune_list(self, line: str = "") -> Any:
-        """List the session's experiments: name, state, trials, best metric."""
+        """List the session's experiments: name, state, trials, errored trials, best metric."""
         import pandas as pd
 
         rows = []
         for name, exp in self._known().items():
-            engine = exp.engine
-            state = "done" if engine.done else ("paused" if engine.paused else "running")
             best = exp.best
-            rows.append({"name": name, "state": state, "trials": len(engine.trials),
-                         "metric": exp.metric,
+            rows.append({"name": name, "state": exp.state, "trials": len(exp.engine.trials),
+                         "errors": exp.errored, "metric": exp.metric,
                          "best": None if best is None else best[exp.metric],
                          "best_trial": None if best is None else best["trial_id"],
                          "runtime": exp.runtime.name})
-        return pd.DataFrame(rows, columns=["name", "state", "trials", "metric", "best",
+        return pd.DataFrame(rows, columns=["name", "state", "trials", "errors", "metric", "best",
                                            "best_trial", "runtime"])
 
     @magic_arguments()

@@ -33,6 +33,7 @@ from nbtune.core import events as ev
 from nbtune.core.best import best_index
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.trial import Trial, TrialState
+from nbtune.experiment import error_line
 from nbtune.ui.lanes import Lanes, Rect, Segment
 
 __all__ = ["DashboardModel", "Delta", "Rect", "Segment", "Points", "Progress", "DISPLAY_STATES"]
@@ -56,13 +57,19 @@ class Points(NamedTuple):
 
 @dataclass(frozen=True)
 class Progress:
-    """Trials settled (paused at a rung or finished) out of ``total`` (None: unknown)."""
+    """Trials settled (paused at a rung or finished) out of ``total`` (None: unknown).
+
+    ``errors`` counts the trials that ended in an error; ``failed`` says the
+    experiment ended with every trial in error (``Experiment.failed``).
+    """
 
     settled: int
     total: int | None
     fraction: float | None
     elapsed: float
     eta: float | None
+    errors: int = 0
+    failed: bool = False
 
 
 @dataclass
@@ -332,16 +339,18 @@ class DashboardModel:
         return {"trial_id": tid, "state": self.display_state(tid),
                 "config": dict(t.config), self.metric: r.best, "last": r.last,
                 "budget": r.budget, "promotions": r.promotions,
-                "start": t.start_time, "end": t.end_time, "error": r.error or ""}
+                "start": t.start_time, "end": t.end_time, "error": error_line(r.error)}
 
     def _progress(self, now: float) -> Progress:
         total = getattr(self.engine.algorithm, "num_trials", None)
         settled = sum(1 for r in self._rows.values()
                       if r.state is TrialState.PAUSED or r.state.is_terminal)
+        errors = sum(1 for r in self._rows.values() if r.state is TrialState.ERROR)
         if self.engine.done:
-            return Progress(settled, total, 1.0, now, 0.0)
+            failed = 0 < errors == len(self._rows)
+            return Progress(settled, total, 1.0, now, 0.0, errors, failed)
         if not total:
-            return Progress(settled, None, None, now, None)
+            return Progress(settled, None, None, now, None, errors)
         frac = min(settled / total, 1.0)
         eta = now * (1.0 - frac) / frac if frac >= 0.02 and now > 0 else None
-        return Progress(settled, total, frac, now, eta)
+        return Progress(settled, total, frac, now, eta, errors)
