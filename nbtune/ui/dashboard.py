@@ -172,7 +172,9 @@ class Dashboard:
             raise ValueError(f"the dashboard plots {self.figures.metric!r} but the experiment "
                              f"reports {experiment.metric!r}")
         self.experiment = experiment
-        self.model = DashboardModel(experiment.engine)
+        # a runtime on the wall clock samples utilization: "measured" from the first frame
+        self.model = DashboardModel(experiment.engine,
+                                    measured=not experiment.runtime.virtual_clock)
         _DASHBOARDS.setdefault(experiment, self)
         self.update()
         if autostart and not self.finished:

@@ -131,7 +131,7 @@ class Figures:
         return p
 
     def _util_figure(self, width: int) -> Any:
-        p = figure(title="GPU utilization (allocated)", width=width, height=180,
+        p = figure(title=util_title("GPU", "allocated"), width=width, height=180,
                    x_axis_label="time (s)", y_range=Range1d(0, 1), tools="xpan,xwheel_zoom,reset")
         cmap = LinearColorMapper(palette=Viridis256, low=0.0, high=1.0)
         fill = {"field": "util", "transform": cmap}
@@ -211,8 +211,10 @@ class Figures:
         self._replace(self.alloc_open_src, rect_cols(d.alloc_open))
         if d.util_kind != self._util_kind:  # the runtime started measuring: drop estimates
             self._util_kind = d.util_kind
-            self.util.title.text = f"GPU utilization ({d.util_kind})"
             self.util_src.data = arrays(seg_cols(()))
+        title = util_title(d.util_device, d.util_kind)
+        if self.util.title.text != title:
+            self.util.title.text = title
         if d.util_closed:
             self.util_src.stream(arrays(seg_cols(d.util_closed)), rollover=self.rollover)
         self._replace(self.util_open_src, seg_cols(d.util_open))
@@ -313,6 +315,11 @@ class Figures:
     def set_header(self, html: str) -> None:
         if self.header.text != html:
             self.header.text = html
+
+
+def util_title(device: str, kind: str) -> str:
+    """``CPU utilization (measured)``: what the lanes are and whether they were measured."""
+    return f"{device} utilization ({kind})"
 
 
 def state_word(d: Delta) -> str:

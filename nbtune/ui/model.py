@@ -91,6 +91,7 @@ class Delta:
     alloc_closed: list[Rect] = field(default_factory=list)
     alloc_open: list[Rect] = field(default_factory=list)
     util_kind: str = "allocated"
+    util_device: str = "GPU"  # "CPU": the lanes are CPU workers (their trials' CPU share)
     util_closed: list[Segment] = field(default_factory=list)
     util_open: list[Segment] = field(default_factory=list)
     best: int | None = None
@@ -123,7 +124,8 @@ class DashboardModel:
     reports arrive faster than the view looks, as in the simulator.
     """
 
-    def __init__(self, engine: Any, *, max_points: int | None = 32) -> None:
+    def __init__(self, engine: Any, *, max_points: int | None = 32,
+                 measured: bool = False) -> None:
         if max_points is not None and max_points < 1:
             raise ValueError(f"max_points must be >= 1 or None, got {max_points}")
         self.max_points = max_points
@@ -136,7 +138,7 @@ class DashboardModel:
         self._n_seen = 0  # engine trials (in insertion order) already given a row
         # paused trials can be retired or re-queued with no event or command naming them
         self._waiting: set[int] = set()
-        self.lanes = Lanes(engine)
+        self.lanes = Lanes(engine, measured=measured)
         self._best: int | None = None
         self._pulled = False
         self._reset_buffers()
@@ -167,7 +169,7 @@ class DashboardModel:
                 metric=self.metric, lanes=list(lanes.lane_of),
                 rows={tid: self._row_dict(tid) for tid in sorted(self._dirty)},
                 points=self._points, alloc_closed=closed, alloc_open=lanes.open_rects(now),
-                util_kind=util_kind, util_closed=segments, util_open=lanes.util_open(now),
+                util_kind=util_kind, util_device=lanes.device, util_closed=segments, util_open=lanes.util_open(now),
                 best=best, best_changed=best_changed, best_curve=best_curve,
                 best_value=None if best is None else self._rows[best].best,
                 progress=self._progress(now),
