@@ -79,3 +79,23 @@ def test_sigint_to_the_process_group_interrupts_only_the_wait(tmp_path):
     assert result["interrupted"], "the wait was not interrupted"
     assert result["done"] and result["states"] == ["completed"] * 4, (result, err[-3000:])
     assert "KeyboardInterrupt" not in err.replace("except KeyboardInterrupt", ""), err[-3000:]
+
+
+def _sigint_ignored() -> bool:
+    return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_workers_of_a_cluster_nbtune_starts_ignore_sigint_also_after_a_restart():
+    from nbtune.runtimes.dask.cluster import connect
+
+    client, cluster, _ = connect(None, gpus=False, n_workers=1, threads_per_worker=1,
+                                 host="127.0.0.1", dashboard_address=None, memory_limit="1GiB")
+    try:
+        assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # the driver's is back
+        assert all(client.run(_sigint_ignored).values())
+        client.restart_workers(list(client.scheduler_info()["workers"]))  # a fresh process
+        client.wait_for_workers(1, timeout=60)
+        assert all(client.run(_sigint_ignored).values())
+    finally:
+        client.close()
+        cluster.close()
