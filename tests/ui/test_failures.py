@@ -114,3 +114,27 @@ def test_tune_warns_before_minimising_accuracy():
     with pytest.warns(UserWarning, match="'accuracy' is usually maximised"):
         nbtune.tune(wl, SPACE, algorithm="random", metric="accuracy", max_budget=3,
                     num_trials=2, runtime="sim")
+
+
+def broken(config, trial):
+    raise ValueError(f"lr {config['x']:.2f} is too large")
+
+
+@pytest.mark.integration
+def test_on_dask_every_trial_failing_raises_the_first_traceback(wire):
+    from nbtune.runtimes.dask import DaskRuntime
+
+    rt = DaskRuntime(n_workers=2, preload=(), warm_processes=1, sample_interval=0.5)
+    try:
+        exp = nbtune.tune(broken, {"x": nbtune.uniform(0.0, 1.0)}, algorithm="random",
+                          metric="loss", max_budget=3, num_trials=3, runtime=rt)
+        with pytest.raises(TrialsFailed, match="ValueError: lr .* is too large"):
+            exp.wait(120)
+        assert exp.state == "failed"
+        dash = Dashboard(exp)
+        shown = set(dash.figures.table_src.data["error"])
+        assert len(shown) == 3 and all(s.startswith("ValueError: lr ") for s in shown), shown
+        assert all("Traceback" in e for e in exp.results()["error"])  # the full one, on demand
+        dash.close()
+    finally:
+        rt.close()
