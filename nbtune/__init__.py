@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from nbtune.api import tune
 from nbtune.core.space import choice, grid, loguniform, qloguniform, quniform, randint, uniform
-from nbtune.experiment import Experiment, set_frontend
+from nbtune.experiment import Experiment, TrialsFailed, set_frontend
 from nbtune.runtimes.sim import SimRuntime
 from nbtune.version import __version__
 from nbtune.workloads import SyntheticWorkload, TraceWorkload
@@ -17,6 +17,7 @@ __all__ = [
     "tune", "resume", "Experiment", "SimRuntime", "DaskRuntime", "SyntheticWorkload", "TraceWorkload",
     "choice", "grid", "loguniform", "qloguniform", "quniform", "randint", "uniform",
     "__version__", "load_ipython_extension",
+    "TrialsFailed",
 ]
 
 

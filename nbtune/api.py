@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nbtune.allocators import make_allocator
-from nbtune.build import build_experiment, make_runtime
+from nbtune.build import build_experiment, check_mode, make_runtime
 from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment
 from nbtune.runtimes.base import Runtime, check_trainable
@@ -78,6 +78,7 @@ def tune(
             st.ensure_new(name)  # a clash fails before anything runs, with the resume hint
         if seed is None and isinstance(algorithm, str | type):
             seed = secrets.randbelow(2**31)  # resume replays the same draws: fix the seed now
+    check_mode(metric, mode)  # accuracy minimised by mistake: say so before anything runs
     rt = make_runtime(runtime)
     check_trainable(trainable, rt)  # before the store records anything
     from nbtune.algorithms import make_algorithm

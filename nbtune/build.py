@@ -8,6 +8,8 @@ run that never started leaves no record behind) is written once.
 
 from __future__ import annotations
 
+import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +19,32 @@ from nbtune.runtimes.base import Runtime, check_trainable
 from nbtune.runtimes.sim import SimRuntime
 
 __all__ = ["build_experiment", "make_runtime", "runtime_class",
-           "check_trainable"]
+           "check_trainable", "check_mode"]
+
+#: words in a metric's name that say which way is better (``val_accuracy``, ``train-loss``)
+_MAXIMISED = {"accuracy", "acc", "auc", "roc", "f1", "precision", "recall", "reward", "return",
+              "bleu", "rouge", "r2", "iou", "dice", "map", "top1", "top5", "ndcg"}
+_MINIMISED = {"loss", "error", "err", "mse", "mae", "rmse", "nll", "perplexity", "ppl",
+              "regret", "cost", "wer", "cer", "latency"}
+
+
+def check_mode(metric: str, mode: str) -> str | None:
+    """Warn when the metric's name says the other direction (``accuracy`` with ``mode='min'``).
+
+    A silently minimised accuracy tunes towards the worst model and reports it
+    as best; a warning, not an error, since names can mislead (``loss_reduction``).
+    Returns the message given, or None.
+    """
+    words = {w for w in re.split(r"[^a-z0-9]+", metric.lower()) if w}
+    wanted = ("max" if words & _MAXIMISED and not words & _MINIMISED
+              else "min" if words & _MINIMISED and not words & _MAXIMISED else None)
+    if wanted is None or wanted == mode or mode not in ("min", "max"):  # a bad mode: its own error
+        return None
+    msg = (f"metric {metric!r} is usually {wanted}imised but mode={mode!r}: the best trial "
+           f"will be the one with the {'lowest' if mode == 'min' else 'highest'} {metric}; "
+           f"pass mode={wanted!r} (%%tune: --mode {wanted}) if that is not what you want")
+    warnings.warn(msg, UserWarning, stacklevel=3)
+    return msg
 
 
 #: what the protocol asks of a runtime object, named in the error when one lacks some

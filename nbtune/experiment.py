@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Protocol
 
 import pandas as pd
@@ -12,7 +13,7 @@ from nbtune.core.trial import TrialState
 from nbtune.engine.engine import Engine
 from nbtune.runtimes.base import Runtime
 
-__all__ = ["Experiment", "Frontend", "set_frontend"]
+__all__ = ["Experiment", "Frontend", "TrialsFailed", "set_frontend", "error_line"]
 
 
 class Frontend(Protocol):
@@ -32,6 +33,33 @@ def set_frontend(frontend: Frontend | None) -> None:
     """Plug the UI in (``nbtune/__init__.py`` does, lazily); the experiment never imports it."""
     global _frontend
     _frontend = frontend
+
+
+class TrialsFailed(RuntimeError):
+    """Every trial of an experiment failed: :meth:`Experiment.wait` raises it with the first error.
+
+    Like Ray Tune's ``TuneError``: a run whose every trial crashed has no result,
+    and "done" would hide a bug in the training code. ``errors`` maps each trial
+    id to its full traceback (also in ``exp.results()["error"]``).
+    """
+
+    def __init__(self, name: str, errors: dict[int, str]) -> None:
+        self.errors = dict(errors)
+        first = min(self.errors)
+        super().__init__(
+            f"experiment {name!r} failed: all {len(self.errors)} trials raised an error; "
+            f"trial {first}'s traceback follows (every one is in exp.results()['error'])\n"
+            f"{self.errors[first].rstrip()}")
+
+
+def error_line(error: str | None) -> str:
+    """A traceback's last non-blank line (``ValueError: bad lr``): what a table cell can show."""
+    lines = [ln.strip() for ln in (error or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+#: creation order of experiments in this process ("the latest" for %tune_stop without a name)
+_CREATED = itertools.count()
 
 
 def _front() -> Frontend:
@@ -60,16 +88,41 @@ class Experiment:
         self.engine = engine
         self.runtime = runtime
         self.trainable = trainable
+        self.created = next(_CREATED)
 
     # ------------------------------------------------------------- control
     def wait(self, timeout: float | None = None) -> Experiment:
-        """Block until the experiment ends (or ``timeout`` seconds pass)."""
+        """Block until the experiment ends (or ``timeout`` seconds pass).
+
+        Raises :class:`TrialsFailed` (with the first error) when every trial failed.
+        """
         self.runtime.wait(timeout)
+        if self.failed:
+            raise TrialsFailed(self.name, {t.trial_id: t.error or "" for t in
+                                           self.engine.trials.values()})
         return self
 
     @property
     def done(self) -> bool:
         return self.engine.done
+
+    @property
+    def errored(self) -> int:
+        """How many trials ended in an error."""
+        return sum(1 for t in list(self.engine.trials.values()) if t.state is TrialState.ERROR)
+
+    @property
+    def failed(self) -> bool:
+        """Ended with every trial in error: no result at all."""
+        n = len(self.engine.trials)
+        return self.engine.done and n > 0 and self.errored == n
+
+    @property
+    def state(self) -> str:
+        """``failed``, ``done``, ``paused`` or ``running``: what every view calls it."""
+        if self.failed:
+            return "failed"
+        return "done" if self.done else ("paused" if self.engine.paused else "running")
 
     def stop(self) -> None:
         self.runtime.submit(ev.ExperimentStopRequested(self.runtime.clock.now()))
@@ -211,9 +264,9 @@ class Experiment:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        state = "done" if self.done else "running"
         n = len(self.engine.trials)
-        return f"<Experiment {self.name!r} {state}: {n} trials>"
+        errors = f", {self.errored} errored" if self.errored else ""
+        return f"<Experiment {self.name!r} {self.state}: {n} trials{errors}>"
 
     def trials_in(self, state: TrialState) -> list[int]:
         return [t.trial_id for t in self.engine.trials.values() if t.state is state]

@@ -27,7 +27,7 @@ from typing import Any
 
 import ipywidgets as W
 
-from nbtune.ui.figures import Figures, format_duration, summary_html
+from nbtune.ui.figures import Figures, progress_parts, state_word, summary_html
 from nbtune.ui.model import DashboardModel, Delta
 
 __all__ = ["Dashboard", "dashboard_for", "load_bokehjs", "show"]
@@ -172,7 +172,9 @@ class Dashboard:
             raise ValueError(f"the dashboard plots {self.figures.metric!r} but the experiment "
                              f"reports {experiment.metric!r}")
         self.experiment = experiment
-        self.model = DashboardModel(experiment.engine)
+        # a runtime on the wall clock samples utilization: "measured" from the first frame
+        self.model = DashboardModel(experiment.engine,
+                                    measured=not experiment.runtime.virtual_clock)
         _DASHBOARDS.setdefault(experiment, self)
         self.update()
         if autostart and not self.finished:
@@ -256,18 +258,12 @@ class Dashboard:
         p = d.progress
         if p is not None and p.fraction is not None:
             self.progress.value = p.fraction
-        state = "done" if d.done else ("paused" if d.paused else "running")
-        text = [f"<b>{state}</b>", f"t = {d.time:,.0f} s"]
-        if p is not None:
-            text.append(f"{p.settled}/{p.total} trials settled" if p.total
-                        else f"{p.settled} trials settled")
-            if p.eta is not None and not d.done:
-                text.append(f"ETA {format_duration(p.eta)}")
+        text = [f"<b>{state_word(d)}</b>", f"t = {d.time:,.0f} s", *progress_parts(d)]
         if d.best is not None and d.best_value is not None:
             text.append(f"best {d.metric} {d.best_value:.4g} (trial {d.best})")
         self.status.value = " &middot; ".join(text)
         if d.done:
-            self.progress.bar_style = "success"
+            self.progress.bar_style = "danger" if p is not None and p.failed else "success"
             for w in (self.stop_button, self.pause_button, self.concurrency, self.trial_box,
                       self.stop_trial_button):
                 w.disabled = True

@@ -21,7 +21,7 @@ def report_html(experiment: Any, *, title: str | None = None) -> str:
     from bokeh.embed import file_html
     from bokeh.resources import INLINE
 
-    model = DashboardModel(experiment.engine)
+    model = DashboardModel(experiment.engine, measured=not experiment.runtime.virtual_clock)
     try:
         delta = model.pull()
     finally:

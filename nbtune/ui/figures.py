@@ -131,7 +131,7 @@ class Figures:
         return p
 
     def _util_figure(self, width: int) -> Any:
-        p = figure(title="GPU utilization (allocated)", width=width, height=180,
+        p = figure(title=util_title("GPU", "allocated"), width=width, height=180,
                    x_axis_label="time (s)", y_range=Range1d(0, 1), tools="xpan,xwheel_zoom,reset")
         cmap = LinearColorMapper(palette=Viridis256, low=0.0, high=1.0)
         fill = {"field": "util", "transform": cmap}
@@ -211,8 +211,10 @@ class Figures:
         self._replace(self.alloc_open_src, rect_cols(d.alloc_open))
         if d.util_kind != self._util_kind:  # the runtime started measuring: drop estimates
             self._util_kind = d.util_kind
-            self.util.title.text = f"GPU utilization ({d.util_kind})"
             self.util_src.data = arrays(seg_cols(()))
+        title = util_title(d.util_device, d.util_kind)
+        if self.util.title.text != title:
+            self.util.title.text = title
         if d.util_closed:
             self.util_src.stream(arrays(seg_cols(d.util_closed)), rollover=self.rollover)
         self._replace(self.util_open_src, seg_cols(d.util_open))
@@ -315,17 +317,37 @@ class Figures:
             self.header.text = html
 
 
-def summary_html(title: str, d: Delta) -> str:
-    """One line of status for the header: state, progress, best trial."""
+def util_title(device: str, kind: str) -> str:
+    """``CPU utilization (measured)``: what the lanes are and whether they were measured."""
+    return f"{device} utilization ({kind})"
+
+
+def state_word(d: Delta) -> str:
+    """``failed`` (every trial errored), ``done``, ``paused`` or ``running``."""
+    if d.done and d.progress is not None and d.progress.failed:
+        return "failed"
+    return "done" if d.done else ("paused" if d.paused else "running")
+
+
+def progress_parts(d: Delta) -> list[str]:
+    """Trials settled, trials in error (never hidden), ETA: the header's and status line's words."""
     p = d.progress
-    state = "done" if d.done else ("paused" if d.paused else "running")
-    parts = [f"<b>{title}</b> &middot; {state} &middot; t = {d.time:,.0f} s"]
-    if p is not None:
-        total = f"/{p.total}" if p.total else ""
-        parts.append(f"{p.settled}{total} trials settled")
-        if p.eta is not None and not d.done:
-            parts.append(f"ETA {format_duration(p.eta)}")
-    return " &middot; ".join(parts)
+    if p is None:
+        return []
+    parts = [f"{p.settled}/{p.total} trials settled" if p.total
+             else f"{p.settled} trials settled"]
+    if p.errors:
+        parts.append(f'<span style="color:#d62728"><b>{p.errors} errored</b></span>'
+                     " (tracebacks: exp.results()['error'])")
+    if p.eta is not None and not d.done:
+        parts.append(f"ETA {format_duration(p.eta)}")
+    return parts
+
+
+def summary_html(title: str, d: Delta) -> str:
+    """One line of status for the header: state, progress, errors."""
+    parts = [f"<b>{title}</b> &middot; {state_word(d)} &middot; t = {d.time:,.0f} s"]
+    return " &middot; ".join(parts + progress_parts(d))
 
 
 def format_duration(seconds: float) -> str:

@@ -48,8 +48,11 @@ class Segment(NamedTuple):
 class Lanes:
     """Incremental rectangles and utilization of one engine (the model holds the lock)."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, *, measured: bool = False) -> None:
         self.engine = engine
+        # the runtime samples utilization (a real run): say "measured" from the start and
+        # show nothing until the first sample, rather than an estimate that the title retracts
+        self.expect_measured = measured
         self.lane_of: dict[int, int] = {}
         self._t0: float | None = None
         self._cluster: Any = None
@@ -72,11 +75,19 @@ class Lanes:
 
     @property
     def kind(self) -> str:
-        return "measured" if self._measured else "allocated"
+        return "measured" if self._measured or self.expect_measured else "allocated"
+
+    @property
+    def device(self) -> str:
+        """``CPU`` when every lane is a CPU worker standing for a GPU, else ``GPU``."""
+        cluster = self.engine.ledger.cluster
+        gpus = cluster.gpus if cluster is not None else ()
+        return "CPU" if gpus and all(g.kind == "cpu" for g in gpus) else "GPU"
 
     def take(self) -> tuple[list[Rect], list[Segment]]:
         """Rectangles closed and utilization segments finished since the last take."""
-        out = (self._closed, self._meas_closed if self._measured else self._util_closed)
+        measured = self._measured or self.expect_measured
+        out = (self._closed, self._meas_closed if measured else self._util_closed)
         self._closed, self._util_closed, self._meas_closed = [], [], []
         return out
 
@@ -84,7 +95,7 @@ class Lanes:
         return [_ended(r, now) for r in self._live.values()]
 
     def util_open(self, now: float) -> list[Segment]:
-        if self._measured:
+        if self._measured or self.expect_measured:
             return [Segment(g, self.lane_of[g], s, max(now, s), u)
                     for g, (s, u) in self._measured.items()]
         return [Segment(g, self.lane_of[g], self._level_since[g], max(now, self._level_since[g]),

@@ -25,6 +25,7 @@ experiments by name.
 from __future__ import annotations
 
 import ast
+import re
 import shlex
 from typing import Any
 
@@ -81,6 +82,29 @@ def make_trainable(code: str, namespace: dict[str, Any], name: str = "train") ->
     return train
 
 
+#: tune()'s keywords as the magic spells them, for messages that come from tune()
+_OPTIONS = {"name": "--name", "metric": "--metric", "mode": "--mode", "max_budget": "--max-budget",
+            "min_budget": "--min-budget", "num_trials": "--num-trials",
+            "algorithm": "--algorithm", "allocator": "--allocator", "runtime": "--runtime",
+            "store": "--store", "seed": "--seed"}
+# ``name=`` anywhere; a bare word only when it cannot be prose (``num_trials``, not ``mode``)
+_KEYWORD = re.compile(r"\b(" + "|".join(_OPTIONS) + r")(=)|\b("
+                      + "|".join(k for k in _OPTIONS if "_" in k) + r")\b()")
+
+
+def _usage(exc: Exception) -> UsageError:
+    """``tune()``'s error in the magic's words (``--num-trials``, not ``num_trials``).
+
+    A UsageError prints its message alone: no traceback quoting the cell body.
+    """
+    text = _KEYWORD.sub(lambda m: _OPTIONS[m.group(1) or m.group(3)] + (" " if m.group(2) else ""),
+                        str(exc))
+    text = re.sub(r"(--[a-z-]+) (\s)", r"\1\2", text)  # "name= or" -> "--name or"
+    if not isinstance(exc, ValueError | TypeError):
+        text = f"{type(exc).__name__}: {text}"
+    return UsageError(text)
+
+
 def _option(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.isidentifier():
@@ -117,7 +141,10 @@ class TuneMagics(Magics):
     @argument("-w", "--workload", default=None,
               help="a variable holding a workload model: simulate it (cell body must be empty)")
     @argument("--gpus", type=int, default=None, help="simulated GPUs for runtime 'sim'")
-    @argument("--name", default=None, help="experiment name (default: experiment-N)")
+    @argument("--name", default=None, help="experiment name (default: experiment-N); "
+              "when taken, a re-run gets the next free one (NAME-2, ...)")
+    @argument("--replace", action="store_true", help="reuse a taken --name: stop the "
+              "session's experiment of that name and delete it from the store")
     @argument("--store", nargs="?", const=True, default=None,
               help="persist to a store so nbtune.resume can continue it: a path or URL "
               "(bare --store: ./nbtune-store)")
@@ -162,6 +189,8 @@ class TuneMagics(Magics):
         from nbtune.api import tune
 
         options = dict(_option(o) for o in args.option)
+        store = self._store(args.store)
+        name = self._name(args.name, args.replace, store)
         dash = None
         if not args.no_dashboard and getattr(self.shell, "kernel", None) is not None:
             from nbtune.ui.dashboard import Dashboard, load_bokehjs
@@ -169,20 +198,19 @@ class TuneMagics(Magics):
             # build the dashboard before the trials start: its one-off cost (~0.3 s of
             # CPU) then does not compete with their first launches
             load_bokehjs()
-            dash = Dashboard(metric=args.metric, mode=args.mode, space=space,
-                             name=args.name or "")
+            dash = Dashboard(metric=args.metric, mode=args.mode, space=space, name=name or "")
         try:
             exp = tune(
                 trainable, space, algorithm=args.algorithm, metric=args.metric,
                 mode=args.mode, max_budget=args.max_budget, min_budget=args.min_budget,
                 num_trials=args.num_trials, allocator=args.allocator, runtime=runtime,
-                name=args.name, store=args.store, seed=args.seed, **options,
+                name=name, store=store, seed=args.seed, **options,
             )
         except BaseException as exc:
             if dash is not None:
                 dash.close()
-            if isinstance(exc, ValueError | TypeError):  # bad options: say so, no traceback
-                raise UsageError(str(exc)) from None
+            if isinstance(exc, Exception):  # say what to fix; a traceback here would quote
+                raise _usage(exc) from exc  # the whole cell body (IPython's run_cell_magic)
             raise
         ns[args.var] = exp
         self.experiments[exp.name] = exp
@@ -190,6 +218,53 @@ class TuneMagics(Magics):
             display(dash.attach(exp))
         elif not args.no_dashboard:
             display(exp)  # outside a kernel: the summary
+
+    def _store(self, spec: Any) -> Any:
+        """The store ``--store`` names, opened once here (the name check and ``tune`` share it)."""
+        if spec is None:
+            return None
+        from nbtune.store import open_store  # SQLAlchemy, on demand
+
+        try:
+            return open_store(spec)
+        except Exception as exc:
+            raise UsageError(f"--store {spec if spec is not True else ''}: cannot open the "
+                             f"store: {exc}") from exc
+
+    def _name(self, name: str | None, replace: bool, store: Any) -> str | None:
+        """The name a (re-)run gets: ``--name`` if free, else the next free one or, with
+        ``--replace``, the same one after the old experiment is stopped and deleted.
+
+        Re-running a cell is the notebook's way of trying again: it must start a new
+        experiment, never fail on the name the cell already used.
+        """
+        if name is None:
+            if replace:
+                raise UsageError("--replace reuses the name given by --name; add --name NAME")
+            return None
+        known = self._known()
+        stored = set(store.names()) if store is not None else set()
+        if name not in known and name not in stored:
+            return name
+        if not replace:
+            k = 2
+            while f"{name}-{k}" in known or f"{name}-{k}" in stored:
+                k += 1
+            print(f"nbtune: an experiment named {name!r} exists; this run is "
+                  f"'{name}-{k}' (--replace reuses {name!r})")
+            return f"{name}-{k}"
+        old = known.get(name)
+        if old is not None:
+            if not old.done:
+                old.stop()
+                old.runtime.wait(60)  # its trials end before the new run starts
+            self.experiments.pop(name, None)
+            for var, value in list(self.shell.user_ns.items()):
+                if value is old:
+                    del self.shell.user_ns[var]  # else the name would still point at it
+        if name in stored:
+            store.delete(name)
+        return name
 
     def _eval(self, expr: str, what: str) -> Any:
         if len(expr) > 1 and expr[0] == expr[-1] and expr[0] in "'\"":
@@ -233,7 +308,8 @@ class TuneMagics(Magics):
         if not words:
             if not known:
                 raise UsageError("no experiments in this session")
-            return list(known.values())[-1]
+            # the one started last, wherever it is bound (not the last name in the namespace)
+            return max(known.values(), key=lambda e: getattr(e, "created", -1))
         key = words[0]
         if key in known:
             return known[key]
@@ -246,20 +322,18 @@ class TuneMagics(Magics):
 
     @line_magic
     def tune_list(self, line: str = "") -> Any:
-        """List the session's experiments: name, state, trials, best metric."""
+        """List the session's experiments: name, state, trials, errored trials, best metric."""
         import pandas as pd
 
         rows = []
         for name, exp in self._known().items():
-            engine = exp.engine
-            state = "done" if engine.done else ("paused" if engine.paused else "running")
             best = exp.best
-            rows.append({"name": name, "state": state, "trials": len(engine.trials),
-                         "metric": exp.metric,
+            rows.append({"name": name, "state": exp.state, "trials": len(exp.engine.trials),
+                         "errors": exp.errored, "metric": exp.metric,
                          "best": None if best is None else best[exp.metric],
                          "best_trial": None if best is None else best["trial_id"],
                          "runtime": exp.runtime.name})
-        return pd.DataFrame(rows, columns=["name", "state", "trials", "metric", "best",
+        return pd.DataFrame(rows, columns=["name", "state", "trials", "errors", "metric", "best",
                                            "best_trial", "runtime"])
 
     @magic_arguments()

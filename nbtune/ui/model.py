@@ -33,6 +33,7 @@ from nbtune.core import events as ev
 from nbtune.core.best import best_index
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.trial import Trial, TrialState
+from nbtune.experiment import error_line
 from nbtune.ui.lanes import Lanes, Rect, Segment
 
 __all__ = ["DashboardModel", "Delta", "Rect", "Segment", "Points", "Progress", "DISPLAY_STATES"]
@@ -56,13 +57,19 @@ class Points(NamedTuple):
 
 @dataclass(frozen=True)
 class Progress:
-    """Trials settled (paused at a rung or finished) out of ``total`` (None: unknown)."""
+    """Trials settled (paused at a rung or finished) out of ``total`` (None: unknown).
+
+    ``errors`` counts the trials that ended in an error; ``failed`` says the
+    experiment ended with every trial in error (``Experiment.failed``).
+    """
 
     settled: int
     total: int | None
     fraction: float | None
     elapsed: float
     eta: float | None
+    errors: int = 0
+    failed: bool = False
 
 
 @dataclass
@@ -84,6 +91,7 @@ class Delta:
     alloc_closed: list[Rect] = field(default_factory=list)
     alloc_open: list[Rect] = field(default_factory=list)
     util_kind: str = "allocated"
+    util_device: str = "GPU"  # "CPU": the lanes are CPU workers (their trials' CPU share)
     util_closed: list[Segment] = field(default_factory=list)
     util_open: list[Segment] = field(default_factory=list)
     best: int | None = None
@@ -116,7 +124,8 @@ class DashboardModel:
     reports arrive faster than the view looks, as in the simulator.
     """
 
-    def __init__(self, engine: Any, *, max_points: int | None = 32) -> None:
+    def __init__(self, engine: Any, *, max_points: int | None = 32,
+                 measured: bool = False) -> None:
         if max_points is not None and max_points < 1:
             raise ValueError(f"max_points must be >= 1 or None, got {max_points}")
         self.max_points = max_points
@@ -129,7 +138,7 @@ class DashboardModel:
         self._n_seen = 0  # engine trials (in insertion order) already given a row
         # paused trials can be retired or re-queued with no event or command naming them
         self._waiting: set[int] = set()
-        self.lanes = Lanes(engine)
+        self.lanes = Lanes(engine, measured=measured)
         self._best: int | None = None
         self._pulled = False
         self._reset_buffers()
@@ -160,7 +169,7 @@ class DashboardModel:
                 metric=self.metric, lanes=list(lanes.lane_of),
                 rows={tid: self._row_dict(tid) for tid in sorted(self._dirty)},
                 points=self._points, alloc_closed=closed, alloc_open=lanes.open_rects(now),
-                util_kind=util_kind, util_closed=segments, util_open=lanes.util_open(now),
+                util_kind=util_kind, util_device=lanes.device, util_closed=segments, util_open=lanes.util_open(now),
                 best=best, best_changed=best_changed, best_curve=best_curve,
                 best_value=None if best is None else self._rows[best].best,
                 progress=self._progress(now),
@@ -332,16 +341,18 @@ class DashboardModel:
         return {"trial_id": tid, "state": self.display_state(tid),
                 "config": dict(t.config), self.metric: r.best, "last": r.last,
                 "budget": r.budget, "promotions": r.promotions,
-                "start": t.start_time, "end": t.end_time, "error": r.error or ""}
+                "start": t.start_time, "end": t.end_time, "error": error_line(r.error)}
 
     def _progress(self, now: float) -> Progress:
         total = getattr(self.engine.algorithm, "num_trials", None)
         settled = sum(1 for r in self._rows.values()
                       if r.state is TrialState.PAUSED or r.state.is_terminal)
+        errors = sum(1 for r in self._rows.values() if r.state is TrialState.ERROR)
         if self.engine.done:
-            return Progress(settled, total, 1.0, now, 0.0)
+            failed = 0 < errors == len(self._rows)
+            return Progress(settled, total, 1.0, now, 0.0, errors, failed)
         if not total:
-            return Progress(settled, None, None, now, None)
+            return Progress(settled, None, None, now, None, errors)
         frac = min(settled / total, 1.0)
         eta = now * (1.0 - frac) / frac if frac >= 0.02 and now > 0 else None
-        return Progress(settled, total, frac, now, eta)
+        return Progress(settled, total, frac, now, eta, errors)

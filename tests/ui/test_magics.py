@@ -147,3 +147,69 @@ def test_in_a_kernel_the_dashboard_is_built_before_the_run(ip, monkeypatch, wire
     with pytest.raises(UsageError):  # a bad option: the prebuilt dashboard is closed again
         ip.run_line_magic("tune", "space -w wl -b 3 -o nope=1 --name broken")
     dash.close()
+
+
+def test_without_a_name_the_line_magics_mean_the_experiment_started_last(ip):
+    import nbtune
+
+    ip.user_ns["first"] = nbtune.tune(workload(max_budget=3), SPACE, algorithm="random",
+                                      metric="loss", max_budget=3, num_trials=2, name="older")
+    ip.run_line_magic("tune", "space -w wl -b 3 -n 2 -a random --name newer --as later "
+                      "--no-dashboard")
+    ip.user_ns["first"] = ip.user_ns["first"]  # rebinding an old variable changes nothing
+    magics = ip.magics_manager.registry["TuneMagics"]
+    assert magics._find("").name == "newer"
+    with pytest.raises(UsageError, match="'newer' has already finished"):
+        ip.run_line_magic("tune_stop", "")  # it names the one just run
+
+
+def _cell(ip, line: str, body: str = "# simulated\n") -> str:
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as cap:
+        ip.run_cell(f"%%tune {line}\n{body}")
+    return cap.stdout + cap.stderr
+
+
+def test_rerunning_a_cell_starts_a_new_experiment_under_the_next_free_name(ip):
+    line = "space -w wl -b 3 -n 2 -a random --name again --no-dashboard"
+    _cell(ip, line)
+    first = ip.user_ns["exp"]
+    out = _cell(ip, line)
+    second = ip.user_ns["exp"]
+    assert second is not first and (first.name, second.name) == ("again", "again-2")
+    assert "'again-2'" in out and "--replace" in out
+    _cell(ip, line)
+    assert ip.user_ns["exp"].name == "again-3"
+    names = set(ip.run_line_magic("tune_list", "")["name"])
+    assert {"again", "again-2", "again-3"} <= names
+
+
+def test_rerunning_a_cell_with_a_store_and_replace(ip, tmp_path):
+    line = f"space -w wl -b 3 -n 2 -a random --name kept --store {tmp_path} --no-dashboard"
+    out = _cell(ip, line)
+    assert ip.user_ns["exp"].name == "kept", out
+    _cell(ip, line)  # today: "already exists ... pick another name=": an error
+    assert ip.user_ns["exp"].name == "kept-2"
+    store = ip.user_ns["exp"].store
+    assert {"kept", "kept-2"} <= set(store.names())
+    old_id = store.experiment_id("kept")
+    _cell(ip, line + " --replace")
+    exp = ip.user_ns["exp"]
+    assert exp.name == "kept" and exp.done
+    assert sorted(store.names()) == ["kept", "kept-2"]
+    store._ids.clear()  # ask the database, not the store's cache
+    assert store.experiment_id("kept") != old_id  # the old record was deleted, this is new
+    magics = ip.magics_manager.registry["TuneMagics"]
+    assert magics._known()["kept"] is exp  # the replaced one is gone from the session
+
+
+def test_errors_speak_the_magics_options_and_never_quote_the_cell_body(ip):
+    out = _cell(ip, "space -w wl -b 3 -n 0 --no-dashboard", "# BODY-MARKER\n")
+    assert "--num-trials" in out and "num_trials" not in out
+    out = _cell(ip, "space -w wl -b 3 -n 2 --store /proc/nbtune-nope/x.db --no-dashboard",
+                "# BODY-MARKER\n")
+    assert "UsageError" in out and "--store" in out
+    assert "BODY-MARKER" not in out and "Traceback" not in out
+    out = _cell(ip, "space -w wl -b 3 -n 2 --replace --no-dashboard")
+    assert "--replace" in out and "--name" in out

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,6 +117,24 @@ class Inventory:
         return ClusterSpec(tuple(gpus), cpus)
 
 
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT while worker processes are spawned, so that they inherit it ignored.
+
+    A kernel interrupt (SIGINT to the kernel's process group) must stop
+    ``exp.wait()``, not the workers. Only the main thread may change signal
+    handlers; elsewhere nothing changes (the workers' plugin still applies).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def connect(
     cluster: Any,
     *,
@@ -130,26 +149,14 @@ def connect(
     from distributed import Client
 
     if cluster is None:
-        if gpus:
-            from nbtune.runtimes.dask.gpu import make_cuda_cluster
+        with sigint_ignored():
+            made = _local_cluster(gpus, n_workers, threads_per_worker, host,
+                                  dashboard_address, memory_limit)
+        client = Client(made, set_as_default=False)
+        from nbtune.runtimes.dask.plugin import IgnoreInterrupts
 
-            made = make_cuda_cluster(
-                host, dashboard_address, memory_limit=memory_limit,
-                threads_per_worker=threads_per_worker,
-                scheduler_kwargs=None if dashboard_address else {"dashboard_address": ":0"},
-            )
-        else:
-            from distributed import LocalCluster
-
-            n = n_workers or max((os.cpu_count() or 1) // max(threads_per_worker, 1), 1)
-            made = LocalCluster(
-                n_workers=n, threads_per_worker=threads_per_worker, processes=True, host=host,
-                dashboard_address=dashboard_address, resources={"GPU": 1},
-                memory_limit=memory_limit,
-                # no dashboard still means an HTTP server: on a free port, never 8787's owner's
-                scheduler_kwargs=None if dashboard_address else {"dashboard_address": ":0"},
-            )
-        return Client(made, set_as_default=False), made, True
+        client.register_plugin(IgnoreInterrupts())  # workers a nanny restarts later
+        return client, made, True
     if isinstance(cluster, Client):
         return cluster, None, False
     if isinstance(cluster, str):
@@ -165,6 +172,31 @@ def connect(
         f"cluster must be None, a scheduler address, a distributed.Client or a Cluster, "
         f"got {type(cluster).__name__}"
     )
+
+
+def _local_cluster(gpus: bool, n_workers: int | None, threads_per_worker: int, host: str,
+                   dashboard_address: str | None, memory_limit: Any) -> Any:
+    """Start the cluster nbtune owns: one worker per GPU, or CPU workers standing for GPUs."""
+    if gpus:
+        from nbtune.runtimes.dask.gpu import make_cuda_cluster
+
+        made = make_cuda_cluster(
+            host, dashboard_address, memory_limit=memory_limit,
+            threads_per_worker=threads_per_worker,
+            scheduler_kwargs=None if dashboard_address else {"dashboard_address": ":0"},
+        )
+    else:
+        from distributed import LocalCluster
+
+        n = n_workers or max((os.cpu_count() or 1) // max(threads_per_worker, 1), 1)
+        made = LocalCluster(
+            n_workers=n, threads_per_worker=threads_per_worker, processes=True, host=host,
+            dashboard_address=dashboard_address, resources={"GPU": 1},
+            memory_limit=memory_limit,
+            # no dashboard still means an HTTP server: on a free port, never 8787's owner's
+            scheduler_kwargs=None if dashboard_address else {"dashboard_address": ":0"},
+        )
+    return made
 
 
 # one "all"-topic subscription per client, fanned out to every runtime using it

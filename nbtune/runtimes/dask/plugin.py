@@ -6,6 +6,8 @@ handlers already need the pool (through :mod:`.executor`).
 
 from __future__ import annotations
 
+import signal
+import threading
 from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -13,7 +15,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from nbtune.runtimes.dask.handlers import install
 from nbtune.runtimes.dask.pool import get_pool
 
-__all__ = ["WarmPoolPlugin"]
+__all__ = ["WarmPoolPlugin", "IgnoreInterrupts"]
 
 
 class WarmPoolPlugin(WorkerPlugin):
@@ -34,3 +36,21 @@ class WarmPoolPlugin(WorkerPlugin):
     def setup(self, worker: Any) -> None:
         install(worker)
         get_pool(self.size, self.preload).fill_async()
+
+
+class IgnoreInterrupts(WorkerPlugin):
+    """Makes the worker processes of a cluster nbtune started deaf to SIGINT.
+
+    Jupyter interrupts a kernel by sending SIGINT to its whole process group,
+    which holds the local cluster's worker processes: the interrupt meant for
+    ``exp.wait()`` would kill every worker. Workers started with the cluster
+    inherit an ignored SIGINT (:func:`~nbtune.runtimes.dask.cluster.connect`);
+    this plugin covers the ones a nanny restarts later. Only for clusters
+    nbtune made: a user's own ``dask worker`` keeps its Ctrl-C.
+    """
+
+    name = "nbtune-ignore-sigint"
+
+    def setup(self, worker: Any) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)

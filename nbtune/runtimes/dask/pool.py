@@ -81,6 +81,9 @@ class WarmPool:
             [sys.executable, "-m", "nbtune.runtimes.dask._child", str(theirs.fileno()),
              ",".join(self.preload)],
             pass_fds=(theirs.fileno(),), env=env,
+            # its own session: a kernel interrupt (SIGINT to the kernel's process group)
+            # is for exp.wait(), never for a trial; it still ends with its worker (_watch_parent)
+            start_new_session=True,
         )
         theirs.close()
         return _Child(proc, ours)

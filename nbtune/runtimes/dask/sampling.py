@@ -11,6 +11,7 @@ driver maps (worker, slot) to GPU ids and feeds ``UtilizationSampled``.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import psutil
@@ -22,34 +23,61 @@ __all__ = ["UtilizationSampler", "cpu_sample", "cpu_slots"]
 
 
 class _CpuMeter:
-    """Per-slot CPU fraction of the trial processes between two calls."""
+    """Per-slot CPU share of the trial processes (and their children) between two calls.
 
-    def __init__(self) -> None:
-        self._procs: dict[int, psutil.Process] = {}
+    CPU time deltas over wall time, per process tree: a warm process that
+    serves trial after trial keeps its baseline (psutil's ``cpu_percent``
+    re-primed at every new trial would read 0 for each trial's first
+    interval), and a trial's own workers (data loaders) count for its slot.
+    """
+
+    def __init__(self, active: Any = None) -> None:
+        self._active = active or executor.active_children
+        self._cpu: dict[int, float] = {}  # pid -> CPU seconds at the previous call
+        self._last: float | None = None
+
+    @staticmethod
+    def _tree(pid: int) -> list[psutil.Process]:
+        p = psutil.Process(pid)
+        return [p, *p.children(recursive=True)]
 
     def sample(self, slots: int, cores_per_slot: float) -> list[tuple[float, float]]:
+        now = time.monotonic()
+        wall = None if self._last is None else max(now - self._last, 1e-6)
+        self._last = now
         used = [0.0] * slots
         mem = [0.0] * slots
-        seen = set()
-        for slot, pid in executor.active_children():
+        seen: dict[int, float] = {}
+        for slot, pid in self._active():
             if not 0 <= slot < slots:
                 continue
-            seen.add(pid)
-            p = self._procs.get(pid)
             try:
-                if p is None:
-                    p = self._procs[pid] = psutil.Process(pid)
-                    p.cpu_percent(None)  # first call primes the counter
-                    pct = 0.0
-                else:
-                    pct = p.cpu_percent(None)
-                rss = p.memory_info().rss
+                tree = self._tree(pid)
             except psutil.Error:
                 continue
-            used[slot] += pct / 100.0
-            mem[slot] += rss / 1e9
-        for pid in set(self._procs) - seen:
-            del self._procs[pid]
+            for p in tree:
+                try:
+                    with p.oneshot():
+                        t = p.cpu_times()
+                        cpu, rss, born = t.user + t.system, p.memory_info().rss, p.create_time()
+                except psutil.Error:
+                    continue
+                seen[p.pid] = cpu
+                mem[slot] += rss / 1e9
+                if wall is None:
+                    continue
+                before = self._cpu.get(p.pid)
+                if before is None:  # not seen before: its CPU time at its mean rate since birth
+                    before = cpu * (1.0 - min(wall / max(time.time() - born, 1e-6), 1.0))
+                used[slot] += max(cpu - before, 0.0) / wall
+        # idle warm processes keep an up-to-date baseline: they come back with the next trial
+        for pid in set(self._cpu) - set(seen):
+            try:
+                t = psutil.Process(pid).cpu_times()
+                seen[pid] = t.user + t.system
+            except psutil.Error:
+                pass
+        self._cpu = seen
         return [(min(u / max(cores_per_slot, 1e-9), 1.0), m) for u, m in zip(used, mem, strict=True)]
 
 

@@ -1,0 +1,101 @@
+"""A kernel interrupt during ``exp.wait()`` interrupts the wait, not the experiment.
+
+Jupyter interrupts a kernel with SIGINT to its whole process group, so the
+local cluster's worker processes and the trial processes they start would get
+it too. The driver runs in a subprocess here (its own session), so pytest is
+not interrupted; the test signals that session's process group as Jupyter does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+DRIVER = textwrap.dedent("""
+    import json, sys, time
+    import nbtune
+    from nbtune import uniform
+    from nbtune.runtimes.dask import DaskRuntime
+
+    def train(config, trial):
+        for step in trial.steps():
+            time.sleep(0.3)
+            trial.report(step, loss=config["x"] / step)
+
+    def main():
+        rt = DaskRuntime(n_workers=2, preload=(), warm_processes=1, sample_interval=0.25)
+        exp = nbtune.tune(train, {"x": uniform(0.0, 1.0)}, algorithm="random", metric="loss",
+                          max_budget=8, num_trials=4, runtime=rt)
+        interrupted = False
+        try:
+            print("WAITING", flush=True)
+            exp.wait(120)
+        except KeyboardInterrupt:
+            interrupted = True
+        exp.wait(120)
+        print(json.dumps({"interrupted": interrupted, "done": exp.done,
+                          "states": sorted(exp.results()["state"])}), flush=True)
+        rt.close()
+
+    if __name__ == "__main__":
+        main()
+""")
+
+
+def test_sigint_to_the_process_group_interrupts_only_the_wait(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        line = proc.stdout.readline() if ready else ""  # never block past the test's limit
+        assert line.strip() == "WAITING", proc.stderr.read() if proc.stderr else ""
+        time.sleep(2.5)  # the trials are running in their processes by now
+        os.killpg(proc.pid, signal.SIGINT)  # what Jupyter's interrupt does
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["interrupted"], "the wait was not interrupted"
+    assert result["done"] and result["states"] == ["completed"] * 4, (result, err[-3000:])
+    assert "KeyboardInterrupt" not in err.replace("except KeyboardInterrupt", ""), err[-3000:]
+
+
+def _sigint_ignored() -> bool:
+    return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_workers_of_a_cluster_nbtune_starts_ignore_sigint_also_after_a_restart():
+    from nbtune.runtimes.dask.cluster import connect
+
+    client, cluster, _ = connect(None, gpus=False, n_workers=1, threads_per_worker=1,
+                                 host="127.0.0.1", dashboard_address=None, memory_limit="1GiB")
+    try:
+        assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # the driver's is back
+        assert all(client.run(_sigint_ignored).values())
+        client.restart_workers(list(client.scheduler_info()["workers"]))  # a fresh process
+        client.wait_for_workers(1, timeout=60)
+        assert all(client.run(_sigint_ignored).values())
+    finally:
+        client.close()
+        cluster.close()
