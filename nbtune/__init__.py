@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 __all__ = [
     "tune", "resume", "Experiment", "SimRuntime", "DaskRuntime", "SyntheticWorkload", "TraceWorkload",
     "choice", "grid", "loguniform", "qloguniform", "quniform", "randint", "uniform",
-    "__version__", "load_ipython_extension",
+    "__version__", "load_ipython_extension", "report", "should_stop", "get_trial",
 ]
 
 
@@ -38,6 +38,10 @@ def __getattr__(name: str) -> object:
         from nbtune.store.resume import resume
 
         return resume
+    if name in ("report", "should_stop", "get_trial"):  # inside a trial: Ray-style loops
+        from nbtune.runtimes.dask import trial_api
+
+        return getattr(trial_api, name)
     if name == "DaskRuntime":  # distributed is heavy: import it only when asked for
         from nbtune.runtimes.dask import DaskRuntime
 

@@ -82,6 +82,7 @@ class ASHA(BaseAlgorithm):
     """
 
     name = "asha"
+    waits_at_rungs = True
 
     def __init__(self, space: Mapping[str, Any], *, eta: float = 3, type: str = "stopping",
                  **kwargs: Any) -> None:

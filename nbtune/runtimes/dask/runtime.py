@@ -166,6 +166,7 @@ class DaskRuntime(RunDriver):
         self._topic = f"nbtune-{uuid.uuid4().hex[:12]}"
         self._sampler_name: str | None = None
         self._fn: bytes = b""
+        self._checkpointing = False
         self._closed = False
         self._links: WorkerLinks | None = None  # type: ignore[assignment]
 
@@ -241,8 +242,10 @@ class DaskRuntime(RunDriver):
         import cloudpickle
 
         from nbtune.runtimes.dask.sampling import UtilizationSampler
+        from nbtune.runtimes.dask.trial_api import uses_checkpoints
 
         self._fn = cloudpickle.dumps(trainable)
+        self._checkpointing = uses_checkpoints(trainable)
         self.connect()
         assert self.inventory is not None
         self._engine = engine
@@ -386,10 +389,16 @@ def _check_trainable(fn: Any) -> None:
     if not callable(fn):
         raise TypeError(f"the trainable must be a function train(config, trial), got {fn!r}")
     try:
-        inspect.signature(fn).bind(None, None)
-    except TypeError:
-        raise TypeError(
-            f"{getattr(fn, '__name__', fn)!r} must accept two arguments, train(config, trial)"
-        ) from None
+        sig = inspect.signature(fn)
     except ValueError:  # builtins without a signature: let them try
-        pass
+        return
+    for args in ((None, None), (None,)):  # train(config, trial), or Ray's train(config)
+        try:
+            sig.bind(*args)
+            return
+        except TypeError:
+            continue
+    raise TypeError(
+        f"{getattr(fn, '__name__', fn)!r} must accept train(config, trial) or, reporting "
+        "with nbtune.report(...), train(config)"
+    )

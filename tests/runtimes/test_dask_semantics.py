@@ -1,0 +1,101 @@
+"""Training loops as Ray Tune and Optuna users write them, on a real LocalCluster.
+
+No checkpoint, training from epoch 1, reporting every epoch: under ASHA and
+BOHB (stopping mode) trials train on past the rungs until stopped; under
+Hyperband and successive halving (synchronous) a trial waits at its rung in
+its own process and trains on when promoted. None of it is an error.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import cloudpickle
+import pytest
+
+from nbtune.core.space import uniform
+
+distributed = pytest.importorskip("distributed")
+
+from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
+from tests.dask_cluster import local_client  # noqa: E402
+
+pytestmark = pytest.mark.integration
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SPACE = {"lr": uniform(0.0, 1.0)}
+EPOCHS = 9
+
+
+@pytest.fixture(scope="module")
+def client():
+    with local_client() as c:
+        yield c
+
+
+def ray_style(config):
+    """Ray Tune's function API with ``from ray.train import report`` swapped for nbtune's."""
+    from nbtune import report
+
+    for epoch in range(1, EPOCHS + 1):
+        time.sleep(0.01)
+        report({"loss": config["lr"] + 1.0 / epoch, "epoch": epoch})
+
+
+class TrialPruned(Exception):
+    """Stands for ``optuna.TrialPruned`` (matched by name, so importing optuna is not needed)."""
+
+
+def optuna_style(config, trial):
+    """Optuna's loop: ``trial.report(value, step)``, ``should_prune()``, raise TrialPruned."""
+    for epoch in range(1, EPOCHS + 1):
+        time.sleep(0.01)
+        trial.report(config["lr"] + 1.0 / epoch, epoch)
+        if trial.should_prune():
+            raise TrialPruned()
+
+
+def tune(client, tmp_path, fn, algorithm, **kw):
+    import nbtune
+
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ckpt", preload=(), warm_processes=1,
+                     sample_interval=0.5)
+    try:
+        exp = nbtune.tune(fn, SPACE, algorithm=algorithm, metric="loss", max_budget=EPOCHS,
+                          num_trials=kw.pop("num_trials", 9), runtime=rt, validate=True,
+                          seed=3, eta=3, **kw)
+        exp.wait(180)
+        assert exp.done
+    finally:
+        rt.close()
+    return exp
+
+
+@pytest.mark.parametrize("algorithm", ["asha", "hyperband", "bohb"])
+def test_ray_style_loop_without_checkpoints(client, tmp_path, algorithm):
+    exp = tune(client, tmp_path, ray_style, algorithm)
+    trials = exp.engine.trials.values()
+    assert [t.error for t in trials if t.state.value == "error"] == []
+    assert all(t.state.is_terminal for t in trials)
+    assert max(t.budget_used for t in trials) == EPOCHS  # trained past the first rung
+    assert any(1 < t.budget_used < EPOCHS for t in trials) or algorithm != "hyperband"
+    if algorithm in ("asha", "bohb"):  # stopping mode: never paused, never relaunched
+        launches = exp.allocations().groupby("trial_id").size()
+        assert (launches == 1).all()
+        assert sum(t.recomputed for t in trials) == 0
+    # every reported budget is new: recomputed steps never reach the results
+    for t in trials:
+        budgets = [b for _, b, _ in t.results]
+        assert budgets == sorted(set(budgets))
+
+
+def test_optuna_style_loop_under_successive_halving(client, tmp_path):
+    exp = tune(client, tmp_path, optuna_style, "sha")
+    trials = list(exp.engine.trials.values())
+    assert all(t.state.value in ("completed", "stopped") for t in trials)
+    top = [t for t in trials if t.budget_used == EPOCHS]
+    assert len(top) == 1 and top[0].state.value == "completed"
+    # the winner waited at rungs 1 and 3 in its own process: promoted there, nothing redone
+    assert exp.engine.held == {}
+    assert top[0].recomputed == 0
