@@ -30,7 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from nbtune.algorithms._common import EPS, latest_loss, rank_key, rung_budgets, validate_eta
+from nbtune.algorithms._common import (
+    EPS,
+    ceil_eps,
+    latest_loss,
+    rank_key,
+    rung_budgets,
+    validate_eta,
+)
 from nbtune.algorithms.base import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
 from nbtune.core.space import sample_config
@@ -74,6 +81,10 @@ def asha_keeps(rung_losses: list[float], loss: float, eta: float) -> bool:
 class ASHA(BaseAlgorithm):
     """Asynchronous successive halving, ``type="stopping"`` (default) or ``"promotion"``.
 
+    ``num_trials=None`` starts ``ceil(eta**(rungs-1))`` configs, as
+    :class:`~nbtune.algorithms.successive_halving.SuccessiveHalving` does (with
+    ``eta=3`` and ``max_budget=27``: 27), so a plain ``tune(...)`` call runs.
+
     See the module docstring for the two variants. When ``num_trials``
     configs exist and nothing runs any more (and, with promotions, nothing
     can be promoted), the paused leftovers are retired (see
@@ -87,10 +98,6 @@ class ASHA(BaseAlgorithm):
     def __init__(self, space: Mapping[str, Any], *, eta: float = 3, type: str = "stopping",
                  **kwargs: Any) -> None:
         super().__init__(space, **kwargs)
-        if self.num_trials is None:
-            raise AlgorithmError(
-                f"{self.name} has no natural size: pass num_trials (how many configs to start)"
-            )
         if type not in ASHA_TYPES:
             raise AlgorithmError(
                 f"type must be 'stopping' (train on past rungs until stopped, no checkpoint "
@@ -100,6 +107,8 @@ class ASHA(BaseAlgorithm):
         self.stopping = type == "stopping"
         self.eta = validate_eta(eta)
         self.rungs = rung_budgets(self.min_budget, self.max_budget, self.eta)
+        if self.num_trials is None:  # successive halving's size: one config reaches the top
+            self.num_trials = max(1, ceil_eps(self.eta ** (len(self.rungs) - 1)))
         #: per rung: trial id -> loss recorded when the trial reached that rung
         self.rung_results: list[dict[int, float]] = [{} for _ in self.rungs]
         #: per rung: (rank key, trial id) kept sorted as results arrive, so finding the

@@ -116,6 +116,27 @@ def test_engine_pause_before_rung_is_ignored() -> None:
     assert not algo.finished
 
 
-def test_needs_num_trials() -> None:
-    with pytest.raises(AlgorithmError, match="num_trials"):
-        ASHA(SPACE, metric="loss", max_budget=9)
+def test_default_size_is_successive_halvings() -> None:
+    assert ASHA(SPACE, metric="loss", max_budget=9).num_trials == 9
+    assert ASHA(SPACE, metric="loss", max_budget=3).num_trials == 3
+    with pytest.raises(AlgorithmError, match="type must be"):
+        ASHA(SPACE, metric="loss", max_budget=9, type="pause")
+
+
+def test_stopping_rule_keeps_the_top_third_as_ray() -> None:
+    from nbtune.algorithms.asha import asha_keeps
+
+    assert asha_keeps([5.0], 5.0, 3)  # the first at a rung goes on
+    assert not asha_keeps([1.0, 2.0, 3.0], 3.0, 3)
+    assert asha_keeps([1.0, 2.0, 3.0], 1.0, 3)
+    assert not asha_keeps([1.0, float("nan")], float("nan"), 3)  # NaN ranks last
+
+
+def test_stopping_mode_runs_every_trial_once_to_max_budget_or_a_stop() -> None:
+    algo = ASHA(SPACE, metric="loss", max_budget=9, num_trials=12, eta=3, seed=0)
+    res = Driver(algo, slots=3).run()
+    assert algo.finished and len(res.trials) == 12
+    assert all(len(t.segments) <= 1 for t in res.trials.values())  # never paused, relaunched
+    assert all(s[2] == 9 for s in res.specs)  # every spec asks for max_budget
+    assert any(t.used == 9 for t in res.trials.values())
+    assert any(t.used < 9 for t in res.trials.values())

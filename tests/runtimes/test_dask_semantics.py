@@ -99,3 +99,23 @@ def test_optuna_style_loop_under_successive_halving(client, tmp_path):
     # the winner waited at rungs 1 and 3 in its own process: promoted there, nothing redone
     assert exp.engine.held == {}
     assert top[0].recomputed == 0
+
+
+def plain_train(config, trial):
+    for epoch in range(1, 4):
+        trial.report(epoch, loss=config["lr"] / epoch)
+
+
+def test_the_first_call_a_user_writes_just_works():
+    """Defaults only: runtime='auto' starts a local cluster for a function; it ends with the run."""
+    import nbtune
+
+    exp = nbtune.tune(plain_train, SPACE, metric="loss", max_budget=3)
+    try:
+        exp.wait(120)
+        assert exp.done and type(exp.runtime).__name__ == "DaskRuntime"
+        df = exp.results()
+        assert len(df) == 3 and set(df["state"]) <= {"completed", "stopped"}
+        assert exp.best is not None and exp.best["budget_used"] == 3
+    finally:
+        exp.runtime.close()
