@@ -119,3 +119,52 @@ def test_the_first_call_a_user_writes_just_works():
         assert exp.best is not None and exp.best["budget_used"] == 3
     finally:
         exp.runtime.close()
+
+
+def test_the_mps_daemon_plugin_runs_before_the_warm_pool_fills():
+    rt = DaskRuntime(gpus=True, mps=True)
+    names = [p.name for p in rt._worker_plugins()]
+    assert names == ["nbtune-mps", "nbtune-warm-pool"]
+    assert [p.name for p in DaskRuntime(gpus=False)._worker_plugins()] == ["nbtune-warm-pool"]
+
+
+class ExportEnv(distributed.WorkerPlugin):
+    """Exports a variable into the worker's environment, as the MPS plugin does on GPUs."""
+
+    name = "test-export-env"
+
+    def setup(self, worker):
+        import os
+
+        os.environ["CUDA_MPS_PIPE_DIRECTORY"] = f"/tmp/mps-{worker.name}"
+
+
+def report_env(config, trial):
+    import os
+
+    with open(f"/proc/{os.getpid()}/environ", "rb") as f:  # what the process was started with
+        born = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    trial.report(1, loss=0.0, worker=os.environ["NBTUNE_WORKER"],
+                 pipe=os.environ.get("CUDA_MPS_PIPE_DIRECTORY", ""),
+                 born_pipe=born.get(b"CUDA_MPS_PIPE_DIRECTORY", b"").decode(),
+                 omp=os.environ["OMP_NUM_THREADS"], trial_env=os.environ["NBTUNE_TRIAL_ID"])
+
+
+def test_a_trial_process_sees_its_workers_environment_from_birth(tmp_path):
+    """Warm processes are spawned after the worker's plugins ran: they are born with its env."""
+    import nbtune
+
+    with local_client() as c:
+        c.register_plugin(ExportEnv(), name=ExportEnv.name)
+        rt = DaskRuntime(c, checkpoint_dir=tmp_path, preload=(), warm_processes=1)
+        try:
+            exp = nbtune.tune(report_env, SPACE, algorithm="random", metric="loss",
+                              max_budget=1, num_trials=4, runtime=rt, seed=0)
+            exp.wait(120)
+        finally:
+            rt.close()
+        addr = {a: w["name"] for a, w in c.scheduler_info()["workers"].items()}
+    for t in exp.engine.trials.values():
+        (_, _, m), = t.results
+        assert m["pipe"] == m["born_pipe"] == f"/tmp/mps-{addr[m['worker']]}"
+        assert m["omp"] == "1" and m["trial_env"] == str(t.trial_id)

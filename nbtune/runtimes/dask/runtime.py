@@ -188,7 +188,7 @@ class DaskRuntime(RunDriver):
         if self.client is not None:
             return self
         from nbtune.runtimes.dask import gpu
-        from nbtune.runtimes.dask.pool import WarmPoolPlugin, wait_pool_ready
+        from nbtune.runtimes.dask.pool import wait_pool_ready
 
         gpus = self.gpus
         if gpus is None and self.cluster_arg is None:
@@ -214,18 +214,33 @@ class DaskRuntime(RunDriver):
                     f"the Dask cluster at {self.client.scheduler.address} offers no "
                     f"{'GPUs' if self.gpus else 'workers'} to run trials on"
                 )
-            self.client.register_plugin(WarmPoolPlugin(self.warm_processes, self.preload),
-                                        name=WarmPoolPlugin.name)
+            for plugin in self._worker_plugins():
+                self.client.register_plugin(plugin, name=plugin.name)
             if self.warm_processes:
                 # the experiment's clock must not include interpreter start-up and preloads
                 self.client.run(wait_pool_ready, WARM_TIMEOUT)
-            if self.gpus and self.mps:
-                self.client.register_plugin(gpu.MPSDaemonPlugin(), name=gpu.MPSDaemonPlugin.name)
         except BaseException:
             self._shutdown_cluster()
             self.client = None
             raise
         return self
+
+    def _worker_plugins(self) -> list[Any]:
+        """The worker plugins, in the order they must run on every worker.
+
+        The MPS daemon first: it exports ``CUDA_MPS_PIPE_DIRECTORY`` into the
+        worker's environment, which the warm pool's processes inherit when they
+        are spawned; filled before it, the first warm processes would never
+        join MPS.
+        """
+        from nbtune.runtimes.dask import gpu
+        from nbtune.runtimes.dask.pool import WarmPoolPlugin
+
+        plugins: list[Any] = []
+        if self.gpus and self.mps:
+            plugins.append(gpu.MPSDaemonPlugin())
+        plugins.append(WarmPoolPlugin(self.warm_processes, self.preload))
+        return plugins
 
     def start(self, engine: Engine, trainable: Any) -> None:
         """Connect, then run the experiment in a background thread; returns at once."""
