@@ -26,10 +26,10 @@ def _make_runtime(runtime: str | Runtime, trainable: Any = None) -> Runtime:
             runtime = "sim" if isinstance(trainable, WorkloadModel) else "dask"
         if runtime == "sim":
             return SimRuntime()
-        if runtime == "dask":
-            from nbtune.runtimes import dask as dask_runtime  # heavy import, on demand
+        if runtime == "dask":  # a local cluster sized to the machine (GPUs if any), kept
+            from nbtune.runtimes.dask.shared import shared_runtime  # heavy import, on demand
 
-            return dask_runtime.DaskRuntime()  # a local cluster sized to the machine, GPUs if any
+            return shared_runtime()
         raise ValueError(
             f"runtime must be 'auto', 'sim', 'dask' or a runtime object, got {runtime!r}"
         )
@@ -117,6 +117,9 @@ def tune(
             raise ValueError("give a search space: tune(train, {'lr': loguniform(1e-4, 1e-1)}, ...)")
     validate_space(space)
     _check_names(algorithm, allocator)
+    if seed is None and store is not None and store is not False and isinstance(algorithm,
+                                                                              str | type):
+        seed = secrets.randbelow(2**31)  # resume replays the same draws: fix the seed now
     from nbtune.algorithms import make_algorithm
 
     algorithm_options = _auto_type(algorithm, trainable, algorithm_options)
@@ -132,8 +135,6 @@ def tune(
         st = open_store(store)
         if name is not None:
             st.ensure_new(name)  # a clash fails before anything runs, with the resume hint
-        if seed is None and isinstance(algorithm, str | type):
-            seed = secrets.randbelow(2**31)  # resume replays the same draws: fix the seed now
     rt = _make_runtime(runtime, trainable)
     if isinstance(rt, SimRuntime) and not isinstance(trainable, WorkloadModel):
         raise TypeError(

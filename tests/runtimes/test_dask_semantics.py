@@ -107,7 +107,8 @@ def plain_train(config, trial):
 
 
 def test_the_first_call_a_user_writes_just_works():
-    """Defaults only: runtime='auto' starts a local cluster for a function; it ends with the run."""
+    """Defaults only: runtime='auto' starts a local cluster for a function and keeps it, so a
+    second experiment in the same process runs on the same cluster and warm processes."""
     import nbtune
 
     exp = nbtune.tune(plain_train, SPACE, metric="loss", max_budget=3)
@@ -117,8 +118,35 @@ def test_the_first_call_a_user_writes_just_works():
         df = exp.results()
         assert len(df) == 3 and set(df["state"]) <= {"completed", "stopped"}
         assert exp.best is not None and exp.best["budget_used"] == 3
+        cluster = exp.runtime._cluster
+        again = nbtune.tune(ray_style, SPACE, metric="loss", max_budget=EPOCHS, seed=1)
+        again.wait(120)
+        assert again.runtime is exp.runtime and again.runtime._cluster is cluster
+        assert again.done and len(again.results()) == 9
+        assert not [t for t in again.engine.trials.values() if t.state.value == "error"]
     finally:
         exp.runtime.close()
+
+
+def test_one_runtime_runs_experiments_one_after_another(client, tmp_path):
+    import nbtune
+
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1)
+    try:
+        first = nbtune.tune(plain_train, SPACE, algorithm="random", metric="loss",
+                            max_budget=3, num_trials=2, runtime=rt, seed=0)
+        with pytest.raises(RuntimeError, match="wait"):
+            nbtune.tune(plain_train, SPACE, algorithm="random", metric="loss", max_budget=3,
+                        num_trials=2, runtime=rt, seed=0)
+        first.wait(120)
+        second = nbtune.tune(plain_train, SPACE, algorithm="random", metric="loss",
+                             max_budget=3, num_trials=2, runtime=rt, seed=0)
+        second.wait(120)
+    finally:
+        rt.close()
+    for exp in (first, second):
+        assert [t.state.value for t in exp.engine.trials.values()] == ["completed"] * 2
+    assert rt.checkpoint_dir == tmp_path / "experiment-1"  # trial ids restart: own directory
 
 
 def test_the_mps_daemon_plugin_runs_before_the_warm_pool_fills():

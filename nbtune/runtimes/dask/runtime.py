@@ -87,9 +87,11 @@ class DaskRuntime(RunDriver):
     ended a trial cleanly run the next one: imports are paid once, but module
     globals the training function sets persist into the next trial (pass
     False for full isolation).
-    A runtime runs one experiment; a cluster it started itself is shut down
-    when the experiment ends (or on :meth:`close`); a client or cluster it
-    was given stays open.
+    A runtime runs any number of experiments, one after another, on the same
+    cluster and warm processes. A cluster it started itself is shut down when
+    an experiment ends unless ``keep=True`` (then on :meth:`close`, as
+    :func:`shared_runtime`'s is at exit); a client or cluster it was given
+    stays open.
     """
 
     name = "dask"
@@ -112,6 +114,7 @@ class DaskRuntime(RunDriver):
         mps: bool | None = None,
         reuse_processes: bool | None = None,
         shutdown_grace: float = 30.0,
+        keep: bool = False,
     ) -> None:
         if threads_per_worker < 1:
             raise ValueError(f"threads_per_worker must be >= 1, got {threads_per_worker}")
@@ -142,13 +145,22 @@ class DaskRuntime(RunDriver):
         self.mps = mps
         self.reuse_processes = reuse_processes
         self.shutdown_grace = float(shutdown_grace)
+        #: keep a cluster this runtime started up after an experiment, for the next one
+        self.keep = bool(keep)
         #: latest checkpoint per trial, ``trial_id -> (step, path)``, as the trials wrote them
         self.checkpoints: dict[int, tuple[float, str]] = {}
         self.client: Any = None
         self.inventory: Inventory | None = None
         self._cluster: Any = None
         self._owns_client = False
-        self._clock = WallClock()
+        self._run_ids = itertools.count(1)
+        self._closed = False
+        self._experiments = 0
+        self._own_ckpt = checkpoint_dir is None
+        self._new_experiment()
+
+    def _new_experiment(self) -> None:
+        """Per-experiment state: a runtime runs experiments one after another on one cluster."""
         self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._local: list[ev.Event] = []
         self._engine: Engine | None = None
@@ -160,15 +172,14 @@ class DaskRuntime(RunDriver):
         self._by_id: dict[int, Run] = {}
         self._deferred: dict[int, Launch] = {}
         self._clones: dict[int, list[Launch]] = {}
-        self._run_ids = itertools.count(1)
         self._finish_at: float | None = None
         self._paused_empty = False
         self._topic = f"nbtune-{uuid.uuid4().hex[:12]}"
         self._sampler_name: str | None = None
         self._fn: bytes = b""
         self._checkpointing = False
-        self._closed = False
         self._links: WorkerLinks | None = None  # type: ignore[assignment]
+        self._clock = WallClock()
 
     # ----------------------------------------------------------- Runtime API
     @property
@@ -250,10 +261,19 @@ class DaskRuntime(RunDriver):
             raise TypeError("DaskRuntime runs training functions train(config, trial); "
                             "run workload models with runtime='sim'")
         _check_trainable(trainable)
-        if self._engine is not None:
-            raise RuntimeError("this DaskRuntime already ran an experiment; create a new one")
         if self._closed:
             raise RuntimeError("this DaskRuntime is closed")
+        if self._engine is not None:
+            if not self._done.is_set():
+                raise RuntimeError("this DaskRuntime is running an experiment; wait() for it "
+                                   "to end before starting the next one")
+            self._new_experiment()  # the cluster and its warm processes stay up
+            self.checkpoints = {}
+            if self._own_ckpt:
+                self.checkpoint_dir = None  # trial ids start again at 0: a fresh directory
+            elif self.checkpoint_dir is not None:
+                self.checkpoint_dir = Path(self.checkpoint_dir) / f"experiment-{self._experiments}"
+        self._experiments += 1
         import cloudpickle
 
         from nbtune.runtimes.dask.sampling import UtilizationSampler
@@ -318,6 +338,14 @@ class DaskRuntime(RunDriver):
         self._halt.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
+        self._release_experiment()
+        try:
+            self._shutdown_cluster()
+        finally:
+            self._done.set()
+
+    def _release_experiment(self) -> None:
+        """Kill the experiment's live trial processes, drop its subscriptions and streams."""
         if self.client is not None and self._links is not None:
             for run in list(self._runs.values()):
                 self._signal(run, {"k": "kill", "reason": "the runtime was closed"})
@@ -331,10 +359,6 @@ class DaskRuntime(RunDriver):
                     self.client.unregister_worker_plugin(self._sampler_name)
         self._runs.clear()
         self._by_id.clear()
-        try:
-            self._shutdown_cluster()
-        finally:
-            self._done.set()
 
     def _shutdown_cluster(self) -> None:
         if self.client is not None and self._owns_client:
@@ -396,8 +420,10 @@ class DaskRuntime(RunDriver):
                 for run in list(self._runs.values()):
                     self._signal(run, {"k": "kill", "reason": f"driver error: {exc!r}"})
         finally:
-            if self._cluster is not None and not self._halt.is_set():
+            if self._cluster is not None and not self._halt.is_set() and not self.keep:
                 self.close()  # a cluster we started ends with its experiment
+            elif not self._halt.is_set():
+                self._release_experiment()  # the cluster stays up for the next experiment
             self._done.set()
 
 def _check_trainable(fn: Any) -> None:
