@@ -16,22 +16,15 @@ import pytest
 
 from nbtune.core.space import uniform
 
-distributed = pytest.importorskip("distributed")
-
-from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
-from tests.dask_cluster import local_client  # noqa: E402
-
-pytestmark = pytest.mark.integration
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
 SPACE = {"lr": uniform(0.0, 1.0)}
 EPOCHS = 9
+pytestmark = pytest.mark.integration
+distributed = pytest.importorskip("distributed")
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-
-@pytest.fixture(scope="module")
-def client():
-    with local_client() as c:
-        yield c
+from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
+from tests.dask_cluster import client as _cluster_fixture  # noqa: E402, F401 (fixture "client")
+from tests.dask_cluster import local_client  # noqa: E402
 
 
 def ray_style(config):
