@@ -23,8 +23,7 @@ distributed = pytest.importorskip("distributed")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
-from tests.dask_cluster import client as _cluster_fixture  # noqa: E402, F401 (fixture "client")
-from tests.dask_cluster import local_client  # noqa: E402
+from tests.dask_cluster import client, local_client  # noqa: E402, F401 (client: a fixture)
 
 
 def ray_style(config):
@@ -49,7 +48,7 @@ def optuna_style(config, trial):
             raise TrialPruned()
 
 
-def tune(client, tmp_path, fn, algorithm, **kw):
+def tune(client, tmp_path, fn, algorithm, **kw):  # noqa: F811
     import nbtune
 
     rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ckpt", preload=(), warm_processes=1,
@@ -66,7 +65,7 @@ def tune(client, tmp_path, fn, algorithm, **kw):
 
 
 @pytest.mark.parametrize("algorithm", ["asha", "hyperband", "bohb"])
-def test_ray_style_loop_without_checkpoints(client, tmp_path, algorithm):
+def test_ray_style_loop_without_checkpoints(client, tmp_path, algorithm):  # noqa: F811
     exp = tune(client, tmp_path, ray_style, algorithm)
     trials = exp.engine.trials.values()
     assert [t.error for t in trials if t.state.value == "error"] == []
@@ -83,7 +82,7 @@ def test_ray_style_loop_without_checkpoints(client, tmp_path, algorithm):
         assert budgets == sorted(set(budgets))
 
 
-def test_optuna_style_loop_under_successive_halving(client, tmp_path):
+def test_optuna_style_loop_under_successive_halving(client, tmp_path):  # noqa: F811
     exp = tune(client, tmp_path, optuna_style, "sha")
     trials = list(exp.engine.trials.values())
     assert all(t.state.value in ("completed", "stopped") for t in trials)
@@ -121,7 +120,7 @@ def test_the_first_call_a_user_writes_just_works():
         exp.runtime.close()
 
 
-def test_one_runtime_runs_experiments_one_after_another(client, tmp_path):
+def test_one_runtime_runs_experiments_one_after_another(client, tmp_path):  # noqa: F811
     import nbtune
 
     rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1)

@@ -357,6 +357,7 @@ class DaskRuntime(RunDriver):
             if self._sampler_name is not None:
                 with contextlib.suppress(Exception):
                     self.client.unregister_worker_plugin(self._sampler_name)
+                self._sampler_name = None  # released once: close() after an experiment's end
         self._runs.clear()
         self._by_id.clear()
 
