@@ -267,6 +267,7 @@ class DaskRuntime(RunDriver):
             if not self._done.is_set():
                 raise RuntimeError("this DaskRuntime is running an experiment; wait() for it "
                                    "to end before starting the next one")
+            self._release_experiment()  # the last one's subscriptions (kept until now)
             self._new_experiment()  # the cluster and its warm processes stay up
             self.checkpoints = {}
             if self._own_ckpt:
@@ -423,8 +424,8 @@ class DaskRuntime(RunDriver):
         finally:
             if self._cluster is not None and not self._halt.is_set() and not self.keep:
                 self.close()  # a cluster we started ends with its experiment
-            elif not self._halt.is_set():
-                self._release_experiment()  # the cluster stays up for the next experiment
+            # else the subscriptions stay until the next experiment or close(): releasing
+            # them here raced the last messages of the ending runs (a PBT test flaked)
             self._done.set()
 
 def _check_trainable(fn: Any) -> None:
