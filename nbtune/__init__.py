@@ -16,7 +16,7 @@ from nbtune.workloads import SyntheticWorkload, TraceWorkload
 __all__ = [
     "tune", "resume", "Experiment", "SimRuntime", "DaskRuntime", "SyntheticWorkload", "TraceWorkload",
     "choice", "grid", "loguniform", "qloguniform", "quniform", "randint", "uniform",
-    "__version__", "load_ipython_extension",
+    "__version__", "load_ipython_extension", "report", "should_stop", "get_trial",
     "TrialsFailed",
 ]
 
@@ -63,6 +63,10 @@ def __getattr__(name: str) -> object:
         from nbtune.resumption import resume
 
         return resume
+    if name in ("report", "should_stop", "get_trial"):  # inside a trial: Ray-style loops
+        from nbtune.runtimes.dask import trial_api
+
+        return getattr(trial_api, name)
     if name == "DaskRuntime":  # distributed is heavy: import it only when asked for
         from nbtune.runtimes.dask import DaskRuntime
 

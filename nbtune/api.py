@@ -9,13 +9,45 @@ from typing import Any
 
 from nbtune.allocators import make_allocator
 from nbtune.build import build_experiment, check_mode, make_runtime
+from nbtune.core.space import validate_space
 from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment
 from nbtune.runtimes.base import Runtime, check_trainable
+from nbtune.workloads.base import WorkloadModel
 
 __all__ = ["tune"]
 
 _names = itertools.count(1)
+
+
+def _check_names(algorithm: Any, allocator: Any) -> None:
+    """Unknown registry names fail before budgets and modes are even looked at."""
+    from nbtune.algorithms import ALGORITHMS, AlgorithmError
+    from nbtune.allocators import ALLOCATORS
+
+    if isinstance(algorithm, str) and algorithm.strip().lower() not in ALGORITHMS:
+        raise AlgorithmError(f"unknown algorithm {algorithm!r}; valid names: "
+                             f"{', '.join(ALGORITHMS)}")
+    if isinstance(allocator, str) and allocator not in ALLOCATORS:
+        raise ValueError(f"unknown allocator {allocator!r}; choose one of {sorted(ALLOCATORS)}")
+
+
+def _auto_type(algorithm: Any, trainable: Any,
+               options: Mapping[str, Any]) -> dict[str, Any]:
+    """ASHA/BOHB pause and promote (``type="promotion"``) when the function checkpoints.
+
+    Without checkpoints they run in stopping mode (trials train on past rungs);
+    a function that writes checkpoints can be paused at a rung and resumed
+    from it, Li et al.'s original ASHA. An explicit ``type=`` always wins.
+    """
+    out = dict(options)
+    if (isinstance(algorithm, str) and algorithm.strip().lower() in ("asha", "bohb")
+            and "type" not in out and not isinstance(trainable, WorkloadModel)):
+        from nbtune.runtimes.dask.trial_api import uses_checkpoints  # no distributed import
+
+        if uses_checkpoints(trainable):
+            out["type"] = "promotion"
+    return out
 
 
 def tune(
@@ -28,7 +60,7 @@ def tune(
     max_budget: float,
     num_trials: int | None = None,
     allocator: Any = "auto",
-    runtime: str | Runtime = "sim",
+    runtime: str | Runtime = "auto",
     name: str | None = None,
     store: Any = None,
     seed: int | None = None,
@@ -43,9 +75,14 @@ def tune(
 ) -> Experiment:
     """Tune ``trainable`` over ``space`` and return the :class:`Experiment`.
 
-    ``trainable`` is a training function ``train(config, trial)`` for the Dask
+    ``trainable`` is a training function ``train(config, trial)`` (or Ray's
+    ``train(config)`` reporting with :func:`nbtune.report`) for the Dask
     runtime, or a workload model (e.g. :class:`nbtune.workloads.SyntheticWorkload`)
-    for the simulator. ``algorithm`` and ``allocator`` are registry names or
+    for the simulator; ``runtime="auto"`` picks the one that fits (a function
+    runs on a local Dask cluster sized to the machine, on its GPUs if it has
+    any). Argument errors are raised before any runtime starts, in the order a
+    user fixes them: the trainable, the space, the algorithm and allocator
+    names, then budgets, mode and metric. ``algorithm`` and ``allocator`` are registry names or
     instances; extra keyword arguments go to the algorithm (``eta=3`` ...).
     The simulator runs to completion before this returns; the Dask runtime
     returns at once (call :meth:`Experiment.wait`).
@@ -65,10 +102,27 @@ def tune(
     the Dask runtime: the cluster is resized at stage boundaries and the bill
     metered (:attr:`Experiment.cost`); it replaces ``allocator``.
     """
+    if not callable(trainable) and not isinstance(trainable, WorkloadModel):
+        raise TypeError(f"the trainable must be a training function train(config, trial) or a "
+                        f"workload model, got {type(trainable).__name__}")
     if space is None:
         space = getattr(trainable, "space", None)
         if space is None:
             raise ValueError("give a search space: tune(train, {'lr': loguniform(1e-4, 1e-1)}, ...)")
+    validate_space(space)
+    _check_names(algorithm, allocator)
+    check_mode(metric, mode)  # accuracy minimised by mistake: say so before anything runs
+    if seed is None and store is not None and store is not False and isinstance(algorithm,
+                                                                              str | type):
+        seed = secrets.randbelow(2**31)  # resume replays the same draws: fix the seed now
+    from nbtune.algorithms import make_algorithm
+
+    algorithm_options = _auto_type(algorithm, trainable, algorithm_options)
+    algo = make_algorithm(
+        algorithm, space, metric=metric, mode=mode, max_budget=max_budget,
+        num_trials=num_trials, seed=seed, min_budget=min_budget, **algorithm_options,
+    )
+    alloc = None if plan is not None else make_allocator(allocator, **dict(allocator_options or {}))
     st = None
     if store is not None and store is not False:
         from nbtune.store import open_store  # SQLAlchemy, on demand
@@ -76,17 +130,8 @@ def tune(
         st = open_store(store)
         if name is not None:
             st.ensure_new(name)  # a clash fails before anything runs, with the resume hint
-        if seed is None and isinstance(algorithm, str | type):
-            seed = secrets.randbelow(2**31)  # resume replays the same draws: fix the seed now
-    check_mode(metric, mode)  # accuracy minimised by mistake: say so before anything runs
-    rt = make_runtime(runtime)
+    rt = make_runtime(runtime, trainable=trainable)
     check_trainable(trainable, rt)  # before the store records anything
-    from nbtune.algorithms import make_algorithm
-
-    algo = make_algorithm(
-        algorithm, space, metric=metric, mode=mode, max_budget=max_budget,
-        num_trials=num_trials, seed=seed, min_budget=min_budget, **algorithm_options,
-    )
     if scaling is not None:  # Hydro: shrink -> tune -> transfer (nbtune.surrogate)
         from nbtune.surrogate.eager_transfer import EagerTransfer
 
@@ -97,8 +142,7 @@ def tune(
 
         check_plan_fits(plan, algo)
         executor = PlanExecutor(plan, rt)
-    alloc = (executor.allocator if executor is not None
-             else make_allocator(allocator, **dict(allocator_options or {})))
+        alloc = executor.allocator
     # no workload model in the hints: the runtime's profiler measures what allocators read
     engine = Engine(algo, alloc, validate=validate, max_failures=max_failures)
     if st is not None and getattr(rt, "profiler", None) is None:

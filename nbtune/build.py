@@ -60,12 +60,26 @@ def runtime_class(name: str) -> type:
         from nbtune.runtimes.dask import DaskRuntime  # heavy import, on demand
 
         return DaskRuntime
-    raise ValueError(f"runtime must be 'sim', 'dask' or a runtime object, got {name!r}")
+    raise ValueError(f"runtime must be 'auto', 'sim', 'dask' or a runtime object, got {name!r}")
 
 
-def make_runtime(spec: str | Runtime, **options: Any) -> Runtime:
-    """A runtime from its name (``"sim"``, ``"dask"``, with constructor ``options``) or as given."""
+def make_runtime(spec: str | Runtime, *, trainable: Any = None, **options: Any) -> Runtime:
+    """A runtime from its name (``"auto"``, ``"sim"``, ``"dask"``, with constructor ``options``) or as given.
+
+    ``"auto"`` picks by what ``trainable`` is: a workload model runs on the
+    simulator, a training function on Dask. ``"dask"`` without options is the
+    process's kept local cluster (sized to the machine, GPUs if any), so the
+    next experiment in a notebook starts at once; with options it is a new one.
+    """
     if isinstance(spec, str):
+        if spec == "auto":
+            from nbtune.workloads.base import WorkloadModel  # a lower layer, on demand
+
+            spec = "sim" if isinstance(trainable, WorkloadModel) else "dask"
+        if spec == "dask" and not options:
+            from nbtune.runtimes.dask.shared import shared_runtime  # heavy import, on demand
+
+            return shared_runtime()
         return runtime_class(spec)(**options)
     if not isinstance(spec, Runtime):
         missing = [n for n in _PROTOCOL if not hasattr(spec, n)]

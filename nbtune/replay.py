@@ -88,6 +88,9 @@ def replay_in_simulator(
     different seed or space fails loudly instead of comparing unrelated runs.
     """
     trace = trace if trace is not None else TraceWorkload.from_experiment(exp)
+    kind = getattr(exp.engine.algorithm, "type", None)  # ASHA's variant: the run's, not a default
+    if kind is not None and "type" not in algorithm_options:
+        algorithm_options = {**algorithm_options, "type": kind}
     algo = make_algorithm(algorithm, trace.space, metric=exp.metric, mode=exp.mode,
                           max_budget=max_budget, num_trials=num_trials, seed=seed,
                           min_budget=min_budget, **algorithm_options)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import distributed
+import pytest
 
 
 @contextmanager
@@ -25,6 +26,13 @@ def local_client(n_workers: int = 2) -> Iterator[distributed.Client]:
     finally:
         client.close()
         cluster.close()
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[distributed.Client]:
+    """One cluster per test module (import it into the module to use it)."""
+    with local_client() as c:
+        yield c
 
 
 def watched_engine(algorithm, allocator=None):

@@ -104,9 +104,54 @@ def test_simulator_refuses_a_training_function_with_a_hint():
         pass
 
     with pytest.raises(TypeError, match="runtime='dask'"):
-        nbtune.tune(train, SPACE, metric="loss", max_budget=3, num_trials=2)
+        nbtune.tune(train, SPACE, metric="loss", max_budget=3, num_trials=2, runtime="sim")
 
 
 def test_space_is_required_for_a_function():
     with pytest.raises(ValueError, match="search space"):
         nbtune.tune(lambda c, t: None, metric="loss", max_budget=3, num_trials=2)
+
+
+@pytest.mark.parametrize(
+    "trainable, space, kwargs, error, message",
+    [  # each call has several mistakes: the one reported is the first a user would fix
+        (42, {}, dict(algorithm="nope", max_budget=0), TypeError, "trainable must be"),
+        (lambda c, t: None, {}, dict(algorithm="nope", max_budget=0), ValueError, "empty"),
+        (lambda c, t: None, {"lr": [1, 2]}, dict(algorithm="nope"), ValueError, "bare list"),
+        (lambda c, t: None, SPACE, dict(algorithm="nope", allocator="nah", mode="best",
+                                        max_budget=0), AlgorithmError, "unknown algorithm"),
+        (lambda c, t: None, SPACE, dict(allocator="nah", mode="best", max_budget=0),
+         ValueError, "unknown allocator"),
+        (lambda c, t: None, SPACE, dict(mode="best", runtime="mars"), AlgorithmError, "mode"),
+        (lambda c, t: None, SPACE, dict(max_budget=-1, runtime="mars"), AlgorithmError,
+         "max_budget"),
+        (lambda c, t: None, SPACE, dict(metric="", runtime="mars"), AlgorithmError, "metric"),
+        (lambda c, t: None, SPACE, dict(runtime="mars"), ValueError, "runtime must be"),
+    ],
+)
+def test_argument_errors_come_in_the_order_a_user_fixes_them(trainable, space, kwargs, error,
+                                                             message):
+    opts = dict(metric="loss", max_budget=3)
+    opts.update(kwargs)
+    with pytest.raises(error, match=message):
+        nbtune.tune(trainable, space, **opts)
+
+
+def test_auto_runtime_picks_the_simulator_for_a_workload_model():
+    exp = nbtune.tune(workload(), metric="loss", max_budget=3, num_trials=4, seed=0)
+    assert exp.runtime.name == "sim" and exp.done
+
+
+def test_asha_pauses_and_promotes_when_the_function_checkpoints():
+    from nbtune.api import _auto_type
+
+    def saves(config, trial):
+        trial.checkpoint({})
+
+    def plain(config, trial):
+        trial.report(loss=1.0)
+
+    assert _auto_type("asha", saves, {}) == {"type": "promotion"}
+    assert _auto_type("asha", plain, {}) == {}
+    assert _auto_type("bohb", saves, {"type": "stopping"}) == {"type": "stopping"}
+    assert _auto_type("hyperband", saves, {}) == {}

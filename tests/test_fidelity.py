@@ -26,7 +26,7 @@ def real_like_run(seed: int, gpus: int, launch: float, trials: int = 12):
                            unit_time=lambda cfg: 0.5 + cfg["batch_size"] / 64.0)
     return nbtune.tune(wl, SPACE, algorithm="asha", metric="loss", max_budget=9,
                        num_trials=trials, allocator="fifo", seed=seed,
-                       runtime=SimRuntime(cluster=gpus))
+                       runtime=SimRuntime(cluster=gpus), type="promotion")
 
 
 @given(seed=st.integers(0, 10_000), gpus=st.integers(1, 3),
@@ -34,7 +34,7 @@ def real_like_run(seed: int, gpus: int, launch: float, trials: int = 12):
 def test_a_run_replayed_from_its_own_trace_reproduces_itself(seed, gpus, launch) -> None:
     run = real_like_run(seed, gpus, launch)
     sim = replay_in_simulator(run, algorithm="asha", seed=seed, max_budget=9, num_trials=12,
-                              allocator="fifo")
+                              allocator="fifo", type="promotion")
     assert not decisions(run).differences(decisions(sim))
     assert sim.makespan == pytest.approx(run.makespan, rel=1e-6, abs=1e-6)
 
@@ -70,7 +70,7 @@ def test_replay_with_another_seed_is_refused() -> None:
     run = real_like_run(seed=3, gpus=2, launch=0.0)
     with pytest.raises(KeyError, match="same algorithm, space and seed"):
         replay_in_simulator(run, algorithm="asha", seed=4, max_budget=9, num_trials=12,
-                            allocator="fifo")
+                            allocator="fifo", type="promotion")
 
 
 def test_an_empty_experiment_has_nothing_to_replay() -> None:

@@ -19,7 +19,7 @@ SPACE = {"lr": loguniform(1e-4, 1e-1)}
 def test_one_line_per_launch_and_rung_with_a_status_tail() -> None:
     wl = SyntheticWorkload(SPACE, metric="loss", seed=0, unit_time=1.0)
     algo = make_algorithm("asha", SPACE, metric="loss", mode="min", max_budget=9,
-                          num_trials=8, seed=0)
+                          num_trials=8, seed=0, type="promotion")  # prints promotions
     engine = Engine(algo, make_allocator("fifo"))
     out = io.StringIO()
     printer = ProgressPrinter(engine, total=8, out=out)

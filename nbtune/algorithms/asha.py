@@ -1,12 +1,25 @@
-"""ASHA: asynchronous successive halving (Li et al., MLSys 2020), promotion variant.
+"""ASHA: asynchronous successive halving (Li et al., MLSys 2020).
 
-Rungs sit at ``min_budget * eta**k`` (then ``max_budget``). Every trial trains
-to its rung's budget and pauses. Whenever a slot frees up, :meth:`ASHA.ask`
-first looks for a promotion — from the highest rung down, a paused trial in the
-top ``floor(n_k / eta)`` of the ``n_k`` results recorded at rung ``k`` that was
-not promoted yet — and otherwise starts a new config at ``min_budget``. No
-barrier: GPUs never wait for a rung to fill, at the price of sometimes
-promoting a trial that a full rung would have cut.
+Rungs sit at ``min_budget * eta**k`` (then ``max_budget``). Two variants, as
+in Syne Tune (``type=``):
+
+* ``"stopping"`` (the default, Ray Tune's ``ASHAScheduler``): every trial is
+  launched for ``max_budget`` and trains on past the rungs; when it reaches
+  rung ``k`` its result joins the rung's and it is stopped unless it is in
+  the top ``1/eta`` of what that rung has seen so far (Ray's rule: stop when
+  its loss is above the ``100/eta`` percentile of the rung's losses, its own
+  included, so the first trial at a rung always goes on). Nothing is paused
+  or relaunched, so a training loop needs no checkpoint.
+* ``"promotion"`` (Li et al.'s Algorithm 2): every trial trains to its
+  rung's budget and pauses. Whenever a slot frees up, :meth:`ASHA.ask`
+  first looks for a promotion — from the highest rung down, a paused trial
+  in the top ``floor(n_k / eta)`` of the ``n_k`` results recorded at rung
+  ``k`` that was not promoted yet — and otherwise starts a new config at
+  ``min_budget``. A promoted trial resumes from its checkpoint (or, on the
+  Dask runtime, in the process that was held at the rung).
+
+No barrier in either: workers never wait for a rung to fill, at the price of
+sometimes keeping a trial that a full rung would have cut.
 """
 
 from __future__ import annotations
@@ -15,13 +28,25 @@ import bisect
 from collections.abc import Mapping
 from typing import Any
 
-from nbtune.algorithms._common import EPS, latest_loss, rank_key, rung_budgets, validate_eta
+import numpy as np
+
+from nbtune.algorithms._common import (
+    EPS,
+    ceil_eps,
+    latest_loss,
+    rank_key,
+    rung_budgets,
+    validate_eta,
+)
 from nbtune.algorithms.base import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
 from nbtune.core.space import sample_config
-from nbtune.core.trial import TrialSpec, TrialState
+from nbtune.core.trial import Decision, TrialSpec, TrialState
 
-__all__ = ["ASHA", "promotable"]
+__all__ = ["ASHA", "promotable", "asha_keeps", "ASHA_TYPES"]
+
+#: the variants of :class:`ASHA` (Syne Tune's names)
+ASHA_TYPES = ("stopping", "promotion")
 
 
 def promotable(results: Mapping[int, float], eta: float) -> list[int]:
@@ -34,24 +59,56 @@ def promotable(results: Mapping[int, float], eta: float) -> list[int]:
     return ranked[:k]
 
 
-class ASHA(BaseAlgorithm):
-    """Asynchronous successive halving with promotions (never stops a running trial).
+def asha_keeps(rung_losses: list[float], loss: float, eta: float) -> bool:
+    """The stopping rule: does a trial with ``loss`` go on past a rung holding ``rung_losses``?
 
-    When ``num_trials`` configs exist, nothing runs and nothing can be promoted
-    any more, the paused leftovers are retired (see :meth:`pop_retired`) and
-    :attr:`finished` becomes True, so the experiment can end.
+    ``rung_losses`` includes the trial's own result. As Ray's ASHA it keeps
+    the trial unless its loss is above the ``100/eta`` percentile (linear
+    interpolation) of the rung: the top ``1/eta`` go on, and so does the
+    first trial to reach a rung. A missing or NaN result counts as the worst.
+    """
+    vals = np.array([rank_key(v) for v in rung_losses], float)
+    loss = rank_key(loss)
+    finite = vals[np.isfinite(vals)]
+    if len(finite) < len(vals):  # inf - inf interpolates to NaN: rank with a finite stand-in
+        big = (finite.max() if len(finite) else 0.0) + 1.0
+        vals = np.where(np.isfinite(vals), vals, big)
+        loss = big if not np.isfinite(loss) else loss
+    cutoff = float(np.percentile(vals, 100.0 / eta))
+    return loss <= cutoff + 1e-12
+
+
+class ASHA(BaseAlgorithm):
+    """Asynchronous successive halving, ``type="stopping"`` (default) or ``"promotion"``.
+
+    ``num_trials=None`` starts ``ceil(eta**(rungs-1))`` configs, as
+    :class:`~nbtune.algorithms.successive_halving.SuccessiveHalving` does (with
+    ``eta=3`` and ``max_budget=27``: 27), so a plain ``tune(...)`` call runs.
+
+    See the module docstring for the two variants. When ``num_trials``
+    configs exist and nothing runs any more (and, with promotions, nothing
+    can be promoted), the paused leftovers are retired (see
+    :meth:`pop_retired`) and :attr:`finished` becomes True, so the experiment
+    can end.
     """
 
     name = "asha"
+    waits_at_rungs = True
 
-    def __init__(self, space: Mapping[str, Any], *, eta: float = 3, **kwargs: Any) -> None:
+    def __init__(self, space: Mapping[str, Any], *, eta: float = 3, type: str = "stopping",
+                 **kwargs: Any) -> None:
         super().__init__(space, **kwargs)
-        if self.num_trials is None:
+        if type not in ASHA_TYPES:
             raise AlgorithmError(
-                f"{self.name} has no natural size: pass num_trials (how many configs to start)"
+                f"type must be 'stopping' (train on past rungs until stopped, no checkpoint "
+                f"needed) or 'promotion' (pause at rungs, resume from a checkpoint), got {type!r}"
             )
+        self.type = type
+        self.stopping = type == "stopping"
         self.eta = validate_eta(eta)
         self.rungs = rung_budgets(self.min_budget, self.max_budget, self.eta)
+        if self.num_trials is None:  # successive halving's size: one config reaches the top
+            self.num_trials = max(1, ceil_eps(self.eta ** (len(self.rungs) - 1)))
         #: per rung: trial id -> loss recorded when the trial reached that rung
         self.rung_results: list[dict[int, float]] = [{} for _ in self.rungs]
         #: per rung: (rank key, trial id) kept sorted as results arrive, so finding the
@@ -93,10 +150,13 @@ class ASHA(BaseAlgorithm):
         self._done = True
 
     def ask(self, max_trials: int) -> list[TrialGroup]:
-        """Up to ``max_trials`` specs: promotions first, then new configs at ``min_budget``."""
+        """Up to ``max_trials`` specs: promotions first, then new configs at ``min_budget``.
+
+        In stopping mode every new config is launched for ``max_budget``.
+        """
         specs: list[TrialSpec] = []
         while len(specs) < max_trials and not self._done:
-            p = self.find_promotion()
+            p = None if self.stopping else self.find_promotion()
             if p is not None:
                 t, k = p
                 self.promoted[k].add(t)
@@ -105,7 +165,8 @@ class ASHA(BaseAlgorithm):
                 self.level[t] = k + 1
                 specs.append(TrialSpec(t, dict(self.configs[t]), self.rungs[k + 1]))
             elif self.budget_ok():
-                spec = self.new_spec(self.sample_new_config(), self.rungs[0])
+                first = self.max_budget if self.stopping else self.rungs[0]
+                spec = self.new_spec(self.sample_new_config(), first)
                 self._active.add(spec.trial_id)
                 self.level[spec.trial_id] = 0
                 specs.append(spec)
@@ -115,6 +176,27 @@ class ASHA(BaseAlgorithm):
         return [self.new_group(specs)] if specs else []
 
     # ----------------------------------------------------------------- events
+    def on_report(self, trial_id: int, budget: float, metrics: Mapping[str, Any]) -> Decision:
+        """Record; in stopping mode, judge the trial at every rung it reaches."""
+        self.record(trial_id, budget, metrics)
+        if not self.stopping or trial_id not in self._active:
+            return Decision.CONTINUE
+        k = self.level[trial_id]
+        if k >= len(self.rungs) or budget < self.rungs[k] - EPS:
+            return Decision.CONTINUE
+        while k + 1 < len(self.rungs) and budget >= self.rungs[k + 1] - EPS:
+            k += 1  # a runtime reporting on a coarser grid may pass several rungs at once
+        self.level[trial_id] = k
+        self._reach_rung(trial_id)
+        self.level[trial_id] = k + 1
+        if k == len(self.rungs) - 1:
+            return Decision.CONTINUE  # max_budget: the engine completes it
+        keep = asha_keeps(list(self.rung_results[k].values()), self.rung_results[k][trial_id],
+                          self.eta)
+        if keep:
+            self.promoted[k].add(trial_id)
+        return Decision.CONTINUE if keep else Decision.STOP
+
     def _reach_rung(self, trial_id: int) -> None:
         k = self.level[trial_id]
         loss = latest_loss(self.history, trial_id)
@@ -126,6 +208,8 @@ class ASHA(BaseAlgorithm):
         self.observe(trial_id, self.rungs[k], loss)
 
     def on_segment_end(self, trial_id: int, budget: float) -> None:
+        if self.stopping:
+            return  # trials run to max_budget: a pause is the engine's, not a rung
         if trial_id not in self._active or budget < self.rungs[self.level[trial_id]] - EPS:
             return  # not a rung result (the engine paused it for its own reasons)
         self._active.discard(trial_id)
@@ -135,7 +219,7 @@ class ASHA(BaseAlgorithm):
 
     def on_trial_end(self, trial_id: int, state: TrialState) -> None:
         super().on_trial_end(trial_id, state)
-        if trial_id in self._active and state == TrialState.COMPLETED:
+        if trial_id in self._active and state == TrialState.COMPLETED and not self.stopping:
             self._reach_rung(trial_id)
         self._active.discard(trial_id)
         self._paused.discard(trial_id)

@@ -38,6 +38,9 @@ class BaseAlgorithm:
     name: str = "base"
     #: True when the algorithm submits whole rungs and waits at stage barriers
     synchronous: bool = False
+    #: True when a paused trial waits for a rung verdict with an unchanged config, so a
+    #: runtime may keep its process waiting in place instead of needing a checkpoint
+    waits_at_rungs: bool = False
 
     def __init__(
         self,

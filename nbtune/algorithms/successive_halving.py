@@ -142,6 +142,7 @@ class BracketAlgorithm(BaseAlgorithm):
     """
 
     synchronous = True
+    waits_at_rungs = True
 
     def __init__(self, space: Mapping[str, Any], **kwargs: Any) -> None:
         super().__init__(space, **kwargs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 
@@ -27,8 +28,32 @@ class FifoAllocator(BaseAllocator):
         k = min(self._room(view), len(view.pending))
         if k == 0:
             return Allocation()
-        gpus = heapq.nsmallest(k, view.idle_gpus)  # lowest ids first: tidy strips
         pending = view.pending
+        held = getattr(view, "held", None)
+        if held:
+            return Allocation(launch=_home_first([pending[i].trial_id for i in range(k)],
+                                                 view.idle_gpus, held))
+        gpus = heapq.nsmallest(k, view.idle_gpus)  # lowest ids first: tidy strips
         return Allocation(
             launch={pending[i].trial_id: ((g, 1.0),) for i, g in enumerate(gpus)}
         )
+
+
+def _home_first(trials: list[int], idle: set[int], held: Any) -> dict[int, Any]:
+    """A held trial gets the GPU its waiting process holds when it is idle; others the lowest.
+
+    Elsewhere the held process would have to be given up and the trial
+    restarted (from its checkpoint if it has one, else from the beginning).
+    """
+    free = set(idle)
+    out: dict[int, Any] = {}
+    for tid in trials:
+        home = held.get(tid)
+        if home is not None and len(home) == 1 and home[0][0] in free:
+            out[tid] = ((home[0][0], 1.0),)
+            free.discard(home[0][0])
+    rest = heapq.nsmallest(len(trials) - len(out), free)
+    for tid in trials:
+        if tid not in out:
+            out[tid] = ((rest.pop(0), 1.0),)
+    return out

@@ -25,6 +25,8 @@ __all__ = [
     "TrialReported",
     "TrialSampled",
     "TrialFailed",
+    "TrialHeld",
+    "TrialRecomputed",
     "TrialStopRequested",
     "ExperimentStopRequested",
     "ExperimentPauseRequested",
@@ -65,6 +67,30 @@ class TrialReported(Event):
     trial_id: int
     budget: float
     metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class TrialHeld(Event):
+    """A trial that reached its segment's budget waits in place for the algorithm's verdict.
+
+    Its process lives on, blocked inside ``report`` (holding its memory, using
+    no compute), because its training loop keeps no checkpoint; a Launch of
+    the same trial on the same placement lets it go on, a Stop ends it.
+    """
+
+    trial_id: int
+
+
+@dataclass(slots=True)
+class TrialRecomputed(Event):
+    """A relaunched trial re-trained ``budget`` units it had already reported.
+
+    Its loop restarted from the beginning (no checkpoint): the step is work
+    done again, not a new result, so the engine counts it and ignores its metrics.
+    """
+
+    trial_id: int
+    budget: float
 
 
 @dataclass(slots=True)

@@ -94,6 +94,8 @@ class Trial:
     share_since: float = 0.0
     failures: int = 0
     error: str | None = None
+    #: budget units trained again after a relaunch without a checkpoint (not new results)
+    recomputed: float = 0.0
     #: (time, budget) of the last report or (re)start: the baseline of the next unit time
     last_mark: tuple[float, float] | None = None
     #: last measured (seconds per budget unit, width it ran at)

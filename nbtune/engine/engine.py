@@ -68,6 +68,10 @@ class Engine:
         self.events_handled = 0
         self.utilization: list[tuple[float, int, float, float]] = []
         self._dirty = True
+        #: paused trials whose process waits in place (TrialHeld), on the placement it holds
+        self._held: dict[int, Placement] = {}
+        self._paused_on: dict[int, Placement] = {}
+        self._outbox: list[Command] = []
         self._subscribers: list[Subscriber] = []
         self._handlers: dict[type, Callable[[Any, list[Command]], None]] = {
             ev.ExperimentStarted: self._on_started,
@@ -75,6 +79,8 @@ class Engine:
             ev.TrialStarted: self._on_trial_started,
             ev.TrialReported: self._on_reported,
             ev.TrialFailed: self._on_failed,
+            ev.TrialHeld: self._on_held,
+            ev.TrialRecomputed: self._on_recomputed,
             ev.TrialStopRequested: self._on_stop_requested,
             ev.ExperimentStopRequested: self._on_experiment_stop,
             ev.ExperimentPauseRequested: self._on_experiment_pause,
@@ -98,6 +104,9 @@ class Engine:
         self.events_handled += len(events)
         if self._dirty and self.started and not self.done:
             self._schedule(cmds)
+        if self._outbox:  # Stops for held processes, before a Finish
+            cmds[:0] = self._outbox
+            self._outbox = []
         if self.validate:
             self.check()
         if self._subscribers:
@@ -156,6 +165,16 @@ class Engine:
         """Give the allocator a measurement source (the runtime's profiler sets ``"profiles"``)."""
         self._hints[key] = value
         self._dirty = True
+
+    @property
+    def held(self) -> Mapping[int, Placement]:
+        """Paused trials whose process waits in place, and where: memory held, no compute.
+
+        An allocator counts their memory on those GPUs/workers and should give a
+        promoted held trial its own placement back (it then goes on in the same
+        process; elsewhere it must restart, from a checkpoint if it has one).
+        """
+        return self._held
 
     def trial(self, trial_id: int) -> Trial:
         return self.trials[trial_id]
@@ -226,6 +245,20 @@ class Engine:
             cmds.append(Pause(tid))
             self._pause(t)
 
+    def _on_held(self, e: ev.TrialHeld, cmds: list[Command]) -> None:
+        t = self.trials.get(e.trial_id)
+        where = self._paused_on.get(e.trial_id)
+        if t is not None and t.state is TrialState.PAUSED and where is not None:
+            self._held[e.trial_id] = where
+            self._dirty = True  # an allocator may now prefer its placement
+        elif t is not None and t.state.is_terminal:
+            cmds.append(Stop(e.trial_id))  # ended before its process said it waits
+
+    def _on_recomputed(self, e: ev.TrialRecomputed, cmds: list[Command]) -> None:
+        t = self.trials.get(e.trial_id)
+        if t is not None:
+            t.recomputed += 1.0
+
     def _on_failed(self, e: ev.TrialFailed, cmds: list[Command]) -> None:
         t = self.trials.get(e.trial_id)
         if t is None or t.state is not TrialState.RUNNING:
@@ -295,11 +328,17 @@ class Engine:
         self._dirty = True
 
     def _pause(self, t: Trial) -> None:
+        where = self.ledger.placements.get(t.trial_id)
+        if where is not None:
+            self._paused_on[t.trial_id] = where
         self._release(t)
         t.transition(TrialState.PAUSED)
         self.algorithm.on_segment_end(t.trial_id, t.budget_used)
 
     def _end(self, t: Trial, state: TrialState) -> None:
+        self._paused_on.pop(t.trial_id, None)
+        if self._held.pop(t.trial_id, None) is not None:
+            self._outbox.append(Stop(t.trial_id))  # its waiting process must end too
         self._release(t)
         t.transition(state)
         t.end_time = self.time
@@ -439,6 +478,8 @@ class Engine:
     def _launch(self, spec: TrialSpec, placement: Placement, cmds: list[Command]) -> None:
         t = self.trials[spec.trial_id]
         t.transition(TrialState.RUNNING)
+        self._held.pop(t.trial_id, None)
+        self._paused_on.pop(t.trial_id, None)
         self.ledger.place(t.trial_id, placement, self.time)
         t.share, t.share_since = width(placement), self.time
         if t.start_time is None:

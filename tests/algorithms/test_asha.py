@@ -59,7 +59,8 @@ def test_promotion_rule(losses: list[float], slots: int, eta: int, fail: bool) -
         return losses[int(cfg["x"] * 1e6) % 30] / budget
 
     n = 20
-    algo = CheckedASHA(SPACE, metric="loss", max_budget=eta**3, num_trials=n, eta=eta, seed=1)
+    algo = CheckedASHA(SPACE, metric="loss", max_budget=eta**3, num_trials=n, eta=eta, seed=1,
+                       type="promotion")
     res = Driver(algo, slots=slots, metric_fn=metric, fail=fail_every(4) if fail else None).run()
     assert len(res.trials) == n
     assert algo.finished
@@ -79,7 +80,7 @@ def test_promotable_is_top_fraction(results: dict[int, float], eta: int) -> None
 
 
 def test_first_promotion_after_eta_results() -> None:
-    algo = ASHA(SPACE, metric="loss", max_budget=9, num_trials=9, eta=3, seed=0)
+    algo = ASHA(SPACE, metric="loss", max_budget=9, num_trials=9, eta=3, seed=0, type="promotion")
     (g,) = algo.ask(3)
     ids = [s.trial_id for s in g.specs]
     for t, loss in zip(ids, [5.0, 1.0, 3.0], strict=True):
@@ -92,7 +93,7 @@ def test_first_promotion_after_eta_results() -> None:
 
 
 def test_leftovers_retired_when_exhausted() -> None:
-    algo = ASHA(SPACE, metric="loss", max_budget=9, num_trials=2, eta=3, seed=0)
+    algo = ASHA(SPACE, metric="loss", max_budget=9, num_trials=2, eta=3, seed=0, type="promotion")
     (g,) = algo.ask(5)
     assert len(g) == 2
     for s in g.specs:
@@ -105,7 +106,7 @@ def test_leftovers_retired_when_exhausted() -> None:
 
 
 def test_engine_pause_before_rung_is_ignored() -> None:
-    algo = ASHA(SPACE, metric="loss", max_budget=9, num_trials=3, eta=3, seed=0)
+    algo = ASHA(SPACE, metric="loss", max_budget=9, num_trials=3, eta=3, seed=0, type="promotion")
     (g,) = algo.ask(1)
     t = g.specs[0].trial_id
     algo.on_report(t, 0.5, {"loss": 1.0})
@@ -115,6 +116,27 @@ def test_engine_pause_before_rung_is_ignored() -> None:
     assert not algo.finished
 
 
-def test_needs_num_trials() -> None:
-    with pytest.raises(AlgorithmError, match="num_trials"):
-        ASHA(SPACE, metric="loss", max_budget=9)
+def test_default_size_is_successive_halvings() -> None:
+    assert ASHA(SPACE, metric="loss", max_budget=9).num_trials == 9
+    assert ASHA(SPACE, metric="loss", max_budget=3).num_trials == 3
+    with pytest.raises(AlgorithmError, match="type must be"):
+        ASHA(SPACE, metric="loss", max_budget=9, type="pause")
+
+
+def test_stopping_rule_keeps_the_top_third_as_ray() -> None:
+    from nbtune.algorithms.asha import asha_keeps
+
+    assert asha_keeps([5.0], 5.0, 3)  # the first at a rung goes on
+    assert not asha_keeps([1.0, 2.0, 3.0], 3.0, 3)
+    assert asha_keeps([1.0, 2.0, 3.0], 1.0, 3)
+    assert not asha_keeps([1.0, float("nan")], float("nan"), 3)  # NaN ranks last
+
+
+def test_stopping_mode_runs_every_trial_once_to_max_budget_or_a_stop() -> None:
+    algo = ASHA(SPACE, metric="loss", max_budget=9, num_trials=12, eta=3, seed=0)
+    res = Driver(algo, slots=3).run()
+    assert algo.finished and len(res.trials) == 12
+    assert all(len(t.segments) <= 1 for t in res.trials.values())  # never paused, relaunched
+    assert all(s[2] == 9 for s in res.specs)  # every spec asks for max_budget
+    assert any(t.used == 9 for t in res.trials.values())
+    assert any(t.used < 9 for t in res.trials.values())

@@ -62,7 +62,7 @@ def test_instances_and_classes() -> None:
         make_algorithm(42, SPACE, **COMMON)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("name", ["random", "asha", "bohb", "pbt", "optuna"])
+@pytest.mark.parametrize("name", ["random", "pbt", "optuna"])
 def test_num_trials_required(name: str) -> None:
     with pytest.raises(AlgorithmError, match="num_trials"):
         make_algorithm(name, SPACE, metric="loss", max_budget=9)

@@ -379,7 +379,7 @@ def test_bad_arguments_fail_early():
     rt = DaskRuntime(cluster=42)
     algo = OneShot(SPACE, metric="loss", max_budget=1, num_trials=1, seed=0)
     with pytest.raises(TypeError, match=r"train\(config, trial\)"):
-        rt.start(Engine(algo), lambda config: None)
+        rt.start(Engine(algo), lambda: None)
     from nbtune.workloads import SyntheticWorkload
 
     with pytest.raises(TypeError, match="runtime='sim'"):

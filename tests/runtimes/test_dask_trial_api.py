@@ -71,15 +71,82 @@ def test_stop_request_takes_effect_at_the_next_boundary(tmp_path_factory, stop_a
 
 
 def test_report_rejects_bad_steps(tmp_path):
-    trial, _ = make(tmp_path, start=2.0, budget=4.0)
+    trial, ch = make(tmp_path, start=2.0, budget=4.0)
+    assert trial.report(step=2, loss=1.0) is False  # already done before: recomputed work
     with pytest.raises(ValueError, match="must increase"):
         trial.report(step=2, loss=1.0)
     with pytest.raises(ValueError, match="past the budget"):
         trial.report(step=5, loss=1.0)
     assert trial.report(loss=1.0) is False  # step defaults to the next unit: 3
     assert trial.report(loss=1.0) is True  # 4 is the budget
+    assert reports(ch) == [3.0, 4.0] and trial.recomputed == 1
+
+
+def test_a_relaunch_from_scratch_recomputes_then_goes_on(tmp_path):
+    """A Ray-style loop with no checkpoint relaunched at step 3 reports 1.. again: no error."""
+    trial, ch = make(tmp_path, start=3.0, budget=5.0, max_budget=5.0)
+    for _ in range(5):
+        if trial.report({"loss": 0.5}):  # Ray's form: metrics dict, implicit step
+            break
+    assert [m["step"] for m in ch.sent if m["k"] == "recomputed"] == [1.0, 2.0, 3.0]
+    assert reports(ch) == [4.0, 5.0]
+    assert trial.stop_reason == "budget"
+
+
+def test_optuna_and_ray_forms(tmp_path):
+    trial, ch = make(tmp_path, budget=9.0, metric="val_loss")
+    trial.report(0.7, 1)  # Optuna: report(value, step)
+    trial.report(0.6, step=2)
+    trial.report({"val_loss": 0.5, "acc": 0.9})  # Ray: dict, step implicit (3)
+    trial.report(val_loss=0.4)  # Ray: keywords (4)
+    trial.report(5, val_loss=0.3)  # nbtune: report(step, **metrics)
+    sent = [(m["step"], m["metrics"]) for m in ch.sent if m["k"] == "report"]
+    assert sent == [(1.0, {"val_loss": 0.7}), (2.0, {"val_loss": 0.6}),
+                    (3.0, {"val_loss": 0.5, "acc": 0.9}), (4.0, {"val_loss": 0.4}),
+                    (5.0, {"val_loss": 0.3})]
+    ch.control.append({"k": "stop", "reason": "stop"})
+    assert trial.should_prune() is True
+
+
+def test_a_trial_without_checkpoints_waits_at_its_rung(tmp_path):
+    """Below max_budget and no checkpoint: report blocks until go (trains on) or stop (raises)."""
+    trial, ch = make(tmp_path, budget=1.0, max_budget=9.0, hold=True)
+    ch.control.append({"k": "go", "budget": 3.0})
+    assert trial.report(loss=1.0) is False  # held at 1, then promoted to 3
+    assert [m["k"] for m in ch.sent] == ["report", "held"]
+    assert trial.report(loss=0.9) is False
+    ch.wait_control = lambda timeout: [{"k": "stop", "reason": "stop"}]  # comes while it waits
     with pytest.raises(TrialInterrupted):
+        trial.report(loss=0.8)  # held at 3, then stopped
+    early, ch1 = make(tmp_path, budget=1.0, max_budget=9.0, hold=True)
+    ch1.control.append({"k": "stop", "reason": "stop"})
+    assert early.report(loss=1.0) is True and early.stop_reason == "stop"  # never waits
+    ckpt, ch2 = make(tmp_path, budget=1.0, max_budget=9.0, checkpoints=True, hold=True)
+    assert ckpt.report(loss=1.0) is True  # a checkpointing loop returns and resumes later
+    assert "held" not in [m["k"] for m in ch2.sent]
+
+
+def test_uses_checkpoints_reads_the_code():
+    from nbtune.runtimes.dask.trial_api import uses_checkpoints
+
+    def saves(config, trial):
+        def inner():
+            trial.checkpoint({})
+        inner()
+
+    def plain(config, trial):
         trial.report(loss=1.0)
+
+    assert uses_checkpoints(saves) and not uses_checkpoints(plain)
+    assert uses_checkpoints(_wraps_a_checkpointing_loop)  # followed into what it calls
+
+
+def _checkpointing_loop(config, trial):
+    trial.checkpoint({})
+
+
+def _wraps_a_checkpointing_loop(config, trial):
+    _checkpointing_loop(config, trial)
 
 
 def test_metrics_are_made_serializable(tmp_path):

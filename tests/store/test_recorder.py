@@ -221,6 +221,6 @@ def test_a_run_that_never_started_leaves_no_stored_experiment(tmp_path):
     from nbtune.runtimes.dask import DaskRuntime
 
     with pytest.raises(TypeError, match=r"train\(config, trial\)"):
-        nbtune.tune(lambda config: None, SPACE, algorithm="random", num_trials=1, metric="loss",
+        nbtune.tune(lambda: None, SPACE, algorithm="random", num_trials=1, metric="loss",
                     max_budget=1, runtime=DaskRuntime(cluster=42), store=tmp_path, name="x")
     assert "x" not in Store(tmp_path).names()  # the name stays free for the corrected call

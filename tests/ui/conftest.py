@@ -38,6 +38,8 @@ def experiment(algorithm: str = "asha", *, trials: int = 40, gpus: int = 4,
                report_every: float = 1.0, **options: Any) -> Experiment:
     """An experiment built but not started (``exp.runtime.start(exp.engine, exp.trainable)``)."""
     wl = workload(seed, max_budget)
+    if algorithm in ("asha", "bohb"):
+        options.setdefault("type", "promotion")  # the views show paused and promoted trials
     algo = make_algorithm(algorithm, SPACE, metric="loss", mode="min", max_budget=max_budget,
                           num_trials=trials, seed=seed, **options)
     engine = Engine(algo, make_allocator(allocator), hints={"workload": wl}, validate=True)

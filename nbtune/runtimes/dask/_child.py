@@ -38,6 +38,15 @@ class PipeChannel:
         except (BrokenPipeError, EOFError, OSError):
             os._exit(3)
 
+    def wait_control(self, timeout: float) -> list[dict[str, Any]]:
+        """Control messages, waiting up to ``timeout`` s for the first (a held trial)."""
+        try:
+            if not self.conn.poll(timeout):
+                return []
+        except (BrokenPipeError, EOFError, OSError):
+            os._exit(3)
+        return self.poll_control()
+
     def poll_control(self) -> list[dict[str, Any]]:
         out = []
         try:
@@ -69,11 +78,24 @@ def _is_oom(exc: BaseException) -> bool:
     return name == "OutOfMemoryError" or "out of memory" in str(exc).lower()
 
 
+def _takes_trial(fn: Any) -> bool:
+    """``train(config, trial)`` (nbtune, Optuna-like) or ``train(config)`` (Ray Tune)."""
+    import inspect
+
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature (a builtin): the documented form
+        return True
+    return True
+
+
 def run_job(job: dict[str, Any], channel: PipeChannel) -> dict[str, Any]:
     """Run one training function; return the exit message (never raises)."""
     import cloudpickle
 
-    from nbtune.runtimes.dask import ddp
+    from nbtune.runtimes.dask import ddp, trial_api
     from nbtune.runtimes.dask.trial_api import Trial, TrialInterrupted
 
     for p in job.get("sys_path", ()):
@@ -92,12 +114,19 @@ def run_job(job: dict[str, Any], channel: PipeChannel) -> dict[str, Any]:
             ddp.init_group(job)
             grouped = True
         channel.send({"k": "started", "pid": os.getpid()})
-        fn(trial.config, trial)
+        trial_api._CURRENT.append(trial)
+        if _takes_trial(fn):
+            fn(trial.config, trial)
+        else:  # Ray-style train(config) reporting through nbtune.report(...)
+            fn(trial.config)
     except TrialInterrupted:
         pass
     except BaseException as exc:  # the user's error, whatever it is, becomes TrialFailed
-        out = {"k": "exit", "ok": False, "error": traceback.format_exc(), "oom": _is_oom(exc)}
+        if not (trial._told and type(exc).__name__ == "TrialPruned"):  # optuna.TrialPruned
+            out = {"k": "exit", "ok": False, "error": traceback.format_exc(),
+                   "oom": _is_oom(exc)}
     finally:
+        trial_api._CURRENT.clear()
         if grouped:
             with contextlib.suppress(Exception):
                 ddp.destroy_group()

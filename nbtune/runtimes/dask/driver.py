@@ -62,6 +62,7 @@ class RunDriver:
     _paused_empty: bool
     _topic: str
     _fn: bytes
+    _checkpointing: bool
     _inbox: Any
     _links: WorkerLinks
 
@@ -111,9 +112,43 @@ class RunDriver:
                 return []  # the engine already stopped or paused it: later progress is not counted
             run.last_step = max(run.last_step, float(m["step"]))
             return [ev.TrialReported(now, run.trial_id, float(m["step"]), dict(m["metrics"]))]
+        if k == "recomputed":
+            return [ev.TrialRecomputed(now, run.trial_id, float(m["step"]))]
+        if k == "held":
+            return self._on_held(run, now)
         if k == "exit":
             return self._rank_exited(run, int(m["rank"]), m, now)
         return []
+
+    def _on_held(self, run: Run, now: float) -> list[ev.Event]:
+        """The run's process waits at its segment's end: a promotion may have come already."""
+        if run.cancelled is not None:
+            return []
+        run.held = True
+        launch = self._deferred.pop(run.trial_id, None)
+        if launch is not None:
+            self._launch(launch)
+            return []
+        return [ev.TrialHeld(now, run.trial_id)]
+
+    def _go_on(self, run: Run, c: Launch) -> bool:
+        """Let a held run train on toward ``c.budget`` where it is, if ``c`` allows it."""
+        assert self._engine is not None and self.inventory is not None
+        placement = self._engine.running.get(c.trial_id)
+        if (placement is None or len(run.ranks) != 1 or len(placement) != 1
+                or placement[0][0] != run.placement[0][0]
+                or c.restore_from not in (None, c.trial_id)
+                or abs(c.start_budget - run.last_step) > EPS):
+            return False
+        slot = self.inventory.slots.get(placement[0][0])
+        if slot is None:
+            return False
+        threads, _ = rank_env(c.trial_id, slot, placement[0][1], gpus=bool(self.gpus),
+                              mps=bool(self.mps))
+        run.held, run.budget, run.placement = False, float(c.budget), placement
+        self._signal(run, {"k": "go", "budget": float(c.budget), "threads": threads})
+        self._local.append(ev.TrialStarted(self._clock.now(), c.trial_id))
+        return True
 
     def _on_util(self, m: dict[str, Any], now: float) -> list[ev.Event]:
         assert self.inventory is not None
@@ -325,7 +360,15 @@ class RunDriver:
     def _launch(self, c: Launch) -> None:
         """Carry out a Launch now, or once the trial's previous process has exited."""
         assert self._engine is not None
-        if c.trial_id in self._runs:
+        run = self._runs.get(c.trial_id)
+        if run is not None:
+            if run.held and run.cancelled is None:
+                if self._go_on(run, c):
+                    return
+                # placed elsewhere: the waiting process gives its worker away; the trial
+                # restarts (from its checkpoint if any) once it has exited
+                run.cancelled = "released"
+                self._signal(run, {"k": "kill", "reason": "relaunched on another placement"})
             self._deferred[c.trial_id] = c  # after the previous process exits
             return
         t = self._engine.trials.get(c.trial_id)
@@ -361,6 +404,11 @@ class RunDriver:
                 "restore_step": None if found is None else found[0],
                 "device": "cuda" if self.gpus else "cpu", "sys_path": list(sys.path),
                 "memory_limit": self.trial_memory_limit,
+                "max_budget": self._engine.max_budget if self._engine else float(budget),
+                "metric": self._engine.metric if self._engine else None,
+                "checkpoints": self._checkpointing,
+                "hold": bool(getattr(self._engine, "algorithm", None)
+                             and self._engine.algorithm.waits_at_rungs),
                 "reuse": not self.gpus if self.reuse_processes is None else self.reuse_processes,
             }
             run.ranks.append(RunRank(slot.worker))

@@ -37,11 +37,13 @@ class Run:
     start_step: float
     budget: float
     ranks: list[RunRank] = field(default_factory=list)
-    cancelled: str | None = None  # "stop" | "pause" | "lost" | "killed"
+    cancelled: str | None = None  # "stop" | "pause" | "lost" | "killed" | "released"
     resize: bool = False
     last_step: float = 0.0
     started: bool = False
     error: dict[str, Any] | None = None
+    #: its process waits in place at the segment's end (no checkpoint to resume from)
+    held: bool = False
 
 
 def rank_env(tid: int, slot: Slot, share: float, *, gpus: bool,

@@ -88,9 +88,11 @@ class DaskRuntime(RunDriver):
     ended a trial cleanly run the next one: imports are paid once, but module
     globals the training function sets persist into the next trial (pass
     False for full isolation).
-    A runtime runs one experiment; a cluster it started itself is shut down
-    when the experiment ends (or on :meth:`close`); a client or cluster it
-    was given stays open.
+    A runtime runs any number of experiments, one after another, on the same
+    cluster and warm processes. A cluster it started itself is shut down when
+    an experiment ends unless ``keep=True`` (then on :meth:`close`, as
+    :func:`shared_runtime`'s is at exit); a client or cluster it was given
+    stays open.
     """
 
     name = "dask"
@@ -117,6 +119,7 @@ class DaskRuntime(RunDriver):
         reuse_processes: bool | None = None,
         shutdown_grace: float = 30.0,
         profiler: Any = None,
+        keep: bool = False,
     ) -> None:
         if threads_per_worker < 1:
             raise ValueError(f"threads_per_worker must be >= 1, got {threads_per_worker}")
@@ -148,13 +151,22 @@ class DaskRuntime(RunDriver):
         self.reuse_processes = reuse_processes
         self.shutdown_grace = float(shutdown_grace)
         self.profiler = profiler  # measures c, d, α, β, ε, demands (nbtune.runtimes.profiler)
+        #: keep a cluster this runtime started up after an experiment, for the next one
+        self.keep = bool(keep)
         #: latest checkpoint per trial, ``trial_id -> (step, path)``, as the trials wrote them
         self.checkpoints: dict[int, tuple[float, str]] = {}
         self.client: Any = None
         self.inventory: Inventory | None = None
         self._cluster: Any = None
         self._owns_client = False
-        self._clock = WallClock()
+        self._run_ids = itertools.count(1)
+        self._closed = False
+        self._experiments = 0
+        self._own_ckpt = checkpoint_dir is None
+        self._new_experiment()
+
+    def _new_experiment(self) -> None:
+        """Per-experiment state: a runtime runs experiments one after another on one cluster."""
         self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._local: list[ev.Event] = []
         self._engine: Engine | None = None
@@ -166,14 +178,14 @@ class DaskRuntime(RunDriver):
         self._by_id: dict[int, Run] = {}
         self._deferred: dict[int, Launch] = {}
         self._clones: dict[int, list[Launch]] = {}
-        self._run_ids = itertools.count(1)
         self._finish_at: float | None = None
         self._paused_empty = False
         self._topic = f"nbtune-{uuid.uuid4().hex[:12]}"
         self._sampler_name: str | None = None
         self._fn: bytes = b""
-        self._closed = False
+        self._checkpointing = False
         self._links: WorkerLinks | None = None  # type: ignore[assignment]
+        self._clock = WallClock()
 
     # ----------------------------------------------------------- Runtime API
     @property
@@ -193,7 +205,6 @@ class DaskRuntime(RunDriver):
         if self.client is not None:
             return self
         from nbtune.runtimes.dask import gpu
-        from nbtune.runtimes.dask.plugin import WarmPoolPlugin
         from nbtune.runtimes.dask.pool import wait_pool_ready
 
         gpus = self.gpus
@@ -220,33 +231,60 @@ class DaskRuntime(RunDriver):
                     f"the Dask cluster at {self.client.scheduler.address} offers no "
                     f"{'GPUs' if self.gpus else 'workers'} to run trials on"
                 )
-            self.client.register_plugin(WarmPoolPlugin(self.warm_processes, self.preload),
-                                        name=WarmPoolPlugin.name)
+            for plugin in self._worker_plugins():
+                self.client.register_plugin(plugin, name=plugin.name)
             if self.warm_processes:
                 # the experiment's clock must not include interpreter start-up and preloads
                 self.client.run(wait_pool_ready, WARM_TIMEOUT)
-            if self.gpus and self.mps:
-                self.client.register_plugin(gpu.MPSDaemonPlugin(), name=gpu.MPSDaemonPlugin.name)
         except BaseException:
             self._shutdown_cluster()
             self.client = None
             raise
         return self
 
+    def _worker_plugins(self) -> list[Any]:
+        """The worker plugins, in the order they must run on every worker.
+
+        The MPS daemon first: it exports ``CUDA_MPS_PIPE_DIRECTORY`` into the
+        worker's environment, which the warm pool's processes inherit when they
+        are spawned; filled before it, the first warm processes would never
+        join MPS.
+        """
+        from nbtune.runtimes.dask import gpu
+        from nbtune.runtimes.dask.plugin import WarmPoolPlugin
+
+        plugins: list[Any] = []
+        if self.gpus and self.mps:
+            plugins.append(gpu.MPSDaemonPlugin())
+        plugins.append(WarmPoolPlugin(self.warm_processes, self.preload))
+        return plugins
+
     def start(self, engine: Engine, trainable: Any) -> None:
         """Connect, then run the experiment in a background thread; returns at once."""
         check_trainable(trainable, self)
         _check_trainable(trainable)
-        if self._engine is not None:
-            raise RuntimeError("this DaskRuntime already ran an experiment; create a new one")
         if self._closed:
             raise RuntimeError("this DaskRuntime is closed")
+        if self._engine is not None:
+            if not self._done.is_set():
+                raise RuntimeError("this DaskRuntime is running an experiment; wait() for it "
+                                   "to end before starting the next one")
+            self._release_experiment()  # the last one's subscriptions (kept until now)
+            self._new_experiment()  # the cluster and its warm processes stay up
+            self.checkpoints = {}
+            if self._own_ckpt:
+                self.checkpoint_dir = None  # trial ids start again at 0: a fresh directory
+            elif self.checkpoint_dir is not None:
+                self.checkpoint_dir = Path(self.checkpoint_dir) / f"experiment-{self._experiments}"
+        self._experiments += 1
         import cloudpickle
 
         from nbtune.runtimes.dask.sampling import UtilizationSampler
+        from nbtune.runtimes.dask.trial_api import uses_checkpoints
         from nbtune.runtimes.profiler import attach_profiler
 
         self._fn = cloudpickle.dumps(trainable)
+        self._checkpointing = uses_checkpoints(trainable)
         self.connect()
         assert self.inventory is not None
         self._engine = engine
@@ -305,6 +343,14 @@ class DaskRuntime(RunDriver):
         self._halt.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
+        self._release_experiment()
+        try:
+            self._shutdown_cluster()
+        finally:
+            self._done.set()
+
+    def _release_experiment(self) -> None:
+        """Kill the experiment's live trial processes, drop its subscriptions and streams."""
         if self.client is not None and self._links is not None:
             for run in list(self._runs.values()):
                 self._signal(run, {"k": "kill", "reason": "the runtime was closed"})
@@ -316,12 +362,9 @@ class DaskRuntime(RunDriver):
             if self._sampler_name is not None:
                 with contextlib.suppress(Exception):
                     self.client.unregister_worker_plugin(self._sampler_name)
+                self._sampler_name = None  # released once: close() after an experiment's end
         self._runs.clear()
         self._by_id.clear()
-        try:
-            self._shutdown_cluster()
-        finally:
-            self._done.set()
 
     def _shutdown_cluster(self) -> None:
         if self.client is not None and self._owns_client:
@@ -383,18 +426,26 @@ class DaskRuntime(RunDriver):
                 for run in list(self._runs.values()):
                     self._signal(run, {"k": "kill", "reason": f"driver error: {exc!r}"})
         finally:
-            if self._cluster is not None and not self._halt.is_set():
+            if self._cluster is not None and not self._halt.is_set() and not self.keep:
                 self.close()  # a cluster we started ends with its experiment
+            # else the subscriptions stay until the next experiment or close(): releasing
+            # them here raced the last messages of the ending runs (a PBT test flaked)
             self._done.set()
 
 def _check_trainable(fn: Any) -> None:
     if not callable(fn):
         raise TypeError(f"the trainable must be a function train(config, trial), got {fn!r}")
     try:
-        inspect.signature(fn).bind(None, None)
-    except TypeError:
-        raise TypeError(
-            f"{getattr(fn, '__name__', fn)!r} must accept two arguments, train(config, trial)"
-        ) from None
+        sig = inspect.signature(fn)
     except ValueError:  # builtins without a signature: let them try
-        pass
+        return
+    for args in ((None, None), (None,)):  # train(config, trial), or Ray's train(config)
+        try:
+            sig.bind(*args)
+            return
+        except TypeError:
+            continue
+    raise TypeError(
+        f"{getattr(fn, '__name__', fn)!r} must accept train(config, trial) or, reporting "
+        "with nbtune.report(...), train(config)"
+    )

@@ -19,6 +19,17 @@ Semantics (modelled on Ray's ``session.report`` and Optuna's ``should_prune``):
 * Canonical order in the loop: train, ``report``, then ``checkpoint``; the
   checkpoint is filed under the step just reported, so a pause or resize at
   that boundary resumes exactly there. :meth:`Trial.steps` wraps the loop.
+* A single-process trial whose loop keeps no checkpoint does not return at
+  the end of a segment below ``max_budget`` (a synchronous rung): ``report``
+  sends ``held`` and blocks until the engine promotes it (``go``: it returns
+  False and the loop trains on, in the same process) or stops it (it raises
+  :class:`TrialInterrupted`). A relaunch that restarts the loop from step 1
+  reports steps the trial had already done: they are *recomputed* work,
+  counted, not results.
+* ``report`` takes Ray's forms (``report({"loss": x})``, ``report(loss=x)``,
+  step implicit) and Optuna's (``report(value, step)``); ``should_prune`` is
+  ``should_stop``; ``nbtune.report`` reaches the running trial from a
+  ``train(config)`` function. See docs/porting.rst.
 * In a multi-worker (DDP) trial every rank calls ``report`` with the same
   ``step``; rank 0's metrics reach the engine, stop requests are agreed on by
   an all-reduce inside ``report`` so all ranks leave at the same step, and
@@ -29,13 +40,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from nbtune.core.tolerance import EPS
 from nbtune.runtimes.dask import checkpoints as ck
 
-__all__ = ["Trial", "TrialInterrupted"]
+__all__ = ["Trial", "TrialInterrupted", "report", "should_stop", "get_trial", "uses_checkpoints"]
 
 
 class TrialInterrupted(BaseException):
@@ -65,17 +77,37 @@ class Trial:
         self.restore_step: float | None = job.get("restore_step")
         self.device_kind: str = job.get("device", "cpu")
         self.step: float = self.start_step
+        #: the budget the trial trains toward in the end (a segment may stop short of it)
+        self.max_budget: float = float(job.get("max_budget", self.budget))
+        #: the experiment's metric, the name Optuna-style ``report(value, step)`` reports under
+        self.metric: str | None = job.get("metric")
+        #: True when the training function is known to write checkpoints (then it never waits)
+        self.checkpoints: bool = bool(job.get("checkpoints", False))
+        self._may_wait = bool(job.get("hold", False))  # the algorithm's rungs allow waiting
+        #: reports of steps the trial had already done (a relaunch with no checkpoint)
+        self.recomputed = 0
         self.last_checkpoint: str | None = None
+        self._last = -math.inf  # the last step reported by this run, recomputed or not
+        self._yielded: float | None = None  # the step steps() handed out last
+        self._restored = False
+        self._early: list[dict[str, Any]] = []
         self._channel = channel
         self._over = False  # budget reached
         self._requested: str | None = None  # "stop" | "pause" | "resize"
         self._told = False  # should_stop() has returned True to the user
 
     # --------------------------------------------------------------- reporting
-    def report(self, step: float | None = None, **metrics: Any) -> bool:
+    def report(self, *args: Any, step: float | None = None, **metrics: Any) -> bool:
         """Record the metrics after ``step`` cumulative units; return True when the trial must stop.
 
-        ``step`` defaults to the next unit (as :meth:`steps` would yield it).
+        Accepted forms (see docs/porting.rst): ``report(step, **metrics)`` and
+        ``report(step=..., **metrics)`` (nbtune), ``report({"loss": x})`` or
+        ``report(loss=x)`` with the step implicit (Ray Tune), ``report(value,
+        step)`` (Optuna: ``value`` is the experiment's metric). An implicit step
+        counts reports from the checkpoint :meth:`restore` returned, else from 0:
+        a loop with no checkpoint restarts from step 1 when relaunched, and steps
+        at or below what the trial had already reported are recomputed work, not
+        results (the engine counts them and ignores their metrics).
         """
         if self._told:
             raise TrialInterrupted(
@@ -83,22 +115,30 @@ class Trial:
                 f"({self._requested or 'budget reached'}); return from the training function "
                 "when report() or should_stop() returns True"
             )
-        step = self._next_step() if step is None else float(step)
-        if not math.isfinite(step) or step <= self.step + EPS:
+        step, metrics = self._parse(args, step, metrics)
+        if not math.isfinite(step) or step <= self._last + EPS:
             raise ValueError(
-                f"trial {self.trial_id}: step must increase, got {step} after {self.step} "
-                "(step is the cumulative budget, e.g. the epoch number starting at start_step+1)"
+                f"trial {self.trial_id}: step must increase, got {step} after {self._last} "
+                "(step is the cumulative budget, e.g. the epoch number starting at 1)"
             )
+        if step <= self.step + EPS:  # at or below what the trial had done: recomputed
+            self._last = step
+            self.recomputed += 1
+            if self.rank == 0:
+                self._channel.send({"k": "recomputed", "step": step})
+            return self.should_stop()
         if step > self.budget + EPS:
             raise ValueError(
                 f"trial {self.trial_id}: reported step {step} is past the budget {self.budget} "
                 "this segment was launched for; stop when report() returns True"
             )
-        self.step = step
+        self._last = self.step = step
         if self.rank == 0:
             self._channel.send({"k": "report", "step": step, "metrics": _clean(metrics)})
         self._poll()
         if step >= self.budget - EPS:
+            if self._requested is None and self._may_hold():
+                return self._hold()
             self._over = True
         if self.world_size > 1:
             self._agree()
@@ -111,6 +151,72 @@ class Trial:
         stop = self._over or self._requested is not None
         self._told = self._told or stop
         return stop
+
+    #: Optuna's name: ``if trial.should_prune(): return`` (or ``raise optuna.TrialPruned()``)
+    should_prune = should_stop
+
+    def _parse(self, args: tuple[Any, ...], step: float | None,
+               metrics: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+        """``(step, metrics)`` from any of the accepted call forms (see :meth:`report`)."""
+        if len(args) > 2:
+            raise TypeError(f"report() takes at most 2 positional arguments, got {len(args)}")
+        if args and isinstance(args[0], Mapping):  # Ray: report({"loss": x}[, step])
+            metrics = {**args[0], **metrics}
+            if len(args) == 2:
+                step = args[1]
+        elif len(args) == 2 or (len(args) == 1 and step is not None and not metrics):
+            if self.metric is None:  # Optuna: report(value, step)
+                raise TypeError("report(value, step) needs the experiment's metric name; "
+                                "use report(step, loss=value)")
+            metrics = {self.metric: args[0]}
+            step = args[1] if len(args) == 2 else step
+        elif len(args) == 1:  # nbtune: report(step, **metrics)
+            step = args[0]
+        if step is None:
+            step = self._yielded if self._yielded is not None else self._implicit_step()
+        self._yielded = None
+        return float(step), metrics
+
+    def _implicit_step(self) -> float:
+        """The next unit after the last report, counted from the restored checkpoint or 0."""
+        if self._last > -math.inf:
+            base = self._last
+        else:
+            base = float(self.restore_step or 0.0) if self._restored else 0.0
+        nxt = math.floor(base + EPS) + 1.0
+        return min(nxt, self.budget) if nxt > self.step + EPS else nxt
+
+    def _may_hold(self) -> bool:
+        """Wait in place at the segment's end (instead of returning) when nothing else works.
+
+        Only a single-process trial below ``max_budget`` whose loop keeps no
+        checkpoint: returning would lose its progress, so it waits for the
+        algorithm to promote it (``go``) or stop it, holding memory, not compute.
+        """
+        return (self._may_wait and self.world_size == 1 and self.budget < self.max_budget - EPS
+                and not self.checkpoints)
+
+    def _hold(self) -> bool:
+        """Block until the engine says ``go`` (new budget: return False) or stop (raise)."""
+        self._channel.send({"k": "held", "step": self.step})
+        wait = getattr(self._channel, "wait_control", None)
+        early, self._early = self._early, []
+        while True:
+            msgs = early or (wait(1.0) if wait is not None else self._channel.poll_control())
+            early = []
+            for msg in msgs:
+                if msg.get("k") == "go":
+                    self.budget = float(msg["budget"])
+                    threads = msg.get("threads")
+                    if threads:
+                        _set_threads(int(threads))
+                    return False
+                if msg.get("k") == "stop":
+                    self._requested = str(msg.get("reason", "stop"))
+                    self._told = True
+                    raise TrialInterrupted(f"trial {self.trial_id} stopped at its rung")
+            if wait is None:
+                time.sleep(0.01)
 
     @property
     def stop_reason(self) -> str | None:
@@ -128,6 +234,7 @@ class Trial:
         while not self.should_stop():
             nxt = self._next_step()
             before = self.step
+            self._yielded = nxt
             yield nxt
             if self.step <= before + EPS:
                 raise RuntimeError(
@@ -146,6 +253,7 @@ class Trial:
         step = self.step if step is None else float(step)
         path = ck.save_state(state, ck.checkpoint_path(self.checkpoint_dir, self.trial_id, step))
         self.last_checkpoint = str(path)
+        self.checkpoints = True
         self._channel.send({"k": "ckpt", "step": step, "path": str(path)})
         return str(path)
 
@@ -153,7 +261,9 @@ class Trial:
         """The state to resume from (this trial's, or the PBT donor's), or None on a fresh start."""
         if not self.restore_path:
             return None
-        return ck.load_state(self.restore_path)
+        state = ck.load_state(self.restore_path)
+        self._restored = state is not None
+        return state
 
     # ---------------------------------------------------------------- helpers
     @property
@@ -181,6 +291,8 @@ class Trial:
         for msg in self._channel.poll_control():
             if msg.get("k") == "stop" and self._requested is None:
                 self._requested = str(msg.get("reason", "stop"))
+            elif msg.get("k") == "go":
+                self._early.append(msg)  # read before report() started to wait: kept for it
 
     def _agree(self) -> None:
         """All ranks leave at the same step: any rank's stop request counts for all."""
@@ -193,6 +305,66 @@ class Trial:
     def __repr__(self) -> str:
         return (f"<Trial {self.trial_id} step {self.step:g}/{self.budget:g} "
                 f"rank {self.rank}/{self.world_size}>")
+
+
+_CURRENT: list[Trial] = []  # the trial this process is running (one at a time)
+
+
+def get_trial() -> Trial:
+    """The trial this training function runs (for Ray-style ``train(config)`` functions)."""
+    if not _CURRENT:
+        raise RuntimeError("nbtune.report() is only available inside a training function "
+                           "run by nbtune (runtime='dask' or 'auto')")
+    return _CURRENT[-1]
+
+
+def report(*args: Any, **kwargs: Any) -> bool:
+    """``nbtune.report(...)``: :meth:`Trial.report` of the running trial (``ray.train.report``)."""
+    return get_trial().report(*args, **kwargs)
+
+
+def should_stop() -> bool:
+    """``nbtune.should_stop()``: :meth:`Trial.should_stop` of the running trial."""
+    return get_trial().should_stop()
+
+
+def uses_checkpoints(fn: Any) -> bool:
+    """True when ``fn``'s code calls ``.checkpoint(...)``, itself or in what it calls.
+
+    Read from the compiled code's names, not by running it: nested functions
+    and the module-level functions it calls by name (a wrapper around the
+    real loop) are followed a few levels deep. A trial whose loop saves
+    checkpoints returns at the end of a segment and resumes from them
+    (promotion); one that does not waits in place instead (``_may_hold``).
+    """
+    fn = getattr(fn, "__func__", fn)
+    if getattr(fn, "__code__", None) is None and callable(fn):  # an object with __call__
+        fn = type(fn).__call__
+    seen: set[int] = set()
+    todo = [(getattr(fn, "__code__", None), getattr(fn, "__globals__", {}), 0)]
+    while todo:
+        code, glb, depth = todo.pop()
+        if code is None or id(code) in seen:
+            continue
+        seen.add(id(code))
+        if "checkpoint" in code.co_names:
+            return True
+        todo.extend((k, glb, depth) for k in code.co_consts if hasattr(k, "co_names"))
+        if depth < 3:
+            for name in code.co_names:
+                f = getattr(glb.get(name), "__code__", None)
+                if f is not None:
+                    todo.append((f, glb[name].__globals__, depth + 1))
+    return False
+
+
+def _set_threads(n: int) -> None:
+    """A held trial resumed on another share: follow its thread count (torch, if loaded)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n)
 
 
 def _clean(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,49 @@
+"""One Dask runtime per Python process for ``tune(..., runtime="auto")``.
+
+A notebook runs experiment after experiment; starting a cluster and its warm
+trial processes costs seconds each time, so the runtime ``"auto"`` picks
+for a training function is made once and kept (``keep=True``): the second
+experiment starts at once. It is closed at interpreter exit, or by
+``exp.runtime.close()`` (a later call then makes a new one).
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import Any
+
+__all__ = ["shared_runtime"]
+
+_LOCK = threading.Lock()
+_SHARED: list[Any] = []
+
+
+def shared_runtime() -> Any:
+    """The process's kept DaskRuntime (local cluster sized to the machine, GPUs if any).
+
+    A new, unkept runtime when the shared one is busy with another experiment:
+    experiments on one runtime run one after another.
+    """
+    from nbtune.runtimes.dask.runtime import DaskRuntime
+
+    with _LOCK:
+        rt = _SHARED[0] if _SHARED else None
+        if rt is not None and rt._closed:
+            _SHARED.clear()
+            rt = None
+        if rt is None:
+            rt = DaskRuntime(keep=True)
+            _SHARED.append(rt)
+            atexit.register(_close_shared)
+            return rt
+        if rt._engine is not None and not rt.done:
+            return DaskRuntime()  # busy: this experiment gets its own cluster
+        return rt
+
+
+def _close_shared() -> None:
+    with _LOCK:
+        for rt in _SHARED:
+            rt.close()
+        _SHARED.clear()

@@ -1,0 +1,190 @@
+"""Training loops as Ray Tune and Optuna users write them, on a real LocalCluster.
+
+No checkpoint, training from epoch 1, reporting every epoch: under ASHA and
+BOHB (stopping mode) trials train on past the rungs until stopped; under
+Hyperband and successive halving (synchronous) a trial waits at its rung in
+its own process and trains on when promoted. None of it is an error.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import cloudpickle
+import pytest
+
+from nbtune.core.space import uniform
+
+SPACE = {"lr": uniform(0.0, 1.0)}
+EPOCHS = 9
+pytestmark = pytest.mark.integration
+distributed = pytest.importorskip("distributed")
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
+from tests.dask_cluster import client, local_client  # noqa: E402, F401 (client: a fixture)
+
+
+def ray_style(config):
+    """Ray Tune's function API with ``from ray.train import report`` swapped for nbtune's."""
+    from nbtune import report
+
+    for epoch in range(1, EPOCHS + 1):
+        time.sleep(0.01)
+        report({"loss": config["lr"] + 1.0 / epoch, "epoch": epoch})
+
+
+class TrialPruned(Exception):
+    """Stands for ``optuna.TrialPruned`` (matched by name, so importing optuna is not needed)."""
+
+
+def optuna_style(config, trial):
+    """Optuna's loop: ``trial.report(value, step)``, ``should_prune()``, raise TrialPruned."""
+    for epoch in range(1, EPOCHS + 1):
+        time.sleep(0.01)
+        trial.report(config["lr"] + 1.0 / epoch, epoch)
+        if trial.should_prune():
+            raise TrialPruned()
+
+
+def tune(client, tmp_path, fn, algorithm, **kw):  # noqa: F811
+    import nbtune
+
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ckpt", preload=(), warm_processes=1,
+                     sample_interval=0.5)
+    try:
+        exp = nbtune.tune(fn, SPACE, algorithm=algorithm, metric="loss", max_budget=EPOCHS,
+                          num_trials=kw.pop("num_trials", 9), runtime=rt, validate=True,
+                          seed=3, eta=3, **kw)
+        exp.wait(180)
+        assert exp.done
+    finally:
+        rt.close()
+    return exp
+
+
+@pytest.mark.parametrize("algorithm", ["asha", "hyperband", "bohb"])
+def test_ray_style_loop_without_checkpoints(client, tmp_path, algorithm):  # noqa: F811
+    exp = tune(client, tmp_path, ray_style, algorithm)
+    trials = exp.engine.trials.values()
+    assert [t.error for t in trials if t.state.value == "error"] == []
+    assert all(t.state.is_terminal for t in trials)
+    assert max(t.budget_used for t in trials) == EPOCHS  # trained past the first rung
+    assert any(1 < t.budget_used < EPOCHS for t in trials) or algorithm != "hyperband"
+    if algorithm in ("asha", "bohb"):  # stopping mode: never paused, never relaunched
+        launches = exp.allocations().groupby("trial_id").size()
+        assert (launches == 1).all()
+        assert sum(t.recomputed for t in trials) == 0
+    # every reported budget is new: recomputed steps never reach the results
+    for t in trials:
+        budgets = [b for _, b, _ in t.results]
+        assert budgets == sorted(set(budgets))
+
+
+def test_optuna_style_loop_under_successive_halving(client, tmp_path):  # noqa: F811
+    exp = tune(client, tmp_path, optuna_style, "sha")
+    trials = list(exp.engine.trials.values())
+    assert all(t.state.value in ("completed", "stopped") for t in trials)
+    top = [t for t in trials if t.budget_used == EPOCHS]
+    assert len(top) == 1 and top[0].state.value == "completed"
+    # the winner waited at rungs 1 and 3 in its own process: promoted there, nothing redone
+    assert exp.engine.held == {}
+    assert top[0].recomputed == 0
+
+
+def plain_train(config, trial):
+    for epoch in range(1, 4):
+        trial.report(epoch, loss=config["lr"] / epoch)
+
+
+def test_the_first_call_a_user_writes_just_works():
+    """Defaults only: runtime='auto' starts a local cluster for a function and keeps it, so a
+    second experiment in the same process runs on the same cluster and warm processes."""
+    import nbtune
+
+    exp = nbtune.tune(plain_train, SPACE, metric="loss", max_budget=3)
+    try:
+        exp.wait(120)
+        assert exp.done and type(exp.runtime).__name__ == "DaskRuntime"
+        df = exp.results()
+        assert len(df) == 3 and set(df["state"]) <= {"completed", "stopped"}
+        assert exp.best is not None and exp.best["budget_used"] == 3
+        cluster = exp.runtime._cluster
+        again = nbtune.tune(ray_style, SPACE, metric="loss", max_budget=EPOCHS, seed=1)
+        again.wait(120)
+        assert again.runtime is exp.runtime and again.runtime._cluster is cluster
+        assert again.done and len(again.results()) == 9
+        assert not [t for t in again.engine.trials.values() if t.state.value == "error"]
+    finally:
+        exp.runtime.close()
+
+
+def test_one_runtime_runs_experiments_one_after_another(client, tmp_path):  # noqa: F811
+    import nbtune
+
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1)
+    try:
+        first = nbtune.tune(plain_train, SPACE, algorithm="random", metric="loss",
+                            max_budget=3, num_trials=2, runtime=rt, seed=0)
+        with pytest.raises(RuntimeError, match="wait"):
+            nbtune.tune(plain_train, SPACE, algorithm="random", metric="loss", max_budget=3,
+                        num_trials=2, runtime=rt, seed=0)
+        first.wait(120)
+        second = nbtune.tune(plain_train, SPACE, algorithm="random", metric="loss",
+                             max_budget=3, num_trials=2, runtime=rt, seed=0)
+        second.wait(120)
+    finally:
+        rt.close()
+    for exp in (first, second):
+        assert [t.state.value for t in exp.engine.trials.values()] == ["completed"] * 2
+    assert rt.checkpoint_dir == tmp_path / "experiment-1"  # trial ids restart: own directory
+
+
+def test_the_mps_daemon_plugin_runs_before_the_warm_pool_fills():
+    rt = DaskRuntime(gpus=True, mps=True)
+    names = [p.name for p in rt._worker_plugins()]
+    assert names == ["nbtune-mps", "nbtune-warm-pool"]
+    assert [p.name for p in DaskRuntime(gpus=False)._worker_plugins()] == ["nbtune-warm-pool"]
+
+
+class ExportEnv(distributed.WorkerPlugin):
+    """Exports a variable into the worker's environment, as the MPS plugin does on GPUs."""
+
+    name = "test-export-env"
+
+    def setup(self, worker):
+        import os
+
+        os.environ["CUDA_MPS_PIPE_DIRECTORY"] = f"/tmp/mps-{worker.name}"
+
+
+def report_env(config, trial):
+    import os
+
+    with open(f"/proc/{os.getpid()}/environ", "rb") as f:  # what the process was started with
+        born = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    trial.report(1, loss=0.0, worker=os.environ["NBTUNE_WORKER"],
+                 pipe=os.environ.get("CUDA_MPS_PIPE_DIRECTORY", ""),
+                 born_pipe=born.get(b"CUDA_MPS_PIPE_DIRECTORY", b"").decode(),
+                 omp=os.environ["OMP_NUM_THREADS"], trial_env=os.environ["NBTUNE_TRIAL_ID"])
+
+
+def test_a_trial_process_sees_its_workers_environment_from_birth(tmp_path):
+    """Warm processes are spawned after the worker's plugins ran: they are born with its env."""
+    import nbtune
+
+    with local_client() as c:
+        c.register_plugin(ExportEnv(), name=ExportEnv.name)
+        rt = DaskRuntime(c, checkpoint_dir=tmp_path, preload=(), warm_processes=1)
+        try:
+            exp = nbtune.tune(report_env, SPACE, algorithm="random", metric="loss",
+                              max_budget=1, num_trials=4, runtime=rt, seed=0)
+            exp.wait(120)
+        finally:
+            rt.close()
+        addr = {a: w["name"] for a, w in c.scheduler_info()["workers"].items()}
+    for t in exp.engine.trials.values():
+        (_, _, m), = t.results
+        assert m["pipe"] == m["born_pipe"] == f"/tmp/mps-{addr[m['worker']]}"
+        assert m["omp"] == "1" and m["trial_env"] == str(t.trial_id)
