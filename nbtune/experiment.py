@@ -78,6 +78,20 @@ class Experiment:
     #: the :class:`nbtune.planner.executor.PlanExecutor` following a plan (``tune(plan=...)``)
     plan_executor: Any = None
 
+    def plan(self, **planning: Any) -> Any:
+        """RubberBand, after a run that followed a plan: predicted vs measured JCT and cost.
+
+        To plan before running use ``nbtune.planner.plan_for(algorithm, space,
+        deadline=..., cloud=..., profile=...)`` and pass the plan to ``tune(plan=...)``.
+        """
+        if planning:
+            raise TypeError("exp.plan() takes no arguments; plan before running with "
+                            f"nbtune.planner.plan_for(..., {', '.join(f'{k}=...' for k in planning)})")
+        if self.plan_executor is None:
+            raise ValueError("this experiment did not follow a plan: plan one with "
+                             "nbtune.planner.plan_for(...) and run nbtune.tune(..., plan=p)")
+        return self.plan_executor.predicted_vs_actual()
+
     @property
     def cost(self) -> float | None:
         """Metered cloud cost of a run that follows a plan (None without a plan)."""

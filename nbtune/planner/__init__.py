@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from nbtune.planner.dag import Allocation, Dag, NodeKind, Prediction, simulate, to_dag
 from nbtune.planner.plan import Plan
+from nbtune.planner.plan_for import plan_for
 from nbtune.planner.planner import (
     InfeasibleDeadline,
     cheapest_static,
@@ -45,6 +46,7 @@ __all__ = [
     "naive_elastic",
     "optimize_plan",
     "plan",
+    "plan_for",
     "simulate",
     "spec_from",
     "static_allocation",

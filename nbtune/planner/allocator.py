@@ -6,7 +6,9 @@ plan's GPUs per trial, at most the plan's number of trials run at once
 (queued trials wait, as in the DAG model), and only the lowest-numbered GPUs
 the stage's cluster size allows are used, so the executor can retire the
 others without hitting a running trial. A trial's GPUs are taken from as few
-nodes as possible (RubberBand §4.4.1: co-location).
+nodes as possible (RubberBand §4.4.1: co-location); when other trials fragment
+the hosts, narrower running trials are moved to make room (``tryMakeSpace``,
+:mod:`nbtune.planner.placement`).
 
 Stages are recognised by TrialGroup: a synchronous rung algorithm hands out one
 group per rung, in order, which is exactly the spec's stage order. The
@@ -20,23 +22,10 @@ from collections import defaultdict
 from nbtune.allocators.base import Allocation as Placements
 from nbtune.allocators.base import BaseAllocator, SchedulingView
 from nbtune.planner.dag import stage_layout
+from nbtune.planner.placement import co_located, hosts_of, min_hosts, try_make_space
 from nbtune.planner.plan import Plan
 
 __all__ = ["PlannedAllocator", "co_located"]
-
-
-def co_located(idle_by_node: dict[str, list[int]], width: int) -> list[int] | None:
-    """``width`` idle GPUs on the fewest nodes: the best-fitting node, else largest first."""
-    fits = [(len(g), n) for n, g in idle_by_node.items() if len(g) >= width]
-    if fits:
-        _, node = min(fits)
-        return sorted(idle_by_node[node])[:width]
-    out: list[int] = []
-    for node in sorted(idle_by_node, key=lambda n: -len(idle_by_node[n])):
-        out.extend(sorted(idle_by_node[node])[: width - len(out)])
-        if len(out) == width:
-            return out
-    return None
 
 
 class PlannedAllocator(BaseAllocator):
@@ -72,15 +61,44 @@ class PlannedAllocator(BaseAllocator):
         return stage_layout(self.plan.spec.stages[stage].trials, self.plan.allocation.gpus[stage])
 
     # --------------------------------------------------------- protocol
-    def _usable_idle(self, view: SchedulingView) -> dict[str, list[int]]:
+    def _allowed_by_node(self, view: SchedulingView, keep: set[int]) -> dict[str, list[int]]:
         allowed = sorted(g.gpu_id for g in view.cluster.gpus)[: self.gpus_allowed(self.stage)]
-        idle = view.idle_gpus
         node = {g.gpu_id: g.node for g in view.cluster.gpus}
         out: dict[str, list[int]] = defaultdict(list)
         for g in allowed:
-            if g in idle:
+            if g in keep:
                 out[node[g]].append(g)
         return out
+
+    def _usable_idle(self, view: SchedulingView) -> dict[str, list[int]]:
+        return self._allowed_by_node(view, set(view.idle_gpus))
+
+    def _make_space(self, view: SchedulingView, tid: int, width: int, out: Placements,
+                    idle: dict[str, list[int]]) -> list[int] | None:
+        """``tryMakeSpace``: move narrower running trials so ``tid`` fits on the fewest hosts.
+
+        Trials already moved or launched in this round, and trials on GPUs
+        outside the stage's allowance, stay where they are. Moved trials go in
+        ``out.resize`` (the runtime carries a move out through a checkpoint).
+        """
+        pinned = {g for p in out.launch.values() for g, _ in p}
+        pinned |= {g for p in out.resize.values() for g, _ in p}
+        everyone = {x.gpu_id for x in view.cluster.gpus}
+        domain_all = {g for gs in self._allowed_by_node(view, everyone).values() for g in gs}
+        movable = {t: [g for g, _ in p] for t, p in view.running.items()
+                   if t not in out.resize and all(g in domain_all and g not in pinned for g, _ in p)
+                   and len(p) < width}
+        usable = {g for gs in idle.values() for g in gs} | {g for gs in movable.values() for g in gs}
+        repack = try_make_space(self._allowed_by_node(view, usable), movable, {tid: width})
+        if repack is None:
+            return None
+        for t, gpus in repack.items():
+            if t != tid and sorted(gpus) != sorted(movable[t]):
+                out.resize[t] = tuple((g, 1.0) for g in gpus)
+        taken = {g for gs in repack.values() for g in gs}
+        idle.clear()
+        idle.update(self._allowed_by_node(view, usable - taken))
+        return repack[tid]
 
     def _running_per_stage(self, view: SchedulingView) -> dict[int, int]:
         counts: dict[int, int] = defaultdict(int)
@@ -105,6 +123,8 @@ class PlannedAllocator(BaseAllocator):
         self._observe(view)
         idle = self._usable_idle(view)
         running = self._running_per_stage(view)
+        node_of = {g.gpu_id: g.node for g in view.cluster.gpus}
+        host_sizes = [len(gs) for gs in self._allowed_by_node(view, set(node_of)).values()]
         out = Placements()
         for tid, placement in view.running.items():
             width = self.layout(self.stage_of(view.trial(tid).group_id))[1]
@@ -119,6 +139,8 @@ class PlannedAllocator(BaseAllocator):
             if running[stage] >= slots:
                 continue
             gpus = co_located(idle, width)
+            if gpus is None or hosts_of(gpus, node_of) > min_hosts(host_sizes, width):
+                gpus = self._make_space(view, spec.trial_id, width, out, idle) or gpus
             if gpus is None and not view.running and not out.launch:
                 gpus = co_located(idle, min(width, sum(len(g) for g in idle.values())) or 1)
             if gpus is None:

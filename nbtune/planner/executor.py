@@ -149,6 +149,10 @@ class PlanExecutor:
         return self.meter.cost(now)
 
     # -------------------------------------------------------- lifecycle
+    def predicted_vs_actual(self) -> Any:
+        """The plan's prediction beside this run's measurements (``Experiment.plan()``)."""
+        return predicted_vs_actual(self)
+
     def prepare(self) -> None:
         """Connect and size the cluster for stage 0 before the experiment's clock starts."""
         rt = self.runtime

@@ -174,7 +174,8 @@ class Dashboard:
         self.experiment = experiment
         # a runtime on the wall clock samples utilization: "measured" from the first frame
         self.model = DashboardModel(experiment.engine,
-                                    measured=not experiment.runtime.virtual_clock)
+                                    measured=not experiment.runtime.virtual_clock,
+                                    cost=lambda: experiment.cost)
         _DASHBOARDS.setdefault(experiment, self)
         self.update()
         if autostart and not self.finished:

@@ -345,8 +345,10 @@ def progress_parts(d: Delta) -> list[str]:
 
 
 def summary_html(title: str, d: Delta) -> str:
-    """One line of status for the header: state, progress, errors."""
+    """One line of status for the header: state, cost of a planned run, progress, errors."""
     parts = [f"<b>{title}</b> &middot; {state_word(d)} &middot; t = {d.time:,.0f} s"]
+    if d.cost is not None:  # a planned run: the metered bill, live
+        parts.append(f"${d.cost:,.2f} {'billed' if d.done else 'so far'}")
     return " &middot; ".join(parts + progress_parts(d))
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -99,6 +100,8 @@ class Delta:
     best_changed: bool = False
     best_curve: Points | None = None  # the best trial's whole curve, when it or its curve changed
     progress: Progress | None = None
+    #: the metered bill so far, when the run follows a RubberBand plan (``Experiment.cost``)
+    cost: float | None = None
 
 
 @dataclass
@@ -125,11 +128,12 @@ class DashboardModel:
     """
 
     def __init__(self, engine: Any, *, max_points: int | None = 32,
-                 measured: bool = False) -> None:
+                 measured: bool = False, cost: Callable[[], float | None] | None = None) -> None:
         if max_points is not None and max_points < 1:
             raise ValueError(f"max_points must be >= 1 or None, got {max_points}")
         self.max_points = max_points
         self.engine = engine
+        self.cost = cost  # reads the bill (a planned run's meter), or None
         self.metric: str = engine.metric
         self.mode: str = engine.mode
         self._touched: set[int] = set()  # trials named by events since the last sync
@@ -172,7 +176,7 @@ class DashboardModel:
                 util_kind=util_kind, util_device=lanes.device, util_closed=segments, util_open=lanes.util_open(now),
                 best=best, best_changed=best_changed, best_curve=best_curve,
                 best_value=None if best is None else self._rows[best].best,
-                progress=self._progress(now),
+                progress=self._progress(now), cost=None if self.cost is None else self.cost(),
             )
             self._reset_buffers()
             return d

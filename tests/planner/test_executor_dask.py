@@ -98,6 +98,11 @@ def test_worker_count_follows_the_plan(tmp_path):
     # the bill: every worker-second at $3.6/h per worker = $0.001/s
     assert exp.cost == pytest.approx(ex.meter.worker_seconds(ex.end_s) * 0.001)
     assert exp.cost > 0
+    # exp.plan() after the run: predicted beside measured
+    cmp = exp.plan()
+    assert list(cmp.columns) == ["predicted", "measured", "error"]
+    assert cmp.loc["cost ($)", "measured"] == pytest.approx(exp.cost, rel=0.05)
+    assert cmp.loc["JCT (s)", "predicted"] == pytest.approx(plan.planned.jct)
 
 
 def test_retiring_a_busy_worker_mid_stage_loses_nothing(tmp_path):

@@ -243,3 +243,11 @@ def test_built_before_the_experiment_then_attached(wire):
     with pytest.raises(ValueError, match="metric and mode"):
         Dashboard()
     dash.close()
+
+
+def test_header_shows_the_bill_only_for_a_planned_run(wire):
+    exp = run(experiment("random", trials=3))
+    dash = Dashboard(exp)
+    assert exp.cost is None and dash.model.cost() is None  # the model reads exp.cost
+    assert "$" not in dash.figures.header.text
+    dash.close()

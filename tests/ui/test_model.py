@@ -233,3 +233,22 @@ def test_close_stops_listening():
     model.close()
     run(exp)
     assert model.updates == 0
+
+
+def test_a_planned_runs_bill_shows_live_in_the_header():
+    from nbtune.planner import CloudProfile
+    from nbtune.planner.executor import CostMeter
+    from nbtune.ui.figures import summary_html
+
+    exp = experiment("random", trials=4, max_budget=3, gpus=2)
+    meter = CostMeter(CloudProfile("w", 3.6, 1, min_billed_s=0.0))  # $0.001 per worker-second
+    meter.observe(0.0, {"w0", "w1"})
+    model = DashboardModel(exp.engine, cost=lambda: meter.cost(float(exp.engine.time)))
+    d = model.pull()
+    assert d.cost == 0.0 and "$0.00 so far" in summary_html("exp", d)
+    run(exp)
+    d = model.pull()
+    assert d.cost == pytest.approx(2 * exp.engine.time * 0.001) and d.cost > 0
+    assert f"${d.cost:,.2f} billed" in summary_html("exp", d)
+    plain = DashboardModel(exp.engine).pull()  # no plan: no bill in the header
+    assert plain.cost is None and "$" not in summary_html("exp", plain)
