@@ -149,6 +149,9 @@ def connect(
     from distributed import Client
 
     if cluster is None:
+        from nbtune.runtimes.dask.main_guard import check_main_guard
+
+        check_main_guard()  # workers re-import the script: an unguarded call would recurse
         with sigint_ignored():
             made = _local_cluster(gpus, n_workers, threads_per_worker, host,
                                   dashboard_address, memory_limit)
