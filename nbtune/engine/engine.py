@@ -15,23 +15,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nbtune.algorithms.base import BaseAlgorithm
-from nbtune.allocators.base import Allocation, BaseAllocator
+from nbtune.allocators.base import BaseAllocator
 from nbtune.allocators.fifo import FifoAllocator
 from nbtune.core import events as ev
-from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
+from nbtune.core.commands import Command, Finish, Pause, Stop
 from nbtune.core.group import TrialGroup
-from nbtune.core.resources import ClusterSpec, Placement, width
+from nbtune.core.resources import ClusterSpec, Placement
 from nbtune.core.tolerance import EPS
 from nbtune.core.trial import Decision, Trial, TrialSpec, TrialState
-from nbtune.engine.state import InvariantError, ResourceLedger
+from nbtune.engine import invariants, scheduling
+from nbtune.engine.errors import EngineError
+from nbtune.engine.state import ResourceLedger
 
 __all__ = ["Engine", "EngineError", "Subscriber"]
 
 Subscriber = Callable[[tuple[ev.Event, ...], list[Command]], None]
-
-
-class EngineError(RuntimeError):
-    """The algorithm or allocator broke the contract, or the experiment cannot progress."""
 
 
 class Engine:
@@ -103,7 +101,7 @@ class Engine:
             handler(e, cmds)
         self.events_handled += len(events)
         if self._dirty and self.started and not self.done:
-            self._schedule(cmds)
+            scheduling.schedule(self, cmds)
         if self._outbox:  # Stops for held processes, before a Finish
             cmds[:0] = self._outbox
             self._outbox = []
@@ -369,127 +367,6 @@ class Engine:
     def _drop_pending(self, trial_id: int) -> None:
         self._pending = deque(s for s in self._pending if s.trial_id != trial_id)
 
-    def _admit(self, spec: TrialSpec) -> None:
-        if spec.budget > self.max_budget + EPS:
-            raise EngineError(
-                f"{self.algorithm.name}: trial {spec.trial_id} asks for budget {spec.budget} "
-                f"> max_budget {self.max_budget}"
-            )
-        t = self.trials.get(spec.trial_id)
-        if t is None:
-            t = Trial(spec.trial_id, dict(spec.config), group_id=spec.group_id)
-            self.trials[spec.trial_id] = t
-        elif t.state is not TrialState.PAUSED:
-            raise EngineError(
-                f"{self.algorithm.name}: resumed trial {spec.trial_id} is {t.state.value}, "
-                "only paused trials can be resumed"
-            )
-        else:
-            t.transition(TrialState.PENDING)
-            t.config = dict(spec.config)
-            t.group_id = spec.group_id
-        if spec.restore_from is not None:
-            donor = self.trials.get(spec.restore_from)
-            if donor is None:
-                raise EngineError(f"trial {spec.trial_id} restores from unknown {spec.restore_from}")
-            t.budget_used = donor.budget_used
-        t.restore_from = spec.restore_from
-        if spec.budget <= t.budget_used + EPS:
-            raise EngineError(
-                f"{self.algorithm.name}: trial {spec.trial_id} asks for budget {spec.budget} "
-                f"but has already used {t.budget_used}"
-            )
-        t.target_budget = spec.budget
-        self._pending.append(spec)
-
-    # ------------------------------------------------------------ scheduling
-    def _schedule(self, cmds: list[Command]) -> None:
-        self._dirty = False
-        if self.paused or self.stopped:
-            return
-        for _ in range(4):
-            room = self.allocator.capacity(self) - len(self._pending)
-            if room <= 0 or self.algorithm.finished:
-                break
-            groups = self.algorithm.ask(room)
-            self._retire()
-            if not groups:
-                break
-            for g in groups:
-                self.groups[g.group_id] = g
-                for spec in g.specs:
-                    self._admit(spec)
-        # called even with an empty queue: freed GPUs may be worth giving to running trials
-        self._apply(self.allocator.allocate(self), cmds)
-        self._retire()
-        if not self.ledger.placements:
-            if self._pending:
-                raise EngineError(
-                    f"allocator {self.allocator.name!r} placed none of {len(self._pending)} "
-                    "pending trials on an idle cluster: a trial needs more than the cluster has"
-                )
-            if self.algorithm.finished:
-                self._finish(cmds)
-            elif not self.paused:
-                raise EngineError(
-                    f"algorithm {self.algorithm.name!r} stalled: nothing runs, nothing is "
-                    "pending, and it returned no work while not finished"
-                )
-
-    def _retire(self) -> None:
-        for tid in self.algorithm.pop_retired():
-            t = self.trials.get(tid)
-            if t is not None and t.state is TrialState.PAUSED:
-                self._end(t, TrialState.STOPPED)
-
-    def _apply(self, alloc: Allocation, cmds: list[Command]) -> None:
-        if alloc.launch:
-            launched: list[TrialSpec] = []
-            keep: deque[TrialSpec] = deque()
-            n = len(alloc.launch)
-            prefix = all(
-                i < len(self._pending) and self._pending[i].trial_id in alloc.launch
-                for i in range(n)
-            )
-            if prefix:
-                for _ in range(n):
-                    launched.append(self._pending.popleft())
-            else:
-                for s in self._pending:
-                    (launched if s.trial_id in alloc.launch else keep).append(s)
-                self._pending = keep
-            if len(launched) != n:
-                raise EngineError(f"allocator {self.allocator.name!r} launched unknown trials")
-            for spec in launched:
-                self._launch(spec, alloc.launch[spec.trial_id], cmds)
-        for tid, placement in alloc.resize.items():
-            t = self.trials[tid]
-            if t.state is not TrialState.RUNNING:
-                raise EngineError(f"allocator resized trial {tid} which is {t.state.value}")
-            if placement == self.ledger.placements.get(tid):
-                continue
-            t.gpu_seconds = t.gpu_seconds_at(self.time)
-            self.ledger.release(tid, self.time)
-            self.ledger.place(tid, placement, self.time)
-            t.share, t.share_since = width(placement), self.time
-            t.last_mark = (self.time, t.budget_used)
-            cmds.append(Resize(tid, placement))
-
-    def _launch(self, spec: TrialSpec, placement: Placement, cmds: list[Command]) -> None:
-        t = self.trials[spec.trial_id]
-        t.transition(TrialState.RUNNING)
-        self._held.pop(t.trial_id, None)
-        self._paused_on.pop(t.trial_id, None)
-        self.ledger.place(t.trial_id, placement, self.time)
-        t.share, t.share_since = width(placement), self.time
-        if t.start_time is None:
-            t.start_time = self.time
-        t.last_mark = (self.time, t.budget_used)
-        cmds.append(
-            Launch(t.trial_id, t.config, t.budget_used, t.target_budget, placement,
-                   spec.restore_from)
-        )
-
     def _finish(self, cmds: list[Command]) -> None:
         if self.done:
             return
@@ -501,26 +378,5 @@ class Engine:
 
     # ------------------------------------------------------------ validation
     def check(self) -> None:
-        """Raise :class:`InvariantError` if any invariant is broken."""
-        if self.ledger.cluster is None:
-            return
-        caps = {g.gpu_id: self.allocator.max_share(self, g.gpu_id) for g in self.cluster.gpus}
-        self.ledger.check(caps)
-        running = {tid for tid, t in self.trials.items() if t.state is TrialState.RUNNING}
-        if running != set(self.ledger.placements):
-            raise InvariantError(
-                f"running trials {sorted(running)} != placed {sorted(self.ledger.placements)}"
-            )
-        pend = [s.trial_id for s in self._pending]
-        if len(set(pend)) != len(pend):
-            raise InvariantError(f"a trial is queued twice: {pend}")
-        for tid in pend:
-            if self.trials[tid].state is not TrialState.PENDING:
-                raise InvariantError(f"queued trial {tid} is {self.trials[tid].state.value}")
-        for t in self.trials.values():
-            if t.budget_used > self.max_budget + EPS or t.target_budget > self.max_budget + EPS:
-                raise InvariantError(f"trial {t.trial_id} exceeds max_budget {self.max_budget}")
-            if t.state is TrialState.PENDING and t.trial_id not in pend:
-                raise InvariantError(f"pending trial {t.trial_id} is not queued")
-        if self.max_concurrent is not None and len(running) > self.max_concurrent:
-            raise InvariantError(f"{len(running)} trials run, cap is {self.max_concurrent}")
+        """Raise :class:`InvariantError` if any invariant is broken (see :mod:`.invariants`)."""
+        invariants.check(self)

@@ -1,0 +1,47 @@
+"""The engine's invariants, checked after every ``handle`` when ``validate=True``.
+
+Read-only: the contract tests and the property tests run engines with
+``validate=True`` so an algorithm or allocator that breaks the contract (a trial
+placed twice, queued twice, past its budget, over a GPU's share) fails at the
+event that broke it, not later.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nbtune.core.tolerance import EPS
+from nbtune.core.trial import TrialState
+from nbtune.engine.state import InvariantError
+
+#: the :class:`~nbtune.engine.engine.Engine` these functions work on (not imported:
+#: the engine imports this module)
+Engine = Any
+
+__all__ = ["check"]
+
+
+def check(eng: Engine) -> None:
+    """Raise :class:`InvariantError` if any invariant is broken."""
+    if eng.ledger.cluster is None:
+        return
+    caps = {g.gpu_id: eng.allocator.max_share(eng, g.gpu_id) for g in eng.cluster.gpus}
+    eng.ledger.check(caps)
+    running = {tid for tid, t in eng.trials.items() if t.state is TrialState.RUNNING}
+    if running != set(eng.ledger.placements):
+        raise InvariantError(
+            f"running trials {sorted(running)} != placed {sorted(eng.ledger.placements)}"
+        )
+    pend = [s.trial_id for s in eng._pending]
+    if len(set(pend)) != len(pend):
+        raise InvariantError(f"a trial is queued twice: {pend}")
+    for tid in pend:
+        if eng.trials[tid].state is not TrialState.PENDING:
+            raise InvariantError(f"queued trial {tid} is {eng.trials[tid].state.value}")
+    for t in eng.trials.values():
+        if t.budget_used > eng.max_budget + EPS or t.target_budget > eng.max_budget + EPS:
+            raise InvariantError(f"trial {t.trial_id} exceeds max_budget {eng.max_budget}")
+        if t.state is TrialState.PENDING and t.trial_id not in pend:
+            raise InvariantError(f"pending trial {t.trial_id} is not queued")
+    if eng.max_concurrent is not None and len(running) > eng.max_concurrent:
+        raise InvariantError(f"{len(running)} trials run, cap is {eng.max_concurrent}")
