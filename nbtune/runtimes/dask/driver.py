@@ -3,6 +3,8 @@
 Kept apart from :mod:`.runtime` (the public class, the thread and the
 cluster's life cycle) so each file stays readable. Everything here runs on
 the driver thread only, which is what makes it safe to touch the engine.
+Workers joining and leaving are :mod:`.membership`'s; here only the runs a
+lost worker ends (``_end_runs_on``).
 
 A *run* is one process group (one process per rank) training one trial from
 ``start_step`` toward ``budget``. A trial has at most one live run; a Launch
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
     from nbtune.runtimes.dask.cluster import Inventory
     from nbtune.runtimes.dask.links import WorkerLinks
+    from nbtune.runtimes.dask.membership import Membership
 
 __all__ = ["RunDriver"]
 
@@ -59,12 +62,12 @@ class RunDriver:
     _clones: dict[int, list[Launch]]
     _run_ids: Any
     _finish_at: float | None
-    _paused_empty: bool
     _topic: str
     _fn: bytes
     _checkpointing: bool
     _inbox: Any
     _links: WorkerLinks
+    _members: Membership
 
     def _translate(self, kind: str, payload: Any) -> list[ev.Event]:
         now = self._clock.now()
@@ -77,14 +80,8 @@ class RunDriver:
             return out
         if kind == "launch_failed":
             return self._on_launch_failed(*payload, now)
-        if kind == "lost":
-            return self._on_lost(payload, now)
-        if kind == "joined":
-            return self._on_joined(payload, now)
-        if kind == "linked":
-            return self._on_linked(payload, now)
-        if kind == "unlinked":
-            return self._on_unlinked(payload, now)
+        if kind in ("lost", "joined", "linked", "unlinked"):  # see .membership
+            return self._members.on(kind, payload, now, finishing=self._finish_at is not None)
         raise AssertionError(f"unknown inbox item {kind!r}")
 
     def _on_msg(self, m: dict[str, Any], now: float) -> list[ev.Event]:
@@ -252,7 +249,7 @@ class RunDriver:
             self._start_run(tid, run.config, run.last_step, run.budget, placement, None)
         return []
 
-    def _on_lost(self, address: str, now: float) -> list[ev.Event]:
+    def _end_runs_on(self, address: str, now: float) -> list[ev.Event]:
         """A worker left (or its stream broke): its runs end, their trials are requeued.
 
         The kill goes to every rank first, those on ``address`` included: after a
@@ -260,7 +257,7 @@ class RunDriver:
         on beside the relaunch. After Finish the runs just end (no events), so
         the experiment can finish.
         """
-        assert self.inventory is not None and self._engine is not None
+        assert self._engine is not None
         finishing = self._finish_at is not None
         out: list[ev.Event] = []
         for run in list(self._runs.values()):
@@ -279,56 +276,6 @@ class RunDriver:
                 run.ranks[i].exited = True
             if all(r.exited for r in run.ranks):
                 out.extend(self._finalize(run, now))
-        self._links.drop(address)
-        if self.inventory.drop_worker(address) and not finishing:
-            out.extend(self._cluster_changed(now))
-        return out
-
-    def _on_joined(self, address: str, now: float) -> list[ev.Event]:
-        """A worker joined: it becomes GPUs once its stream is open (``linked``)."""
-        if self._finish_at is None and not self._links.linked(address):
-            self._links.open_later(address)
-        return []
-
-    def _on_linked(self, address: str, now: float) -> list[ev.Event]:
-        assert self.inventory is not None
-        if self._finish_at is None and self.inventory.refresh(self.client, [address]):
-            return self._cluster_changed(now)
-        return []
-
-    def _on_unlinked(self, address: str, now: float) -> list[ev.Event]:
-        """A worker's stream broke: messages may be lost, so its runs count as lost.
-
-        If the worker itself is gone the scheduler says so too (handled the
-        same way, once); if it is alive, the stream reopens and the worker
-        comes back as new GPUs.
-        """
-        assert self.inventory is not None
-        if not any(s.worker == address for s in self.inventory.slots.values()):
-            return []
-        out = self._on_lost(address, now)
-        if self._finish_at is None:
-            self._links.open_later(address)
-        return out
-
-    def _cluster_changed(self, now: float) -> list[ev.Event]:
-        """ResourcesChanged; with no GPU left, pause the experiment until a worker returns.
-
-        An engine cannot schedule onto an empty cluster (it would report the
-        pending trials as unplaceable), and a nanny usually restarts a dead
-        worker within seconds.
-        """
-        assert self.inventory is not None
-        if not self.inventory.slots:
-            if self._paused_empty:
-                return []
-            self._paused_empty = True
-            log.warning("no Dask worker left: the experiment waits for one to join")
-            return [ev.ExperimentPauseRequested(now)]
-        out: list[ev.Event] = [ev.ResourcesChanged(now, self.inventory.spec())]
-        if self._paused_empty:
-            self._paused_empty = False
-            out.append(ev.ExperimentResumeRequested(now))
         return out
 
     # ------------------------------------------------------------ commands

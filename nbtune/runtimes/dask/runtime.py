@@ -25,7 +25,6 @@ the kernel) fails with ``out_of_memory=True``.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
 import logging
 import queue
@@ -45,7 +44,10 @@ from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.cluster import Inventory, connect, listen_all, unlisten_all
 from nbtune.runtimes.dask.driver import RunDriver
 from nbtune.runtimes.dask.links import WorkerLinks
+from nbtune.runtimes.dask.membership import Membership, scheduler_item
 from nbtune.runtimes.dask.runs import Run
+from nbtune.runtimes.dask.trainable import check_signature
+from nbtune.runtimes.dask.worker_setup import prepare_workers, worker_plugins
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
@@ -53,7 +55,6 @@ if TYPE_CHECKING:
 __all__ = ["DaskRuntime", "DaskRuntimeError", "WallClock"]
 
 log = logging.getLogger("nbtune.dask")
-WARM_TIMEOUT = 120.0  # seconds connect() waits for the warm processes' imports (then goes on)
 
 
 class DaskRuntimeError(RuntimeError):
@@ -179,7 +180,7 @@ class DaskRuntime(RunDriver):
         self._deferred: dict[int, Launch] = {}
         self._clones: dict[int, list[Launch]] = {}
         self._finish_at: float | None = None
-        self._paused_empty = False
+        self._members: Membership | None = None  # type: ignore[assignment]
         self._topic = f"nbtune-{uuid.uuid4().hex[:12]}"
         self._sampler_name: str | None = None
         self._fn: bytes = b""
@@ -205,7 +206,6 @@ class DaskRuntime(RunDriver):
         if self.client is not None:
             return self
         from nbtune.runtimes.dask import gpu
-        from nbtune.runtimes.dask.pool import wait_pool_ready
 
         gpus = self.gpus
         if gpus is None and self.cluster_arg is None:
@@ -216,26 +216,8 @@ class DaskRuntime(RunDriver):
             dashboard_address=self.dashboard_address, memory_limit=self.memory_limit,
         )
         try:
-            self.client.wait_for_workers(1, timeout=120)
-            if gpus is None:  # an existing cluster: GPU mode if its workers see GPUs
-                probe = Inventory(gpus=True)
-                probe.refresh(self.client)
-                gpus = bool(probe.slots)
-            self.gpus = bool(gpus)
-            if self.mps is None:
-                self.mps = self.gpus and gpu.mps_available()
-            self.inventory = Inventory(self.gpus)
-            self.inventory.refresh(self.client)
-            if not self.inventory.slots:
-                raise RuntimeError(
-                    f"the Dask cluster at {self.client.scheduler.address} offers no "
-                    f"{'GPUs' if self.gpus else 'workers'} to run trials on"
-                )
-            for plugin in self._worker_plugins():
-                self.client.register_plugin(plugin, name=plugin.name)
-            if self.warm_processes:
-                # the experiment's clock must not include interpreter start-up and preloads
-                self.client.run(wait_pool_ready, WARM_TIMEOUT)
+            self.gpus, self.mps, self.inventory = prepare_workers(
+                self.client, gpus, self.mps, self.warm_processes, self.preload)
         except BaseException:
             self._shutdown_cluster()
             self.client = None
@@ -243,26 +225,13 @@ class DaskRuntime(RunDriver):
         return self
 
     def _worker_plugins(self) -> list[Any]:
-        """The worker plugins, in the order they must run on every worker.
-
-        The MPS daemon first: it exports ``CUDA_MPS_PIPE_DIRECTORY`` into the
-        worker's environment, which the warm pool's processes inherit when they
-        are spawned; filled before it, the first warm processes would never
-        join MPS.
-        """
-        from nbtune.runtimes.dask import gpu
-        from nbtune.runtimes.dask.plugin import WarmPoolPlugin
-
-        plugins: list[Any] = []
-        if self.gpus and self.mps:
-            plugins.append(gpu.MPSDaemonPlugin())
-        plugins.append(WarmPoolPlugin(self.warm_processes, self.preload))
-        return plugins
+        """The worker plugins, in the order they must run on every worker."""
+        return worker_plugins(self.gpus, self.mps, self.warm_processes, self.preload)
 
     def start(self, engine: Engine, trainable: Any) -> None:
         """Connect, then run the experiment in a background thread; returns at once."""
         check_trainable(trainable, self)
-        _check_trainable(trainable)
+        check_signature(trainable)
         if self._closed:
             raise RuntimeError("this DaskRuntime is closed")
         if self._engine is not None:
@@ -298,6 +267,7 @@ class DaskRuntime(RunDriver):
         self._links = WorkerLinks(self.client, self._topic, self._inbox)
         workers = sorted({s.worker for s in self.inventory.slots.values()})
         self._links.open_all(workers)  # a worker it cannot reach goes through the scheduler
+        self._members = Membership(self.client, self.inventory, self._links, self._end_runs_on)
         sampler = UtilizationSampler(self._topic, self.sample_interval, bool(self.gpus))
         self._sampler_name = sampler.name
         self.client.register_plugin(sampler, name=sampler.name)
@@ -388,14 +358,9 @@ class DaskRuntime(RunDriver):
         self._inbox.put(("msgs", event[1]))
 
     def _on_all(self, event: Any) -> None:
-        msg = event[1]
-        if not isinstance(msg, dict):
-            return
-        action = msg.get("action")
-        if action == "remove-worker" and "worker" in msg:
-            self._inbox.put(("lost", msg["worker"]))
-        elif action == "add-worker" and "worker" in msg:
-            self._inbox.put(("joined", msg["worker"]))
+        item = scheduler_item(event)
+        if item is not None:
+            self._inbox.put(item)
 
     def _loop(self) -> None:
         engine = self._engine
@@ -431,21 +396,3 @@ class DaskRuntime(RunDriver):
             # else the subscriptions stay until the next experiment or close(): releasing
             # them here raced the last messages of the ending runs (a PBT test flaked)
             self._done.set()
-
-def _check_trainable(fn: Any) -> None:
-    if not callable(fn):
-        raise TypeError(f"the trainable must be a function train(config, trial), got {fn!r}")
-    try:
-        sig = inspect.signature(fn)
-    except ValueError:  # builtins without a signature: let them try
-        return
-    for args in ((None, None), (None,)):  # train(config, trial), or Ray's train(config)
-        try:
-            sig.bind(*args)
-            return
-        except TypeError:
-            continue
-    raise TypeError(
-        f"{getattr(fn, '__name__', fn)!r} must accept train(config, trial) or, reporting "
-        "with nbtune.report(...), train(config)"
-    )

@@ -1,0 +1,69 @@
+"""Readying a freshly joined cluster's workers for trials.
+
+Once :func:`.cluster.connect` has a client, the workers are probed for GPUs,
+take the worker plugins (the MPS daemon, the warm process pool) and, with warm
+processes asked for, are waited on until those processes have imported their
+preloads, so the experiment's clock never counts interpreter start-up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nbtune.runtimes.dask.cluster import Inventory
+
+__all__ = ["WARM_TIMEOUT", "prepare_workers", "worker_plugins"]
+
+WARM_TIMEOUT = 120.0  # seconds connect() waits for the warm processes' imports (then goes on)
+
+
+def worker_plugins(gpus: bool | None, mps: bool | None, warm_processes: int,
+                   preload: tuple[str, ...]) -> list[Any]:
+    """The worker plugins, in the order they must run on every worker.
+
+    The MPS daemon first: it exports ``CUDA_MPS_PIPE_DIRECTORY`` into the
+    worker's environment, which the warm pool's processes inherit when they
+    are spawned; filled before it, the first warm processes would never
+    join MPS.
+    """
+    from nbtune.runtimes.dask import gpu
+    from nbtune.runtimes.dask.plugin import WarmPoolPlugin
+
+    plugins: list[Any] = []
+    if gpus and mps:
+        plugins.append(gpu.MPSDaemonPlugin())
+    plugins.append(WarmPoolPlugin(warm_processes, preload))
+    return plugins
+
+
+def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_processes: int,
+                    preload: tuple[str, ...]) -> tuple[bool, bool | None, Inventory]:
+    """Wait for a worker, settle GPU and MPS mode, install the plugins: ``(gpus, mps, inventory)``.
+
+    ``gpus`` None (an existing cluster): GPU mode if its workers see GPUs;
+    ``mps`` None: on where GPUs are used and MPS is available.
+    """
+    from nbtune.runtimes.dask import gpu
+    from nbtune.runtimes.dask.pool import wait_pool_ready
+
+    client.wait_for_workers(1, timeout=120)
+    if gpus is None:  # an existing cluster: GPU mode if its workers see GPUs
+        probe = Inventory(gpus=True)
+        probe.refresh(client)
+        gpus = bool(probe.slots)
+    gpus = bool(gpus)
+    if mps is None:
+        mps = gpus and gpu.mps_available()
+    inventory = Inventory(gpus)
+    inventory.refresh(client)
+    if not inventory.slots:
+        raise RuntimeError(
+            f"the Dask cluster at {client.scheduler.address} offers no "
+            f"{'GPUs' if gpus else 'workers'} to run trials on"
+        )
+    for plugin in worker_plugins(gpus, mps, warm_processes, preload):
+        client.register_plugin(plugin, name=plugin.name)
+    if warm_processes:
+        # the experiment's clock must not include interpreter start-up and preloads
+        client.run(wait_pool_ready, WARM_TIMEOUT)
+    return gpus, mps, inventory
