@@ -111,13 +111,16 @@ def test_retiring_a_busy_worker_mid_stage_loses_nothing(tmp_path):
     def retire_one(exp, rt):
         eng = exp.engine
         deadline = time.monotonic() + 120
-        while not any(t.budget_used >= 1 for t in eng.trials.values()):
+        # a trial with at least two steps (2 s) left, so it is surely still running
+        # when the worker goes: a stage-0 trial (one 1 s step) may finish first
+        while True:
             assert time.monotonic() < deadline
-            time.sleep(0.05)
-        while not eng.running:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        tid, placement = next(iter(dict(eng.running).items()))
+            busy = [(tid, p) for tid, p in dict(eng.running).items()
+                    if eng.trials[tid].target_budget - eng.trials[tid].budget_used >= 2]
+            if busy:
+                break
+            time.sleep(0.02)
+        tid, placement = busy[0]
         victim = rt.inventory.slots[placement[0][0]].worker
         exp.plan_executor.recover_after_s = 1.0
         rt.client.retire_workers(workers=[victim], close_workers=True, remove=True)
