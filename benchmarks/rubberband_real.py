@@ -5,7 +5,8 @@ Run: ``python benchmarks/rubberband_real.py``
 1. Profile (as RubberBand's profiler does, §5): time ``cluster.scale(2)`` on a
    1-worker LocalCluster until the new worker is ready (SCALE + INIT_INSTANCE),
    then train six trials of the real model for three epochs on the two workers
-   and take the measured seconds per epoch and mean per-launch overhead.
+   and take the measured seconds per epoch, the per-launch overhead and the extra
+   cost of a worker's first launch (its cold start, paid once per worker).
 2. Plan ``SuccessiveHalving(num_trials=8, eta=2, budgets 1..8)`` for a deadline
    scaled to the few minutes this box allows, on a made-up per-worker price
    ($3.60 per worker-hour, i.e. $0.001 per second; per-second billing with a 5 s
@@ -107,7 +108,8 @@ def settle_times(timeline: list, stages: int) -> list[float | None]:
 def main() -> dict:
     prof, start_s = profile()
     print(f"profile: {prof.points[1]:.3f} s/epoch (cv {prof.cv:.2f}), launch "
-          f"{prof.startup_s:.2f} s, worker start {start_s:.2f} s")
+          f"{prof.startup_s:.2f} s, a worker's first launch +{prof.cold_start_s:.2f} s, "
+          f"worker start {start_s:.2f} s")
     cloud = CloudProfile("local-worker", 3.6, 1, min_billed_s=5.0,
                          provision=Latency(0.0), init=Latency(start_s),
                          source="made up: $3.60 per worker-hour", date="2026-11-24")
@@ -144,7 +146,8 @@ def main() -> dict:
     cost_err = cost / p.planned.cost - 1
     figures = {
         "s_per_epoch": round(prof.points[1], 3), "cv": round(prof.cv, 3),
-        "launch_s": round(prof.startup_s, 3), "worker_start_s": round(start_s, 2),
+        "launch_s": round(prof.startup_s, 3), "cold_start_s": round(prof.cold_start_s, 3),
+        "worker_start_s": round(start_s, 2),
         "deadline_s": round(deadline, 1), "plan_workers": list(p.allocation.instances),
         "predicted_jct_s": round(p.planned.jct, 2), "measured_jct_s": round(jct, 2),
         "jct_error": round(jct_err, 3),

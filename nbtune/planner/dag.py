@@ -145,6 +145,7 @@ def to_dag(
         if inst * cloud.gpus_per_instance < gpus:
             raise ValueError(f"stage {i}: {inst} instances cannot hold {gpus} GPUs")
         entry, scale, ready = frontier, -1, (frontier,)
+        new_gpus = max(inst - held, 0) * cloud.gpus_per_instance
         if inst > held:  # a blocking SCALE, then the new instances initialise in parallel
             scale = dag.add(NodeKind.SCALE, cloud.provision, (frontier,), stage=i)
             ready = tuple(
@@ -157,11 +158,16 @@ def to_dag(
             stage.iterations * profile.seconds(per_trial) + profile.startup_s,
             profile.cv,
         )
+        # the first trial on each new worker pays its cold start once (RubberBand's
+        # profiler would see it as a slower first iteration on a fresh instance)
+        cold_slots = min(slots, -(-new_gpus // per_trial)) if profile.cold_start_s else 0
+        cold = Latency(train.mean + profile.cold_start_s, profile.cv)
         tails = []
         for s in range(slots):
             prev = ready
-            for _ in range(s, stage.trials, slots):  # queued trials run one after another
-                prev = (dag.add(NodeKind.TRAIN, train, prev, stage=i, gpus=per_trial),)
+            for k in range(s, stage.trials, slots):  # queued trials run one after another
+                lat = cold if k == s and s < cold_slots else train
+                prev = (dag.add(NodeKind.TRAIN, lat, prev, stage=i, gpus=per_trial),)
             tails.append(prev[0])
         frontier = dag.add(NodeKind.SYNC, Latency(0.0), tuple(tails), stage=i)
         marks.append((entry, scale, frontier))

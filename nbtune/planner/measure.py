@@ -79,25 +79,38 @@ def profile_from_experiment(run: Any) -> ScalingProfile:
     model's error from a profile gone stale (a machine whose load changed).
     """
     engine = getattr(run, "engine", run)
-    launched: dict[int, set[float]] = {}
+    launched: dict[int, dict[float, int]] = {}  # trial -> launch start -> first GPU
     for rec in engine.ledger.log:  # one record per launch (and per resize) of a trial
-        launched.setdefault(rec.trial_id, set()).add(rec.start)
+        launched.setdefault(rec.trial_id, {}).setdefault(rec.start, rec.gpu_id)
+    first_on_gpu: dict[int, float] = {}  # a worker's first launch is its cold start
+    for starts in launched.values():
+        for start, gpu in starts.items():
+            first_on_gpu[gpu] = min(first_on_gpu.get(gpu, start), start)
+    cold_launches = set(first_on_gpu.items())
     units: list[float] = []
-    launches: list[float] = []
+    warm: list[float] = []
+    cold: list[float] = []
     for t in engine.trials.values():
-        starts = sorted(launched.get(t.trial_id, ()))
+        starts = sorted(launched.get(t.trial_id, {}))
         times = [s for s, _, _ in t.results]
         for k, start in enumerate(starts):  # a gap across a pause is not an iteration
             end = starts[k + 1] if k + 1 < len(starts) else float("inf")
             seg = [x for x in times if start < x <= end]  # a report closes its segment
             if seg:
-                launches.append(seg[0] - start)
+                gpu = launched[t.trial_id][start]
+                (cold if (gpu, start) in cold_launches else warm).append(seg[0] - start)
                 units += [b - a for a, b in zip(seg, seg[1:], strict=False)]
     if not units:
         raise RuntimeError("no trial reported twice: nothing to measure (did they fail?)")
     mean = statistics.fmean(units)
+    if warm:  # later launches on a worker vs its first: a per-launch and a per-worker cost
+        startup = max(statistics.fmean(warm) - mean, 0.0)
+        cold_start = max(statistics.fmean(cold) - mean - startup, 0.0) if cold else 0.0
+    else:  # every launch was a worker's first: they cannot be told apart
+        startup, cold_start = max(statistics.fmean(cold) - mean, 0.0), 0.0
     return ScalingProfile(
-        {1: mean}, cv=statistics.pstdev(units) / mean,
-        startup_s=max(statistics.fmean(launches) - mean, 0.0),
-        source=f"measured: {len(units)} iterations of {len(launches)} trials",
+        {1: mean}, cv=statistics.pstdev(units) / mean, startup_s=startup,
+        cold_start_s=cold_start,
+        source=f"measured: {len(units)} iterations of {len(warm) + len(cold)} launches "
+               f"({len(cold)} the first on their worker)",
     )

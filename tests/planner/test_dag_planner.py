@@ -143,3 +143,18 @@ def test_plan_renders_table_text_html_and_bokeh():
     from bokeh.models import LayoutDOM
 
     assert isinstance(p.plot(), LayoutDOM)
+
+
+def test_cold_start_is_paid_once_per_new_worker():
+    spec = ExperimentSpec((Stage(4, 1), Stage(2, 1), Stage(4, 1)))
+    prof = ScalingProfile({1: 100.0}, startup_s=1.0, cold_start_s=7.0)
+    cloud = CLOUD.with_(gpus_per_instance=1, provision=Latency(0.0), init=Latency(0.0))
+    # stage 0: two new workers, 2 waves: only each worker's first trial pays the cold start;
+    # stage 1 keeps one warm worker; stage 2 adds one new worker: one slot pays again
+    p = simulate(spec, Allocation((2, 1, 2), (2, 1, 2)), prof, cloud)
+    assert p.stage_end[0] == pytest.approx(7 + 2 * 101)
+    assert p.stage_end[1] - p.stage_end[0] == pytest.approx(2 * 101)
+    assert p.stage_end[2] - p.stage_end[1] == pytest.approx(7 + 2 * 101)
+    warm = simulate(spec, Allocation((2, 1, 2), (2, 1, 2)),
+                    ScalingProfile({1: 100.0}, startup_s=1.0), cloud)
+    assert p.jct - warm.jct == pytest.approx(14.0)

@@ -63,3 +63,25 @@ def test_profile_from_a_run_skips_pauses_at_barriers():
     assert prof.points[1] == pytest.approx(2.0)
     assert prof.startup_s == pytest.approx(1.0)
     assert prof.cv == pytest.approx(0.0, abs=1e-9)
+
+
+def test_profile_from_a_run_tells_a_workers_first_launch_from_the_later_ones():
+    from types import SimpleNamespace as NS
+
+    from nbtune.engine.state import AllocationRecord
+    from nbtune.planner.measure import profile_from_experiment
+
+    # two workers; each one's first trial reaches its first report 5 s after launch, every
+    # later launch 1.5 s; an iteration is 1 s
+    log, trials = [], []
+    for tid, (gpu, start, first) in enumerate([(0, 0.0, 5.0), (1, 0.0, 5.0), (0, 10.0, 1.5),
+                                               (1, 10.0, 1.5), (0, 20.0, 1.5)]):
+        log.append(AllocationRecord(tid, gpu, 1.0, start, start + first + 1))
+        t0 = start + first
+        trials.append(NS(trial_id=tid, results=[(t0, 1, {}), (t0 + 1.0, 2, {})]))
+    eng = NS(ledger=NS(log=log), trials={t.trial_id: t for t in trials})
+    prof = profile_from_experiment(eng)
+    assert prof.points[1] == pytest.approx(1.0)
+    assert prof.startup_s == pytest.approx(0.5)
+    assert prof.cold_start_s == pytest.approx(3.5)
+    assert "2 the first on their worker" in prof.source

@@ -188,3 +188,26 @@ def test_a_trial_process_sees_its_workers_environment_from_birth(tmp_path):
         (_, _, m), = t.results
         assert m["pipe"] == m["born_pipe"] == f"/tmp/mps-{addr[m['worker']]}"
         assert m["omp"] == "1" and m["trial_env"] == str(t.trial_id)
+
+
+def lazy_imports_seen(config, trial):
+    """Reports whether torch's lazily imported ``torch._dynamo`` was there before any step."""
+    warm = float("torch._dynamo" in sys.modules)
+    trial.report(1, loss=config["lr"], dynamo_warm=warm)
+
+
+def test_warm_processes_import_what_torch_imports_lazily(client, tmp_path):  # noqa: F811
+    """``torch.optim.Optimizer()`` imports torch._dynamo on first use (1.3-2.4 s here): the
+    warm processes do it with the preload, so a trial's first epoch does not pay it."""
+    import nbtune
+
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ckpt", preload=("torch",),
+                     warm_processes=1, sample_interval=0.5)
+    try:
+        exp = nbtune.tune(lazy_imports_seen, SPACE, algorithm="random", metric="loss",
+                          max_budget=1, num_trials=2, runtime=rt, seed=0)
+        exp.wait(180)
+    finally:
+        rt.close()
+    warm = [r.get("dynamo_warm") for t in exp.engine.trials.values() for _, _, r in t.results]
+    assert warm == [1.0, 1.0]

@@ -134,14 +134,21 @@ def run_job(job: dict[str, Any], channel: PipeChannel) -> dict[str, Any]:
     return out
 
 
+#: modules a preloaded package imports lazily on first use, warmed with it: torch's
+#: ``Optimizer.__init__`` imports ``torch._dynamo`` (1.3-2.4 s measured here), which the
+#: first trial in every warm process paid inside its first epoch
+_LAZY_COMPANIONS: dict[str, tuple[str, ...]] = {"torch": ("torch._dynamo",)}
+
+
 def main(argv: list[str]) -> None:
     fd = int(argv[1])
     preload = [m for m in (argv[2].split(",") if len(argv) > 2 else []) if m]
     _watch_parent()
     conn = Connection(fd)
     for mod in preload:
-        with contextlib.suppress(ImportError):
-            __import__(mod)
+        for name in (mod, *_LAZY_COMPANIONS.get(mod, ())):
+            with contextlib.suppress(ImportError):
+                __import__(name)
     channel = PipeChannel(conn)
     channel.send({"k": "ready"})  # imports done: WarmPool.wait_ready counts this process warm
     while True:
