@@ -38,7 +38,15 @@ import nbtune
 from nbtune.algorithms import SuccessiveHalving
 from nbtune.core.space import loguniform, uniform
 from nbtune.examples.digits import train
-from nbtune.planner import CloudProfile, Latency, ScalingProfile, plan, simulate, spec_from
+from nbtune.planner import (
+    CloudProfile,
+    Latency,
+    ScalingProfile,
+    plan,
+    simulate,
+    spec_from,
+    static_allocation,
+)
 from nbtune.planner.measure import (
     measure_profile,
     measure_worker_start,
@@ -116,7 +124,9 @@ def main() -> dict:
     algo = SuccessiveHalving(SPACE, **SHA)
     spec = spec_from(algo)
     static1 = plan(spec, prof, cloud, 1e9, max_instances=1).static.jct
-    deadline = 0.8 * static1  # tight for one worker: the cheapest static needs two
+    fastest = simulate(spec, static_allocation(spec, MAX_WORKERS, cloud), prof, cloud).jct
+    # tight for one worker (the cheapest static needs two), feasible for two
+    deadline = max(0.8 * static1, 1.1 * fastest)
     p = plan(spec, prof, cloud, deadline, max_instances=MAX_WORKERS)
     print(p)
     cluster = local_cluster(1)

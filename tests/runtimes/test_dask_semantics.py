@@ -211,3 +211,34 @@ def test_warm_processes_import_what_torch_imports_lazily(client, tmp_path):  # n
         rt.close()
     warm = [r.get("dynamo_warm") for t in exp.engine.trials.values() for _, _, r in t.results]
     assert warm == [1.0, 1.0]
+
+
+def report_cores(config, trial):
+    import os
+
+    trial.report(1, loss=config["lr"], cores=",".join(map(str, sorted(os.sched_getaffinity(0)))))
+
+
+@pytest.mark.skipif(len(getattr(__import__("os"), "sched_getaffinity", lambda _: ())(0)) < 2,
+                    reason="needs two cores to pin two single-core workers apart")
+def test_cpu_stand_in_workers_pin_their_trials_to_their_own_cores(client, tmp_path):  # noqa: F811
+    """Two 1-thread CPU workers stand for two GPUs: each one's trials run on its own core, so a
+    trial packed on one worker cannot borrow the other worker's core."""
+    import nbtune
+
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ckpt", preload=(), warm_processes=1,
+                     sample_interval=0.5)
+    try:
+        exp = nbtune.tune(report_cores, SPACE, algorithm="random", metric="loss", max_budget=1,
+                          num_trials=4, runtime=rt, seed=0, allocator="fifo")
+        exp.wait(180)
+        slots = rt.inventory.slots
+    finally:
+        rt.close()
+    by_gpu = {g: s.cores for g, s in slots.items()}
+    assert sorted(len(c) for c in by_gpu.values()) == [1, 1]
+    assert len(set(by_gpu.values())) == 2  # disjoint
+    al = exp.allocations()
+    for t in exp.engine.trials.values():
+        gpu = int(al[al.trial_id == t.trial_id].gpu_id.iloc[0])
+        assert t.results[0][2]["cores"] == ",".join(map(str, by_gpu[gpu]))

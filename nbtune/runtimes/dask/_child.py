@@ -91,6 +91,25 @@ def _takes_trial(fn: Any) -> bool:
     return True
 
 
+_ALL_CORES: set[int] | None = None
+
+
+def _pin(cores: str) -> None:
+    """Run on the slot's cores (a CPU stand-in for a GPU), or on all again when none are given.
+
+    A reused process may serve a slot with other cores next; its children
+    (data loaders) inherit the set.
+    """
+    global _ALL_CORES
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    if _ALL_CORES is None:
+        _ALL_CORES = set(os.sched_getaffinity(0))
+    want = {int(c) for c in cores.split(",") if c} or _ALL_CORES
+    with contextlib.suppress(OSError):  # a core taken offline: run where the OS lets us
+        os.sched_setaffinity(0, want)
+
+
 def run_job(job: dict[str, Any], channel: PipeChannel) -> dict[str, Any]:
     """Run one training function; return the exit message (never raises)."""
     import cloudpickle
@@ -102,6 +121,7 @@ def run_job(job: dict[str, Any], channel: PipeChannel) -> dict[str, Any]:
         if p not in sys.path:
             sys.path.append(p)
     os.environ.update({k: str(v) for k, v in job.get("env", {}).items()})
+    _pin(os.environ.get("NBTUNE_CPU_CORES", ""))
     threads = job.get("threads")
     if threads and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(threads))

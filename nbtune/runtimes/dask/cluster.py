@@ -11,6 +11,7 @@ and the engine sees the cluster shrink and then grow to what it was.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import threading
@@ -20,7 +21,8 @@ from typing import Any
 
 from nbtune.core.resources import GPU, ClusterSpec
 
-__all__ = ["Slot", "Inventory", "connect", "probe_worker", "listen_all", "unlisten_all"]
+__all__ = ["Slot", "Inventory", "connect", "probe_worker", "pin_cores", "listen_all",
+           "unlisten_all"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class Slot:
     threads: float  # CPU cores this slot stands for (thread limits for packed CPU trials)
     kind: str = "cpu"
     memory_gb: float = 16.0
+    #: CPU stand-in slots: the cores its trial processes are pinned to (empty: not pinned)
+    cores: tuple[int, ...] = ()
 
 
 def probe_worker(gpus: bool, dask_worker: Any = None) -> dict[str, Any]:
@@ -49,6 +53,7 @@ def probe_worker(gpus: bool, dask_worker: Any = None) -> dict[str, Any]:
         "nthreads": int(state.nthreads),
         "memory_limit": float(dask_worker.memory_manager.memory_limit or 0),
         "resources": {k: float(v) for k, v in state.total_resources.items()},
+        "cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [],
         "devices": gpu_mod.nvml_devices(gpu_mod.worker_devices(dict(state.total_resources)))
         if gpus else [],
     }
@@ -95,6 +100,8 @@ class Inventory:
                     self._ids[key] = len(self._ids)
                 gid = self._ids[key]
                 slots[gid] = Slot(gid, addr, k, w["host"], dev, threads, kind, float(mem_gb))
+        if not self.gpus:
+            slots = pin_cores(slots, info)
         changed = set(slots) != set(self.slots) or any(
             slots[g].worker != self.slots[g].worker for g in slots if g in self.slots)
         self.slots, self.workers = slots, dict(info)
@@ -115,6 +122,34 @@ class Inventory:
         for w in self.workers.values():
             cpus[w["host"]] = cpus.get(w["host"], 0.0) + float(w["nthreads"])
         return ClusterSpec(tuple(gpus), cpus)
+
+
+def pin_cores(slots: dict[int, Slot], info: dict[str, dict[str, Any]]) -> dict[int, Slot]:
+    """Give each CPU stand-in slot its own cores, where a host has enough for all of them.
+
+    A CPU worker stands for a GPU only if its trials cannot borrow compute
+    from the neighbouring "GPU": unpinned, two trials packed on worker A and
+    one on worker B share both cores, so a packing probe on A measures B's
+    loss as A's gain (Fluid's O^2 came out 0.25 on two single-core workers,
+    and ``auto`` packed where packing cannot pay). Pinned, A's trials
+    time-slice A's cores, as trials packed on one GPU share its SMs. A host
+    whose slots ask for more cores than it has is left unpinned.
+    """
+    by_host: dict[str, list[Slot]] = {}
+    for s in sorted(slots.values(), key=lambda s: s.gpu_id):
+        by_host.setdefault(s.node, []).append(s)
+    out = dict(slots)
+    for host, group in by_host.items():
+        cores = next((list(w.get("cores") or []) for w in info.values()
+                      if w["host"] == host), [])
+        need = [max(int(round(s.threads)), 1) for s in group]
+        if not cores or sum(need) > len(cores):
+            continue
+        at = 0
+        for s, n in zip(group, need, strict=True):
+            out[s.gpu_id] = dataclasses.replace(s, cores=tuple(cores[at:at + n]))
+            at += n
+    return out
 
 
 @contextlib.contextmanager

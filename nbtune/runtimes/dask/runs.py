@@ -51,13 +51,16 @@ def rank_env(tid: int, slot: Slot, share: float, *, gpus: bool,
     """Thread count and environment of one rank's process.
 
     CPU threads follow the share of the slot's cores (at least one), so
-    packed CPU trials do not oversubscribe. On GPUs the process sees only its
+    packed CPU trials do not oversubscribe, and a CPU stand-in's process runs
+    on the slot's own cores (``NBTUNE_CPU_CORES``). On GPUs the process sees only its
     GPU (by UUID); a packed rank under MPS gets the matching
     ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``.
     """
     threads = max(int(round(slot.threads * min(share, 1.0))), 1)
     env = {"NBTUNE_TRIAL_ID": str(tid), "OMP_NUM_THREADS": str(threads),
            "MKL_NUM_THREADS": str(threads)}
+    if slot.cores and not gpus:  # a CPU stand-in's own cores (cluster.pin_cores)
+        env["NBTUNE_CPU_CORES"] = ",".join(map(str, slot.cores))
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = str(slot.device)
         if mps and share < 1.0 - EPS:
