@@ -4,7 +4,7 @@ Run: ``python benchmarks/rubberband_real.py``
 
 1. Profile (as RubberBand's profiler does, §5): time ``cluster.scale(2)`` on a
    1-worker LocalCluster until the new worker is ready (SCALE + INIT_INSTANCE),
-   then train six trials of the real model for three epochs on the two workers
+   then train six trials of the real model for five epochs on the two workers
    and take the measured seconds per epoch, the per-launch overhead and the extra
    cost of a worker's first launch (its cold start, paid once per worker).
 2. Plan ``SuccessiveHalving(num_trials=8, eta=2, budgets 1..8)`` for a deadline
@@ -89,7 +89,7 @@ def profile() -> tuple[ScalingProfile, float]:
     try:
         rt = runtime(cluster).connect()  # its warm-pool plugin reaches the new worker too
         start = measure_worker_start(rt, cluster)
-        prof = measure_profile(train, SPACE, rt, trials=6, iterations=3, metric="accuracy",
+        prof = measure_profile(train, SPACE, rt, trials=6, iterations=5, metric="accuracy",
                                mode="max", seed=1)
         rt.close()
     finally:
@@ -158,6 +158,7 @@ def main() -> dict:
         "s_per_epoch": round(prof.points[1], 3), "cv": round(prof.cv, 3),
         "launch_s": round(prof.startup_s, 3), "cold_start_s": round(prof.cold_start_s, 3),
         "worker_start_s": round(start_s, 2),
+        "run_prepare_s": round(ex.prepare_s, 2),
         "deadline_s": round(deadline, 1), "plan_workers": list(p.allocation.instances),
         "predicted_jct_s": round(p.planned.jct, 2), "measured_jct_s": round(jct, 2),
         "jct_error": round(jct_err, 3),
