@@ -215,6 +215,9 @@ def connect(
 def _local_cluster(gpus: bool, n_workers: int | None, threads_per_worker: int, host: str,
                    dashboard_address: str | None, memory_limit: Any) -> Any:
     """Start the cluster nbtune owns: one worker per GPU, or CPU workers standing for GPUs."""
+    from nbtune.runtimes.dask import dask_page
+
+    dask_page.register()  # before the scheduler starts: Dask lists its pages then
     if gpus:
         from nbtune.runtimes.dask.gpu import make_cuda_cluster
 

@@ -28,6 +28,7 @@ from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import Placement
 from nbtune.core.trial import TrialState
 from nbtune.runtimes.dask import checkpoints as ck
+from nbtune.runtimes.dask.dask_page import Publisher
 from nbtune.runtimes.dask.runs import EPS, Run, RunRank, rank_env
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class RunDriver:
     _inbox: Any
     _links: WorkerLinks
     _members: Membership
+    _page: Publisher
 
     def _translate(self, kind: str, payload: Any) -> list[ev.Event]:
         now = self._clock.now()
@@ -303,6 +305,9 @@ class RunDriver:
                     self._signal(run, {"k": "stop", "reason": reason})
             elif isinstance(c, Finish):
                 self._finish_at = time.monotonic() + self.shutdown_grace
+        eng = self._engine  # the engine just changed: the Dask dashboard's page may show it
+        self._page.tick(self.client, eng, self.inventory, self._topic, self._clock.now(),
+                        force=bool(eng is not None and eng.done))
 
     def _launch(self, c: Launch) -> None:
         """Carry out a Launch now, or once the trial's previous process has exited."""

@@ -42,6 +42,7 @@ from nbtune.core.commands import Launch
 from nbtune.runtimes.base import check_trainable
 from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.cluster import Inventory, connect, listen_all, unlisten_all
+from nbtune.runtimes.dask.dask_page import Publisher
 from nbtune.runtimes.dask.driver import RunDriver
 from nbtune.runtimes.dask.links import WorkerLinks
 from nbtune.runtimes.dask.membership import Membership, scheduler_item
@@ -187,6 +188,7 @@ class DaskRuntime(RunDriver):
         self._checkpointing = False
         self._links: WorkerLinks | None = None  # type: ignore[assignment]
         self._clock = WallClock()
+        self._page = Publisher()  # the Dask dashboard's nbtune page (dask_page)
 
     # ----------------------------------------------------------- Runtime API
     @property
