@@ -175,4 +175,4 @@ def test_measure_profile_and_worker_start_on_a_real_cluster(tmp_path):
     # an iteration sleeps 0.3 s; reports are timed when the driver receives them, so a
     # delayed report shortens the gap after it: on a loaded box the mean can dip below 0.3 s
     assert prof.points[1] > 0.15
-    assert prof.startup_s >= 0 and "4 iterations of 2 trials" in prof.source
+    assert prof.startup_s >= 0 and "4 iterations of 2 launches" in prof.source
