@@ -172,22 +172,30 @@ def report_env(config, trial):
 
 def test_a_trial_process_sees_its_workers_environment_from_birth(tmp_path):
     """Warm processes are spawned after the worker's plugins ran: they are born with its env."""
-    import nbtune
 
     with local_client() as c:
         c.register_plugin(ExportEnv(), name=ExportEnv.name)
-        rt = DaskRuntime(c, checkpoint_dir=tmp_path, preload=(), warm_processes=1)
-        try:
-            exp = nbtune.tune(report_env, SPACE, algorithm="random", metric="loss",
-                              max_budget=1, num_trials=4, runtime=rt, seed=0)
-            exp.wait(120)
-        finally:
-            rt.close()
+        exp, _ = one_epoch_each(c, tmp_path, report_env, num_trials=4)
         addr = {a: w["name"] for a, w in c.scheduler_info()["workers"].items()}
     for t in exp.engine.trials.values():
         (_, _, m), = t.results
         assert m["pipe"] == m["born_pipe"] == f"/tmp/mps-{addr[m['worker']]}"
         assert m["omp"] == "1" and m["trial_env"] == str(t.trial_id)
+
+
+def one_epoch_each(client, tmp_path, fn, *, num_trials=2, preload=(), **kw):  # noqa: F811
+    """Random search, one budget unit per trial, on a fresh runtime: ``(experiment, runtime)``."""
+    import nbtune
+
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ckpt", preload=preload,
+                     warm_processes=1, sample_interval=0.5)
+    try:
+        exp = nbtune.tune(fn, SPACE, algorithm="random", metric="loss", max_budget=1,
+                          num_trials=num_trials, runtime=rt, seed=0, **kw)
+        exp.wait(180)
+    finally:
+        rt.close()
+    return exp, rt
 
 
 def lazy_imports_seen(config, trial):
@@ -199,16 +207,7 @@ def lazy_imports_seen(config, trial):
 def test_warm_processes_import_what_torch_imports_lazily(client, tmp_path):  # noqa: F811
     """``torch.optim.Optimizer()`` imports torch._dynamo on first use (1.3-2.4 s here): the
     warm processes do it with the preload, so a trial's first epoch does not pay it."""
-    import nbtune
-
-    rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ckpt", preload=("torch",),
-                     warm_processes=1, sample_interval=0.5)
-    try:
-        exp = nbtune.tune(lazy_imports_seen, SPACE, algorithm="random", metric="loss",
-                          max_budget=1, num_trials=2, runtime=rt, seed=0)
-        exp.wait(180)
-    finally:
-        rt.close()
+    exp, _ = one_epoch_each(client, tmp_path, lazy_imports_seen, preload=("torch",))
     warm = [r.get("dynamo_warm") for t in exp.engine.trials.values() for _, _, r in t.results]
     assert warm == [1.0, 1.0]
 
@@ -224,17 +223,8 @@ def report_cores(config, trial):
 def test_cpu_stand_in_workers_pin_their_trials_to_their_own_cores(client, tmp_path):  # noqa: F811
     """Two 1-thread CPU workers stand for two GPUs: each one's trials run on its own core, so a
     trial packed on one worker cannot borrow the other worker's core."""
-    import nbtune
-
-    rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ckpt", preload=(), warm_processes=1,
-                     sample_interval=0.5)
-    try:
-        exp = nbtune.tune(report_cores, SPACE, algorithm="random", metric="loss", max_budget=1,
-                          num_trials=4, runtime=rt, seed=0, allocator="fifo")
-        exp.wait(180)
-        slots = rt.inventory.slots
-    finally:
-        rt.close()
+    exp, rt = one_epoch_each(client, tmp_path, report_cores, num_trials=4, allocator="fifo")
+    slots = rt.inventory.slots
     by_gpu = {g: s.cores for g, s in slots.items()}
     assert sorted(len(c) for c in by_gpu.values()) == [1, 1]
     assert len(set(by_gpu.values())) == 2  # disjoint
