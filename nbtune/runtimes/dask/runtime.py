@@ -48,6 +48,7 @@ from nbtune.runtimes.dask.membership import Membership, scheduler_item
 from nbtune.runtimes.dask.runs import Run
 from nbtune.runtimes.dask.trainable import check_signature
 from nbtune.runtimes.dask.worker_setup import prepare_workers, worker_plugins
+from nbtune.runtimes.dask.worker_setup import tolerate_lost_workers as tolerant
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
@@ -270,7 +271,7 @@ class DaskRuntime(RunDriver):
         self._members = Membership(self.client, self.inventory, self._links, self._end_runs_on)
         sampler = UtilizationSampler(self._topic, self.sample_interval, bool(self.gpus))
         self._sampler_name = sampler.name
-        self.client.register_plugin(sampler, name=sampler.name)
+        tolerant(lambda: self.client.register_plugin(sampler, name=sampler.name), "sampler")
         attach_profiler(self, engine, trainable)
         self._clock.start()
         self._inbox.put(("event", ev.ExperimentStarted(0.0, self.inventory.spec())))
