@@ -20,7 +20,7 @@ from typing import Any
 
 from nbtune.core.resources import GPU, ClusterSpec
 
-__all__ = ["Slot", "Inventory", "connect", "probe_worker", "listen_all", "unlisten_all"]
+__all__ = ["Slot", "Inventory", "connect", "DaskConnectError", "probe_worker", "listen_all", "unlisten_all"]
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,16 @@ def connect(
     host: str,
     dashboard_address: str | None,
     memory_limit: Any,
+    security: Any = None,
+    timeout: float = 30.0,
 ) -> tuple[Any, Any | None, bool]:
-    """Return ``(client, cluster we created or None, whether we own the client)``."""
+    """Return ``(client, cluster we created or None, whether we own the client)``.
+
+    ``security`` (a ``distributed.security.Security``, TLS certificates) and
+    ``timeout`` apply to a remote scheduler given by address or Cluster; a
+    scheduler that does not answer within ``timeout`` s is a
+    :class:`DaskConnectError` saying what to check.
+    """
     from distributed import Client
 
     if cluster is None:
@@ -168,13 +176,34 @@ def connect(
                 f"cluster={cluster!r} is not a scheduler address; give 'tcp://host:port', "
                 "a distributed.Client, a Cluster object, or None for a local cluster"
             )
-        return Client(cluster, set_as_default=False), None, True
+        return _remote(cluster, security, timeout), None, True
     if hasattr(cluster, "scheduler_address"):
-        return Client(cluster, set_as_default=False), None, True
+        return _remote(cluster, security, timeout), None, True
     raise TypeError(
         f"cluster must be None, a scheduler address, a distributed.Client or a Cluster, "
         f"got {type(cluster).__name__}"
     )
+
+
+class DaskConnectError(ConnectionError):
+    """No Dask scheduler answered at the address given; the message says what to check."""
+
+
+def _remote(cluster: Any, security: Any, timeout: float) -> Any:
+    from distributed import Client
+
+    kw: dict[str, Any] = {"set_as_default": False, "timeout": timeout}
+    if security is not None:
+        kw["security"] = security
+    try:
+        return Client(cluster, **kw)
+    except OSError as exc:
+        where = getattr(cluster, "scheduler_address", cluster)
+        raise DaskConnectError(
+            f"no Dask scheduler answered at {where} within {timeout:g} s ({exc}). Check that "
+            "`dask scheduler` and its workers run there and the port is reachable; a TLS "
+            "scheduler (tls://) needs security=distributed.security.Security(...); or pass "
+            "cluster=None for a local cluster") from exc
 
 
 def _local_cluster(gpus: bool, n_workers: int | None, threads_per_worker: int, host: str,

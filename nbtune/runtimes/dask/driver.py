@@ -28,7 +28,7 @@ from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import Placement
 from nbtune.core.trial import TrialState
 from nbtune.runtimes.dask import checkpoints as ck
-from nbtune.runtimes.dask.runs import EPS, Run, RunRank, rank_env
+from nbtune.runtimes.dask.runs import EPS, Run, RunRank, overdue, rank_env
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
@@ -52,6 +52,7 @@ class RunDriver:
     mps: bool | None
     reuse_processes: bool | None
     trial_memory_limit: int | None
+    trial_timeout: float | None
     shutdown_grace: float
     _engine: Engine | None
     _clock: Any
@@ -186,6 +187,8 @@ class RunDriver:
                     run.cancelled = "killed"
                     self._signal(run, {"k": "kill", "reason": "still running after Finish"})
             self._finish_at = now_m + self.shutdown_grace
+        for run in overdue(list(self._runs.values()), self.trial_timeout, now_m):
+            self._signal(run, {"k": "kill", "reason": "trial_timeout"})
         return []
 
     # ------------------------------------------------------------ run ends
