@@ -36,9 +36,9 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Command
 from nbtune.core.tolerance import EPS
 from nbtune.store.batch import WriteBatch, commit_batch, now_utc
+from nbtune.store.migrations import migrate
 from nbtune.store.schema import (
     AllocationRow,
-    Base,
     CheckpointRow,
     EventRow,
     ExperimentRow,
@@ -96,7 +96,7 @@ class Store:
                  echo: bool = False) -> None:
         try:
             self._open(os.fspath(url), checkpoint_root, echo)
-        except (OSError, SQLAlchemyError) as exc:  # a clear cause instead of a driver's trace
+        except (OSError, SQLAlchemyError) as exc:  # StoreVersionError passes: its own message  # a clear cause instead of a driver's trace
             shown = make_url(str(url)).render_as_string() if "://" in str(url) else str(url)
             raise StoreOpenError(
                 f"cannot open the store {shown!r}: {type(exc).__name__}: "
@@ -130,7 +130,8 @@ class Store:
         self.checkpoint_root = checkpoint_root or (
             str(self.path.parent / "checkpoints") if self.path is not None else None
         )
-        Base.metadata.create_all(self.engine)
+        #: the schema version the database had when opened (older ones are upgraded)
+        self.opened_version = migrate(self.engine)
         self._ids: dict[str, int] = {}
 
     def __repr__(self) -> str:
