@@ -192,13 +192,18 @@ class DaskConnectError(ConnectionError):
 def _remote(cluster: Any, security: Any, timeout: float) -> Any:
     from distributed import Client
 
+    where = getattr(cluster, "scheduler_address", cluster)
+    if security is None and str(where).startswith("tls://"):
+        raise DaskConnectError(
+            f"the scheduler at {where} speaks TLS: pass its certificates as "
+            "security=distributed.security.Security(tls_ca_file=..., tls_client_cert=..., "
+            "tls_client_key=...), see docs/reliability")
     kw: dict[str, Any] = {"set_as_default": False, "timeout": timeout}
     if security is not None:
         kw["security"] = security
     try:
         return Client(cluster, **kw)
     except OSError as exc:
-        where = getattr(cluster, "scheduler_address", cluster)
         raise DaskConnectError(
             f"no Dask scheduler answered at {where} within {timeout:g} s ({exc}). Check that "
             "`dask scheduler` and its workers run there and the port is reachable; a TLS "
@@ -208,14 +213,21 @@ def _remote(cluster: Any, security: Any, timeout: float) -> Any:
 
 def _local_cluster(gpus: bool, n_workers: int | None, threads_per_worker: int, host: str,
                    dashboard_address: str | None, memory_limit: Any) -> Any:
-    """Start the cluster nbtune owns: one worker per GPU, or CPU workers standing for GPUs."""
+    """Start the cluster nbtune owns: one worker per GPU, or CPU workers standing for GPUs.
+
+    Every server it starts listens on ``host`` (127.0.0.1 unless configured):
+    a dashboard address without a host (``":0"``, ``":8787"``) would make
+    Dask bind it to every interface, open to the whole network.
+    """
+    if dashboard_address is not None and dashboard_address.startswith(":"):
+        dashboard_address = f"{host}{dashboard_address}"
     if gpus:
         from nbtune.runtimes.dask.gpu import make_cuda_cluster
 
         made = make_cuda_cluster(
             host, dashboard_address, memory_limit=memory_limit,
             threads_per_worker=threads_per_worker,
-            scheduler_kwargs=None if dashboard_address else {"dashboard_address": ":0"},
+            scheduler_kwargs=None if dashboard_address else {"dashboard_address": f"{host}:0"},
         )
     else:
         from distributed import LocalCluster
@@ -226,7 +238,7 @@ def _local_cluster(gpus: bool, n_workers: int | None, threads_per_worker: int, h
             dashboard_address=dashboard_address, resources={"GPU": 1},
             memory_limit=memory_limit,
             # no dashboard still means an HTTP server: on a free port, never 8787's owner's
-            scheduler_kwargs=None if dashboard_address else {"dashboard_address": ":0"},
+            scheduler_kwargs=None if dashboard_address else {"dashboard_address": f"{host}:0"},
         )
     return made
 

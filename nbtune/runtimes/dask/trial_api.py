@@ -263,7 +263,7 @@ class Trial:
         """The state to resume from (this trial's, or the PBT donor's), or None on a fresh start."""
         if not self.restore_path:
             return None
-        state = ck.load_state(self.restore_path)
+        state = ck.load_state(self.restore_path, root=self.checkpoint_dir)
         self._restored = state is not None
         return state
 
