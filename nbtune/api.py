@@ -32,6 +32,17 @@ def _check_names(algorithm: Any, allocator: Any) -> None:
         raise ValueError(f"unknown allocator {allocator!r}; choose one of {sorted(ALLOCATORS)}")
 
 
+def _check_numbers(max_failures: Any, trial_timeout: Any) -> None:
+    """Counts and limits that make no sense fail before anything starts."""
+    if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < 0:
+        raise ValueError(f"max_failures must be an integer >= 0 (retries of a failing trial), "
+                         f"got {max_failures!r}")
+    if trial_timeout is not None and (isinstance(trial_timeout, bool) or not isinstance(
+            trial_timeout, int | float) or not trial_timeout > 0):
+        raise ValueError(f"trial_timeout must be a number of seconds > 0 or None, "
+                         f"got {trial_timeout!r}")
+
+
 def _auto_type(algorithm: Any, trainable: Any,
                options: Mapping[str, Any]) -> dict[str, Any]:
     """ASHA/BOHB pause and promote (``type="promotion"``) when the function checkpoints.
@@ -71,6 +82,7 @@ def tune(
     scaling: float | None = None,
     eager_fraction: float = 0.5,
     plan: Any = None,
+    trial_timeout: float | None = None,
     **algorithm_options: Any,
 ) -> Experiment:
     """Tune ``trainable`` over ``space`` and return the :class:`Experiment`.
@@ -101,6 +113,11 @@ def tune(
     ``plan`` (an :class:`nbtune.planner.Plan`) carries a RubberBand plan out on
     the Dask runtime: the cluster is resized at stage boundaries and the bill
     metered (:attr:`Experiment.cost`); it replaces ``allocator``.
+
+    ``trial_timeout`` (seconds, Dask runtime): a launch of a trial still
+    running that long after it started is killed and fails with an error
+    saying so (a hung data loader must not hold a GPU for ever); the other
+    trials go on.
     """
     if not callable(trainable) and not isinstance(trainable, WorkloadModel):
         raise TypeError(f"the trainable must be a training function train(config, trial) or a "
@@ -112,6 +129,7 @@ def tune(
     validate_space(space)
     _check_names(algorithm, allocator)
     check_mode(metric, mode)  # accuracy minimised by mistake: say so before anything runs
+    _check_numbers(max_failures, trial_timeout)
     if seed is None and store is not None and store is not False and isinstance(algorithm,
                                                                               str | type):
         seed = secrets.randbelow(2**31)  # resume replays the same draws: fix the seed now
@@ -132,6 +150,12 @@ def tune(
             st.ensure_new(name)  # a clash fails before anything runs, with the resume hint
     rt = make_runtime(runtime, trainable=trainable)
     check_trainable(trainable, rt)  # before the store records anything
+    if trial_timeout is not None or isinstance(runtime, str):  # the shared runtime: reset
+        if trial_timeout is not None and not hasattr(rt, "trial_timeout"):
+            raise ValueError(f"trial_timeout needs a runtime that runs training functions "
+                             f"(runtime='dask'); runtime {rt.name!r} has no wall clock to time")
+        if hasattr(rt, "trial_timeout"):
+            rt.trial_timeout = None if trial_timeout is None else float(trial_timeout)
     if scaling is not None:  # Hydro: shrink -> tune -> transfer (nbtune.surrogate)
         from nbtune.surrogate.eager_transfer import EagerTransfer
 

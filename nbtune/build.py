@@ -35,6 +35,9 @@ def check_mode(metric: str, mode: str) -> str | None:
     as best; a warning, not an error, since names can mislead (``loss_reduction``).
     Returns the message given, or None.
     """
+    if not isinstance(metric, str):
+        raise TypeError(f"metric must be the name of a reported metric, e.g. 'loss', "
+                        f"got {metric!r}")
     words = {w for w in re.split(r"[^a-z0-9]+", metric.lower()) if w}
     wanted = ("max" if words & _MAXIMISED and not words & _MINIMISED
               else "min" if words & _MINIMISED and not words & _MAXIMISED else None)

@@ -222,7 +222,7 @@ class Engine:
             t.budget_used = b
         metrics = e.metrics
         value = metrics.get(self.metric)
-        if value is not None:
+        if isinstance(value, int | float) and not isinstance(value, bool):  # text is not ranked
             t.last = value
             best = t.best
             if best is None or (value < best if self._minimize else value > best):

@@ -25,6 +25,7 @@ from nbtune.store.store import (
     DEFAULT_FILE,
     ExperimentExistsError,
     Store,
+    StoreOpenError,
     UnknownExperimentError,
     open_store,
 )
@@ -33,5 +34,5 @@ __all__ = [
     "Store", "open_store", "Recorder", "start_recording", "replay",
     "rebuild_algorithm", "rebuild_allocator",
     "RestartableEngine", "SqlProfileStore", "ResumeError", "ExperimentFinishedError",
-    "ExperimentExistsError", "UnknownExperimentError", "DEFAULT_DIR", "DEFAULT_FILE",
+    "ExperimentExistsError", "StoreOpenError", "UnknownExperimentError", "DEFAULT_DIR", "DEFAULT_FILE",
 ]

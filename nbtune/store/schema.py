@@ -26,11 +26,13 @@ __all__ = [
     "UtilizationRow",
     "AllocationRow",
     "ProfileRow",
+    "SchemaInfoRow",
     "SCHEMA_VERSION",
 ]
 
-#: bumped when a table changes shape; stored in ``experiments.schema_version``
-SCHEMA_VERSION = 1
+#: bumped when a table changes shape (with a step in :mod:`nbtune.store.migrations`); the
+#: store's version is in ``schema_info``, each experiment's in ``experiments.schema_version``
+SCHEMA_VERSION = 2
 
 
 class Base(DeclarativeBase):
@@ -88,10 +90,22 @@ class EventRow(Base):
     payload: Mapped[Any] = mapped_column(JSON, nullable=False)
 
 
+class SchemaInfoRow(Base):
+    """The one row saying which schema version the store's tables have (since version 2)."""
+
+    __tablename__ = "schema_info"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, nullable=False)
+    updated: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
 class TrialRow(Base):
     """A trial's latest state (what ``Experiment.results()`` shows)."""
 
     __tablename__ = "trials"
+    #: version 2: dashboards list an experiment's running trials without a scan
+    __table_args__ = (Index("ix_trials_exp_state", "experiment_id", "state"),)
 
     experiment_id: Mapped[int] = mapped_column(_fk(), primary_key=True)
     trial_id: Mapped[int] = mapped_column(Integer, primary_key=True)

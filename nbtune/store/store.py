@@ -28,7 +28,7 @@ import pandas as pd
 from sqlalchemy import Engine as SqlEngine
 from sqlalchemy import create_engine, delete, event, func, insert, select, update
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
@@ -36,9 +36,9 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Command
 from nbtune.core.tolerance import EPS
 from nbtune.store.batch import WriteBatch, commit_batch, now_utc
+from nbtune.store.migrations import migrate
 from nbtune.store.schema import (
     AllocationRow,
-    Base,
     CheckpointRow,
     EventRow,
     ExperimentRow,
@@ -49,7 +49,7 @@ from nbtune.store.schema import (
 from nbtune.store.serialize import field_names, from_jsonable, load_event, to_jsonable
 
 __all__ = ["Store", "WriteBatch", "open_store", "command_payload", "UnknownExperimentError",
-           "ExperimentExistsError", "DEFAULT_DIR", "DEFAULT_FILE", "COMMAND_PREFIX",
+           "ExperimentExistsError", "StoreOpenError", "DEFAULT_DIR", "DEFAULT_FILE", "COMMAND_PREFIX",
            "EMPTY_BATCH"]
 
 DEFAULT_DIR = "nbtune-store"
@@ -62,6 +62,10 @@ EMPTY_BATCH = "batch.empty"
 
 class UnknownExperimentError(LookupError):
     """No experiment of that name in the store; the message lists the ones there are."""
+
+
+class StoreOpenError(RuntimeError):
+    """The store's URL or path cannot be opened; the message says what to pass instead."""
 
 
 class ExperimentExistsError(ValueError):
@@ -90,7 +94,17 @@ class Store:
 
     def __init__(self, url: str | os.PathLike[str], *, checkpoint_root: str | None = None,
                  echo: bool = False) -> None:
-        text = os.fspath(url)
+        try:
+            self._open(os.fspath(url), checkpoint_root, echo)
+        except (OSError, SQLAlchemyError) as exc:  # StoreVersionError passes: its own message  # a clear cause instead of a driver's trace
+            shown = make_url(str(url)).render_as_string() if "://" in str(url) else str(url)
+            raise StoreOpenError(
+                f"cannot open the store {shown!r}: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0]}. Pass a writable directory or SQLite file "
+                "(store='runs.db'), or the URL of a database server that is running "
+                "(store='postgresql+psycopg://user@host/db')") from exc
+
+    def _open(self, text: str, checkpoint_root: str | None, echo: bool) -> None:
         if "://" not in text:
             path = Path(text).expanduser()
             if path.is_dir() or (not path.exists() and path.suffix == ""):
@@ -116,7 +130,8 @@ class Store:
         self.checkpoint_root = checkpoint_root or (
             str(self.path.parent / "checkpoints") if self.path is not None else None
         )
-        Base.metadata.create_all(self.engine)
+        #: the schema version the database had when opened (older ones are upgraded)
+        self.opened_version = migrate(self.engine)
         self._ids: dict[str, int] = {}
 
     def __repr__(self) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from nbtune.core.tolerance import EPS
 
-__all__ = ["checkpoint_path", "latest_checkpoint", "list_checkpoints", "save_state", "load_state",
+__all__ = ["CheckpointLocationError", "checkpoint_path", "latest_checkpoint", "list_checkpoints", "save_state", "load_state",
            "adopt_checkpoint"]
 
 _NAME = re.compile(r"^budget-(?P<step>[0-9.eE+-]+)\.pt$")
@@ -97,13 +97,36 @@ def save_state(state: Any, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def load_state(path: str | os.PathLike[str]) -> Any:
-    """Read a checkpoint written by :func:`save_state` (either format)."""
+class CheckpointLocationError(ValueError):
+    """A checkpoint outside the experiment's own checkpoint directory was to be loaded."""
+
+
+def load_state(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> Any:
+    """Read a checkpoint written by :func:`save_state` (either format).
+
+    Loading unpickles, which can run code: with ``root`` (what trials pass)
+    only a file inside the experiment's own checkpoint directory is read,
+    never a path that came from elsewhere. A torch checkpoint is read with
+    ``weights_only=True`` (tensors, containers, numbers) where it fits; a
+    state holding other objects (an optimizer's Python objects, a custom
+    class) falls back to a full load, which the directory check bounds to
+    files this experiment's trials wrote.
+    """
+    if root is not None:
+        real, base = Path(path).resolve(), Path(root).resolve()
+        if not real.is_relative_to(base):
+            raise CheckpointLocationError(
+                f"refusing to load checkpoint {str(path)!r}: it is not inside this "
+                f"experiment's checkpoint directory {str(base)!r}")
     with open(path, "rb") as f:
         head = f.read(2)
         f.seek(0)
         if head == b"PK":  # torch's zip format
             import torch
 
-            return torch.load(f, map_location="cpu", weights_only=False)
+            try:
+                return torch.load(f, map_location="cpu", weights_only=True)
+            except pickle.UnpicklingError:
+                f.seek(0)
+                return torch.load(f, map_location="cpu", weights_only=False)
         return pickle.load(f)

@@ -21,8 +21,8 @@ from typing import Any
 
 from nbtune.core.resources import GPU, ClusterSpec
 
-__all__ = ["Slot", "Inventory", "connect", "probe_worker", "pin_cores", "listen_all",
-           "unlisten_all"]
+__all__ = ["Slot", "Inventory", "connect", "DaskConnectError", "probe_worker", "pin_cores",
+           "listen_all", "unlisten_all"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,28 @@ def probe_worker(gpus: bool, dask_worker: Any = None) -> dict[str, Any]:
     }
 
 
+PROBE_TIMEOUT = 5.0  # seconds the driver waits for a newly linked worker's probe
+
+
+def _probe_bounded(client: Any, gpus: bool, workers: list[str]) -> dict[str, Any]:
+    import asyncio
+
+    async def probe() -> dict[str, Any]:
+        run = client.run(probe_worker, gpus, workers=workers, on_error="ignore",
+                         asynchronous=True)
+        try:
+            return await asyncio.wait_for(run, PROBE_TIMEOUT)
+        except (TimeoutError, OSError):
+            return {}
+
+    fut = asyncio.run_coroutine_threadsafe(probe(), client.loop.asyncio_loop)
+    try:
+        return fut.result(PROBE_TIMEOUT + 5)
+    except Exception:  # concurrent.futures.TimeoutError, a closing loop
+        fut.cancel()
+        return {}
+
+
 class Inventory:
     """GPU id <-> (worker, slot), stable across worker restarts."""
 
@@ -72,9 +94,15 @@ class Inventory:
         """Probe all workers (or just the named new ones); True if the set of GPUs changed.
 
         Probing only the newcomers matters: a broadcast that includes a worker
-        which died a moment ago waits out a 30 s connect timeout.
+        which died a moment ago waits out a 30 s connect timeout. A probe of
+        named workers is bounded by ``PROBE_TIMEOUT`` (the driver thread waits
+        on it): a worker that does not answer by then is not adopted; if it is
+        alive, its stream's next ``linked`` probes it again.
         """
-        info = client.run(probe_worker, self.gpus, workers=workers, on_error="ignore")
+        if workers is None:
+            info = client.run(probe_worker, self.gpus, on_error="ignore")
+        else:
+            info = _probe_bounded(client, self.gpus, workers)
         info = {a: w for a, w in info.items() if isinstance(w, dict)}
         if workers is None:
             return self.adopt(info)
@@ -179,8 +207,16 @@ def connect(
     host: str,
     dashboard_address: str | None,
     memory_limit: Any,
+    security: Any = None,
+    timeout: float = 30.0,
 ) -> tuple[Any, Any | None, bool]:
-    """Return ``(client, cluster we created or None, whether we own the client)``."""
+    """Return ``(client, cluster we created or None, whether we own the client)``.
+
+    ``security`` (a ``distributed.security.Security``, TLS certificates) and
+    ``timeout`` apply to a remote scheduler given by address or Cluster; a
+    scheduler that does not answer within ``timeout`` s is a
+    :class:`DaskConnectError` saying what to check.
+    """
     from distributed import Client
 
     if cluster is None:
@@ -203,28 +239,61 @@ def connect(
                 f"cluster={cluster!r} is not a scheduler address; give 'tcp://host:port', "
                 "a distributed.Client, a Cluster object, or None for a local cluster"
             )
-        return Client(cluster, set_as_default=False), None, True
+        return _remote(cluster, security, timeout), None, True
     if hasattr(cluster, "scheduler_address"):
-        return Client(cluster, set_as_default=False), None, True
+        return _remote(cluster, security, timeout), None, True
     raise TypeError(
         f"cluster must be None, a scheduler address, a distributed.Client or a Cluster, "
         f"got {type(cluster).__name__}"
     )
 
 
+class DaskConnectError(ConnectionError):
+    """No Dask scheduler answered at the address given; the message says what to check."""
+
+
+def _remote(cluster: Any, security: Any, timeout: float) -> Any:
+    from distributed import Client
+
+    where = getattr(cluster, "scheduler_address", cluster)
+    if security is None and str(where).startswith("tls://"):
+        raise DaskConnectError(
+            f"the scheduler at {where} speaks TLS: pass its certificates as "
+            "security=distributed.security.Security(tls_ca_file=..., tls_client_cert=..., "
+            "tls_client_key=...), see docs/reliability")
+    kw: dict[str, Any] = {"set_as_default": False, "timeout": timeout}
+    if security is not None:
+        kw["security"] = security
+    try:
+        return Client(cluster, **kw)
+    except OSError as exc:
+        raise DaskConnectError(
+            f"no Dask scheduler answered at {where} within {timeout:g} s ({exc}). Check that "
+            "`dask scheduler` and its workers run there and the port is reachable; a TLS "
+            "scheduler (tls://) needs security=distributed.security.Security(...); or pass "
+            "cluster=None for a local cluster") from exc
+
+
 def _local_cluster(gpus: bool, n_workers: int | None, threads_per_worker: int, host: str,
                    dashboard_address: str | None, memory_limit: Any) -> Any:
-    """Start the cluster nbtune owns: one worker per GPU, or CPU workers standing for GPUs."""
+    """Start the cluster nbtune owns: one worker per GPU, or CPU workers standing for GPUs.
+
+    Every server it starts listens on ``host`` (127.0.0.1 unless configured):
+    a dashboard address without a host (``":0"``, ``":8787"``) would make
+    Dask bind it to every interface, open to the whole network.
+    """
     from nbtune.runtimes.dask import dask_page
 
     dask_page.register()  # before the scheduler starts: Dask lists its pages then
+    if dashboard_address is not None and dashboard_address.startswith(":"):
+        dashboard_address = f"{host}{dashboard_address}"
     if gpus:
         from nbtune.runtimes.dask.gpu import make_cuda_cluster
 
         made = make_cuda_cluster(
             host, dashboard_address, memory_limit=memory_limit,
             threads_per_worker=threads_per_worker,
-            scheduler_kwargs=None if dashboard_address else {"dashboard_address": ":0"},
+            scheduler_kwargs=None if dashboard_address else {"dashboard_address": f"{host}:0"},
         )
     else:
         from distributed import LocalCluster
@@ -235,7 +304,7 @@ def _local_cluster(gpus: bool, n_workers: int | None, threads_per_worker: int, h
             dashboard_address=dashboard_address, resources={"GPU": 1},
             memory_limit=memory_limit,
             # no dashboard still means an HTTP server: on a free port, never 8787's owner's
-            scheduler_kwargs=None if dashboard_address else {"dashboard_address": ":0"},
+            scheduler_kwargs=None if dashboard_address else {"dashboard_address": f"{host}:0"},
         )
     return made
 

@@ -29,7 +29,7 @@ from nbtune.core.resources import Placement
 from nbtune.core.trial import TrialState
 from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.dask_page import Publisher
-from nbtune.runtimes.dask.runs import EPS, Run, RunRank, rank_env
+from nbtune.runtimes.dask.runs import EPS, Run, RunRank, overdue, rank_env
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
@@ -53,6 +53,7 @@ class RunDriver:
     mps: bool | None
     reuse_processes: bool | None
     trial_memory_limit: int | None
+    trial_timeout: float | None
     shutdown_grace: float
     _engine: Engine | None
     _clock: Any
@@ -162,10 +163,9 @@ class RunDriver:
         if run is None or run.ranks[rank].exited:
             return []
         if lost and run.cancelled is None:
-            # the worker could not be reached: like a lost worker, the trial goes back to the
-            # queue without counting as a failure (the scheduler reports the loss separately).
-            # Every rank is told to die, this one too: its launch may have landed before the
-            # connection broke (a kill for a rank that never started waits in its mailbox).
+            # the worker could not be reached: like a lost worker, the trial is requeued, not
+            # failed (the scheduler reports the loss). Every rank is told to die, this one too:
+            # its launch may have landed first (a kill for a rank not started waits for it).
             t = self._engine.trials.get(run.trial_id) if self._engine else None
             running = t is not None and t.state is TrialState.RUNNING
             if running:
@@ -188,6 +188,8 @@ class RunDriver:
                     run.cancelled = "killed"
                     self._signal(run, {"k": "kill", "reason": "still running after Finish"})
             self._finish_at = now_m + self.shutdown_grace
+        for run in overdue(list(self._runs.values()), self.trial_timeout, now_m):
+            self._signal(run, {"k": "kill", "reason": "trial_timeout"})
         return []
 
     # ------------------------------------------------------------ run ends
@@ -286,8 +288,7 @@ class RunDriver:
             if isinstance(c, Launch):
                 donor = self._runs.get(c.restore_from) if c.restore_from != c.trial_id else None
                 if donor is not None and donor.last_step <= c.start_budget + EPS:
-                    # the donor reported the budget the clone starts from, but its process
-                    # may still be writing that checkpoint: start when it has exited
+                    # the donor's process may still be writing that checkpoint: wait for it
                     self._clones.setdefault(donor.trial_id, []).append(c)
                 else:
                     self._launch(c)

@@ -52,16 +52,25 @@ class Membership:
         self.links = links
         self._end_runs = end_runs
         self.paused_empty = False  # ExperimentPauseRequested sent: the cluster has no GPU left
+        #: workers the scheduler removed: a late "linked" for one (a stream that could not be
+        #: reopened falls back to the scheduler and says "linked") must not probe it, which
+        #: waited out a 30 s connect timeout on the driver thread (issue 9's chaos run)
+        self.gone: set[str] = set()
 
     def on(self, kind: str, address: str, now: float, *, finishing: bool) -> list[ev.Event]:
         """Handle one inbox item: ``lost``, ``joined``, ``linked`` or ``unlinked``."""
         if kind == "lost":
+            self.gone.add(address)
             return self.lost(address, now, finishing)
         if kind == "joined":  # it becomes GPUs once its stream is open ("linked")
+            self.gone.discard(address)
             if not finishing and not self.links.linked(address):
                 self.links.open_later(address)
             return []
         if kind == "linked":
+            if address in self.gone:
+                self.links.drop(address)
+                return []
             if not finishing and self.inventory.refresh(self.client, [address]):
                 return self.changed(now)
             return []

@@ -7,6 +7,7 @@ threads by share, the visible GPU, the MPS thread percentage).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,16 @@ from nbtune.core.tolerance import EPS
 if TYPE_CHECKING:
     from nbtune.runtimes.dask.cluster import Slot
 
-__all__ = ["Run", "RunRank", "rank_env", "EPS"]
+__all__ = ["Run", "RunRank", "rank_env", "overdue", "check_timeout", "WallClock", "EPS"]
+
+
+def check_timeout(seconds: float | None) -> float | None:
+    """``trial_timeout`` as given by a user: None (no limit) or a number of seconds > 0."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        raise ValueError(f"trial_timeout must be a number of seconds > 0 or None, got {seconds!r}")
+    return float(seconds)
 
 
 @dataclass
@@ -44,6 +54,29 @@ class Run:
     error: dict[str, Any] | None = None
     #: its process waits in place at the segment's end (no checkpoint to resume from)
     held: bool = False
+    launched: float = field(default_factory=time.monotonic)  # for trial_timeout
+
+
+def overdue(runs: list[Run], limit: float | None, now: float) -> list[Run]:
+    """Runs still training ``limit`` seconds after their launch; each gets its error set.
+
+    A hung training function (a dead data loader, a deadlock) would hold its
+    GPU for ever; past ``trial_timeout`` it is killed and fails with this
+    message (the driver sends the kill). A run waiting at a rung is not
+    training, so it is never overdue.
+    """
+    if limit is None:
+        return []
+    out = []
+    for run in runs:
+        if run.cancelled is None and run.error is None and not run.held \
+                and now - run.launched > limit:
+            run.error = {"oom": False, "error": (
+                f"trial {run.trial_id} was still running {now - run.launched:.1f} s after its "
+                f"launch, past trial_timeout={limit:g} s, and was killed; make the training "
+                "function return (or report) sooner, or raise trial_timeout")}
+            out.append(run)
+    return out
 
 
 def rank_env(tid: int, slot: Slot, share: float, *, gpus: bool,
@@ -66,3 +99,16 @@ def rank_env(tid: int, slot: Slot, share: float, *, gpus: bool,
         if mps and share < 1.0 - EPS:
             env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(int(round(share * 100)), 1))
     return threads, env
+
+
+class WallClock:
+    """Seconds since the experiment started (``time.monotonic``); 0 before it starts."""
+
+    def __init__(self) -> None:
+        self._t0: float | None = None
+
+    def start(self) -> None:
+        self._t0 = time.monotonic()
+
+    def now(self) -> float:
+        return 0.0 if self._t0 is None else time.monotonic() - self._t0

@@ -30,7 +30,6 @@ import logging
 import queue
 import tempfile
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,9 +45,10 @@ from nbtune.runtimes.dask.dask_page import Publisher
 from nbtune.runtimes.dask.driver import RunDriver
 from nbtune.runtimes.dask.links import WorkerLinks
 from nbtune.runtimes.dask.membership import Membership, scheduler_item
-from nbtune.runtimes.dask.runs import Run
-from nbtune.runtimes.dask.trainable import check_signature
+from nbtune.runtimes.dask.runs import Run, WallClock, check_timeout
+from nbtune.runtimes.dask.trainable import check_signature, pickled
 from nbtune.runtimes.dask.worker_setup import prepare_workers, worker_plugins
+from nbtune.runtimes.dask.worker_setup import tolerate_lost_workers as tolerant
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
@@ -62,19 +62,6 @@ class DaskRuntimeError(RuntimeError):
     """The driver thread stopped on an error (shown with its cause)."""
 
 
-class WallClock:
-    """Seconds since the experiment started (``time.monotonic``); 0 before it starts."""
-
-    def __init__(self) -> None:
-        self._t0: float | None = None
-
-    def start(self) -> None:
-        self._t0 = time.monotonic()
-
-    def now(self) -> float:
-        return 0.0 if self._t0 is None else time.monotonic() - self._t0
-
-
 class DaskRuntime(RunDriver):
     """Run training functions ``train(config, trial)`` on a Dask cluster.
 
@@ -84,7 +71,10 @@ class DaskRuntime(RunDriver):
     ``gpus`` forces GPU mode on or off (None: ask NVML). ``checkpoint_dir``
     holds ``trial-<id>/budget-<step>.pt`` files (default: a new temporary
     directory). ``trial_memory_limit`` (bytes or "2GB") fails a trial whose
-    processes grow past it with ``out_of_memory``. ``warm_processes`` trial
+    processes grow past it with ``out_of_memory``; ``trial_timeout`` (seconds)
+    kills and fails a launch still running that long after it started (a hung
+    trial). ``security`` (``distributed.security.Security``) and
+    ``connect_timeout`` are for a remote scheduler. ``warm_processes`` trial
     processes per worker are kept started with ``preload`` imported;
     ``reuse_processes`` (default: on CPU yes, on GPU no) lets a process that
     ended a trial cleanly run the next one: imports are paid once, but module
@@ -115,6 +105,9 @@ class DaskRuntime(RunDriver):
         checkpoint_dir: str | Path | None = None,
         sample_interval: float = 1.0,
         trial_memory_limit: int | str | None = None,
+        trial_timeout: float | None = None,
+        security: Any = None,
+        connect_timeout: float = 30.0,
         warm_processes: int = 2,
         preload: tuple[str, ...] = ("torch",),
         mps: bool | None = None,
@@ -147,6 +140,8 @@ class DaskRuntime(RunDriver):
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.sample_interval = float(sample_interval)
         self.trial_memory_limit = trial_memory_limit
+        self.trial_timeout = check_timeout(trial_timeout)
+        self.security, self.connect_timeout = security, float(connect_timeout)
         self.warm_processes = int(warm_processes)
         self.preload = tuple(preload)
         self.mps = mps
@@ -216,7 +211,7 @@ class DaskRuntime(RunDriver):
             self.cluster_arg, gpus=bool(gpus), n_workers=self.n_workers,
             threads_per_worker=self.threads_per_worker, host=self.host,
             dashboard_address=self.dashboard_address, memory_limit=self.memory_limit,
-        )
+            security=self.security, timeout=self.connect_timeout)
         try:
             self.gpus, self.mps, self.inventory = prepare_workers(
                 self.client, gpus, self.mps, self.warm_processes, self.preload)
@@ -248,13 +243,11 @@ class DaskRuntime(RunDriver):
             elif self.checkpoint_dir is not None:
                 self.checkpoint_dir = Path(self.checkpoint_dir) / f"experiment-{self._experiments}"
         self._experiments += 1
-        import cloudpickle
-
         from nbtune.runtimes.dask.sampling import UtilizationSampler
         from nbtune.runtimes.dask.trial_api import uses_checkpoints
         from nbtune.runtimes.profiler import attach_profiler
 
-        self._fn = cloudpickle.dumps(trainable)
+        self._fn = pickled(trainable)
         self._checkpointing = uses_checkpoints(trainable)
         self.connect()
         assert self.inventory is not None
@@ -272,7 +265,7 @@ class DaskRuntime(RunDriver):
         self._members = Membership(self.client, self.inventory, self._links, self._end_runs_on)
         sampler = UtilizationSampler(self._topic, self.sample_interval, bool(self.gpus))
         self._sampler_name = sampler.name
-        self.client.register_plugin(sampler, name=sampler.name)
+        tolerant(lambda: self.client.register_plugin(sampler, name=sampler.name), "sampler")
         attach_profiler(self, engine, trainable)
         self._clock.start()
         self._inbox.put(("event", ev.ExperimentStarted(0.0, self.inventory.spec())))
@@ -394,7 +387,7 @@ class DaskRuntime(RunDriver):
                     self._signal(run, {"k": "kill", "reason": f"driver error: {exc!r}"})
         finally:
             if self._cluster is not None and not self._halt.is_set() and not self.keep:
-                self.close()  # a cluster we started ends with its experiment
-            # else the subscriptions stay until the next experiment or close(): releasing
-            # them here raced the last messages of the ending runs (a PBT test flaked)
+                self.close()  # a cluster we started ends with its experiment; else the
+            # subscriptions stay until the next experiment or close() (releasing them here
+            # raced the last messages of the ending runs)
             self._done.set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-__all__ = ["check_signature"]
+__all__ = ["check_signature", "pickled"]
 
 
 def check_signature(fn: Any) -> None:
@@ -26,3 +26,23 @@ def check_signature(fn: Any) -> None:
         f"{getattr(fn, '__name__', fn)!r} must accept train(config, trial) or, reporting "
         "with nbtune.report(...), train(config)"
     )
+
+
+def pickled(fn: Any) -> bytes:
+    """``fn`` as the bytes sent to every trial process, or a TypeError saying what to change.
+
+    A function that captures a lock, an open file, a socket or a database
+    connection cannot cross processes; raised here, before any trial runs,
+    instead of as a serialization trace from the first launch.
+    """
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(fn)
+    except Exception as exc:
+        raise TypeError(
+            f"the training function {getattr(fn, '__name__', fn)!r} cannot be pickled to send "
+            f"to the trial processes ({type(exc).__name__}: {exc}): it refers to an object "
+            "that cannot cross processes (a lock, an open file, a connection, a generator). "
+            "Create that object inside the function, or pass its settings in the config"
+        ) from exc

@@ -39,13 +39,14 @@ Semantics (modelled on Ray's ``session.report`` and Optuna's ``should_prune``):
 from __future__ import annotations
 
 import math
-import numbers
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from nbtune.core.tolerance import EPS
 from nbtune.runtimes.dask import checkpoints as ck
+from nbtune.runtimes.dask.metrics import check_metric
+from nbtune.runtimes.dask.metrics import clean as _clean
 
 __all__ = ["Trial", "TrialInterrupted", "report", "should_stop", "get_trial", "uses_checkpoints"]
 
@@ -116,6 +117,7 @@ class Trial:
                 "when report() or should_stop() returns True"
             )
         step, metrics = self._parse(args, step, metrics)
+        check_metric(self.trial_id, self.metric, metrics)
         if not math.isfinite(step) or step <= self._last + EPS:
             raise ValueError(
                 f"trial {self.trial_id}: step must increase, got {step} after {self._last} "
@@ -261,7 +263,7 @@ class Trial:
         """The state to resume from (this trial's, or the PBT donor's), or None on a fresh start."""
         if not self.restore_path:
             return None
-        state = ck.load_state(self.restore_path)
+        state = ck.load_state(self.restore_path, root=self.checkpoint_dir)
         self._restored = state is not None
         return state
 
@@ -365,19 +367,3 @@ def _set_threads(n: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(n)
-
-
-def _clean(metrics: dict[str, Any]) -> dict[str, Any]:
-    """Make metrics msgpack-safe: numpy/torch scalars become floats, other objects strings."""
-    out: dict[str, Any] = {}
-    for k, v in metrics.items():
-        if isinstance(v, bool | str) or v is None:
-            out[str(k)] = v
-        elif isinstance(v, numbers.Integral):
-            out[str(k)] = int(v)
-        else:  # floats, numpy and 0-d torch scalars; anything else is shown as text
-            try:
-                out[str(k)] = float(v)
-            except (TypeError, ValueError):
-                out[str(k)] = str(v)
-    return out

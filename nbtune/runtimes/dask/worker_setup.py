@@ -4,15 +4,25 @@ Once :func:`.cluster.connect` has a client, the workers are probed for GPUs,
 take the worker plugins (the MPS daemon, the warm process pool) and, with warm
 processes asked for, are waited on until those processes have imported their
 preloads, so the experiment's clock never counts interpreter start-up.
+
+A worker may die at any point of this (a nanny restarts it, a spot node goes
+away): a broadcast that meets a dead worker is not an error of the experiment.
+Plugins stay registered with the scheduler for the workers that come later,
+the wait for warm processes skips the dead worker, and the inventory is
+probed again afterwards so that only live workers become GPUs (issue 9).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from nbtune.runtimes.dask.cluster import Inventory
 
-__all__ = ["WARM_TIMEOUT", "prepare_workers", "worker_plugins"]
+__all__ = ["WARM_TIMEOUT", "prepare_workers", "tolerate_lost_workers", "worker_plugins"]
+
+log = logging.getLogger("nbtune.dask")
 
 WARM_TIMEOUT = 120.0  # seconds connect() waits for the warm processes' imports (then goes on)
 
@@ -62,8 +72,37 @@ def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_proce
             f"{'GPUs' if gpus else 'workers'} to run trials on"
         )
     for plugin in worker_plugins(gpus, mps, warm_processes, preload):
-        client.register_plugin(plugin, name=plugin.name)
+        tolerate_lost_workers(lambda p=plugin: client.register_plugin(p, name=p.name),
+                              f"installing {plugin.name}")
     if warm_processes:
-        # the experiment's clock must not include interpreter start-up and preloads
-        client.run(wait_pool_ready, WARM_TIMEOUT)
+        # the experiment's clock must not include interpreter start-up and preloads;
+        # a worker that dies meanwhile answers with its error instead of raising here
+        answers = client.run(wait_pool_ready, WARM_TIMEOUT, on_error="return")
+        for address, answer in answers.items():
+            if isinstance(answer, BaseException):
+                log.warning("worker %s was lost while its warm processes started (%r); "
+                            "the experiment goes on without it", address, answer)
+        if any(isinstance(a, BaseException) for a in answers.values()):
+            inventory.refresh(client)  # only live workers become GPUs
+            if not inventory.slots:  # every worker died: wait for the nanny's restart
+                client.wait_for_workers(1, timeout=120)
+                inventory.refresh(client)
     return gpus, mps, inventory
+
+
+def tolerate_lost_workers(call: Callable[[], Any], what: str, attempts: int = 3) -> Any:
+    """Run a cluster-wide ``call``, again if a worker's connection closed during it.
+
+    The scheduler's broadcasts (``register_plugin``) raise when one worker dies
+    mid-broadcast, though the plugin is already recorded for every worker that
+    joins later; the retry reaches the live ones. A comm error that persists
+    (the scheduler itself is gone) is raised on the last attempt.
+    """
+    for attempt in range(attempts):
+        try:
+            return call()
+        except OSError as exc:  # CommClosedError is an OSError
+            if attempt == attempts - 1:
+                raise
+            log.warning("a worker was lost while %s (%r); trying again", what, exc)
+    return None

@@ -1,0 +1,73 @@
+"""A worker that dies while the Dask runtime starts must not take the experiment down.
+
+Issue 9: killed while nbtune waited for the warm processes, it made
+``client.run(wait_pool_ready, ...)`` raise ``CommClosedError`` out of
+``rt.start``. The kill is made deterministic by a preload that takes 4 s to
+import: the worker is killed once one of its warm processes exists (so the
+runtime is inside the wait), long before the import ends.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import cloudpickle
+import psutil
+import pytest
+
+from nbtune.core.space import uniform
+from nbtune.core.trial import TrialState
+from nbtune.runtimes.dask import DaskRuntime
+from tests.dask_cluster import local_client, watched_engine
+from tests.engine.toy import OneShot
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def train_short(config, trial):
+    for step in trial.steps():
+        trial.report(step=step, loss=config["lr"] / step)
+
+
+def kill_when_warming(pid: int, killed: threading.Event, timeout: float = 60.0) -> None:
+    """SIGKILL worker ``pid`` as soon as its warm pool has started a trial process."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            kids = psutil.Process(pid).children(recursive=True)
+            if any("nbtune.runtimes.dask._child" in " ".join(k.cmdline()) for k in kids):
+                os.kill(pid, signal.SIGKILL)
+                killed.set()
+                return
+        except psutil.Error:
+            return
+        time.sleep(0.02)
+
+
+def test_worker_killed_while_warm_processes_start(tmp_path):
+    with local_client(2) as client:
+        pids = client.run(os.getpid)
+        victim_pid = sorted(pids.values())[0]
+        killed = threading.Event()
+        killer = threading.Thread(target=kill_when_warming, args=(victim_pid, killed))
+        killer.start()
+        algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=3, num_trials=4,
+                       seed=0)
+        eng, _ = watched_engine(algo)
+        rt = DaskRuntime(client, checkpoint_dir=tmp_path, warm_processes=1,
+                         preload=("tests.reliability.slow_preload",), sample_interval=0.5)
+        try:
+            rt.start(eng, train_short)  # raised CommClosedError before the fix
+            killer.join()
+            assert killed.is_set(), "the worker was never killed during start-up"
+            assert rt.wait(120)
+        finally:
+            rt.close()
+            killer.join()
+    assert [t.state for t in eng.trials.values()] == [TrialState.COMPLETED] * 4
+    assert all(t.failures == 0 for t in eng.trials.values())

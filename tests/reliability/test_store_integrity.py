@@ -1,0 +1,162 @@
+"""Store integrity (issue 9): SIGKILL during SQLite (WAL) writes, a concurrent reader, migrations.
+
+A writer process records simulator experiments into one SQLite store and is
+SIGKILLed at random moments, again and again, while a reader process polls
+the same file the way a dashboard in another kernel does. After every kill
+the database must open, pass SQLite's own integrity and foreign-key checks,
+and every experiment in it must read back whole: its event log without gaps
+and its results frame. The reader must never have seen an error.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from nbtune.store import Store
+from nbtune.store.migrations import StoreVersionError
+from nbtune.store.schema import SCHEMA_VERSION
+
+ROOT = Path(__file__).resolve().parents[2]
+
+WRITER = """
+import itertools, sys
+import nbtune
+from nbtune import SimRuntime, SyntheticWorkload, uniform
+from nbtune.store import Store
+store = Store(sys.argv[1])
+wl = SyntheticWorkload({"lr": uniform(0, 1), "x": uniform(0, 1)}, unit_time=1.0)
+print("ready", flush=True)
+for i in itertools.count():
+    nbtune.tune(wl, algorithm="asha", metric="loss", max_budget=9, num_trials=30, seed=i,
+                store=store, runtime=SimRuntime(cluster=4))
+"""
+
+READER = """
+import sys, time
+from nbtune.store import Store
+store = Store(sys.argv[1])
+reads = 0
+while True:
+    for name in store.names():
+        store.results(name)
+        reads += 1
+    print(reads, flush=True)
+    time.sleep(0.01)
+"""
+
+
+def spawn(code: str, db: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", code, str(db)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def check_consistent(db: Path) -> tuple[int, int, int]:
+    """SQLite's checks, then every experiment read back whole.
+
+    Returns ``(experiments, events, experiments cut short by a kill)``.
+    """
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert con.execute("PRAGMA foreign_key_check").fetchall() == []
+        for exp_id, n, top in con.execute(
+                "SELECT experiment_id, count(*), max(seq) FROM events GROUP BY experiment_id"):
+            assert top == n - 1, f"experiment {exp_id}: a gap in its event log"
+        events = con.execute("SELECT count(*) FROM events").fetchone()[0]
+        cut = con.execute("SELECT count(*) FROM experiments WHERE state = 'running'").fetchone()
+    finally:
+        con.close()
+    store = Store(db)
+    try:
+        names = store.names()
+        for name in names:
+            store.results(name)
+        return len(names), events, cut[0]
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_sigkilled_writer_with_a_concurrent_reader_leaves_a_consistent_store(tmp_path):
+    db = tmp_path / "nbtune.db"
+    rng = random.Random(9)
+    reader = spawn(READER, db)
+    kills, counts = 0, []
+    try:
+        for _ in range(4):
+            writer = spawn(WRITER, db)
+            assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+            time.sleep(rng.uniform(0.2, 1.0))  # somewhere inside a run's writes
+            writer.send_signal(signal.SIGKILL)
+            writer.wait(10)
+            kills += 1
+            counts.append(check_consistent(db))
+        assert reader.poll() is None, reader.stderr.read() if reader.stderr else ""
+    finally:
+        reader.kill()
+        out, err = reader.communicate(timeout=10)
+    assert "Traceback" not in err, err
+    assert kills == 4 and counts[-1][0] >= 1  # experiments were written and survived
+    events = [c[1] for c in counts]
+    assert events == sorted(events)  # nothing that was committed disappeared
+    assert counts[-1][2] >= 2  # most kills landed inside an experiment's writes
+    assert int(out.split()[-1]) > 0  # the reader read results while the writer wrote
+
+
+def downgrade_to_v1(db: Path) -> None:
+    """What a store made before schema versioning looks like: no schema_info, no new index."""
+    eng = create_engine(f"sqlite:///{db}")
+    with eng.begin() as conn:
+        conn.execute(text("DROP TABLE schema_info"))
+        conn.execute(text("DROP INDEX ix_trials_exp_state"))
+    eng.dispose()
+
+
+def test_store_of_schema_version_1_is_migrated_and_keeps_its_experiments(tmp_path):
+    import nbtune
+    from nbtune import SimRuntime, SyntheticWorkload, uniform
+
+    db = tmp_path / "old.db"
+    wl = SyntheticWorkload({"lr": uniform(0, 1)}, unit_time=1.0)
+    exp = nbtune.tune(wl, algorithm="random", metric="loss", max_budget=3, num_trials=4, seed=0,
+                      store=db, name="old", runtime=SimRuntime(cluster=2))
+    before = exp.results()
+    exp.store.close()
+    downgrade_to_v1(db)
+
+    store = Store(db)
+    assert store.opened_version == 1
+    after = store.results("old")
+    assert list(after["loss"]) == pytest.approx(list(before["loss"]))
+    store.close()
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT version FROM schema_info").fetchall() == [(SCHEMA_VERSION,)]
+    indexes = {r[1] for r in con.execute("PRAGMA index_list(trials)")}
+    assert "ix_trials_exp_state" in indexes
+    con.close()
+    again = Store(db)
+    assert again.opened_version == SCHEMA_VERSION  # the next open has nothing to do
+    assert len(again.results("old")) == 4
+    again.close()
+
+
+def test_store_of_a_newer_schema_is_refused_with_what_to_do(tmp_path):
+    db = tmp_path / "new.db"
+    Store(db).close()
+    con = sqlite3.connect(db)
+    con.execute("UPDATE schema_info SET version = ?", (SCHEMA_VERSION + 1,))
+    con.commit()
+    con.close()
+    with pytest.raises(StoreVersionError, match="newer nbtune.*upgrade nbtune"):
+        Store(db)
