@@ -78,10 +78,13 @@ class Lanes:
         return "measured" if self._measured or self.expect_measured else "allocated"
 
     @property
-    def device(self) -> str:
-        """``CPU`` when every lane is a CPU worker standing for a GPU, else ``GPU``."""
-        cluster = self.engine.ledger.cluster
-        gpus = cluster.gpus if cluster is not None else ()
+    def device(self) -> str | None:
+        """``CPU`` when every lane is a CPU worker standing for a GPU, ``GPU`` when not,
+        ``None`` while the cluster is not known yet (copied on the engine's thread)."""
+        cluster = self._cluster
+        if cluster is None:
+            return None
+        gpus = cluster.gpus
         return "CPU" if gpus and all(g.kind == "cpu" for g in gpus) else "GPU"
 
     def take(self) -> tuple[list[Rect], list[Segment]]:
