@@ -13,6 +13,7 @@ one palette change, and no column but the table's holds strings.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping
 from typing import Any
 
@@ -344,12 +345,18 @@ def progress_parts(d: Delta | Snapshot) -> list[str]:
     return parts
 
 
-def summary_html(title: str, d: Delta | Snapshot) -> str:
-    """One line of status for the header: state, cost of a planned run, progress, errors."""
+def summary_html(title: str, d: Delta | Snapshot, dask_link: str | None = None) -> str:
+    """One line of status for the header: state, cost of a planned run, progress, errors,
+    and a link to the Dask dashboard of the cluster the trials run on (if any)."""
     parts = [f"<b>{title}</b> &middot; {state_word(d)} &middot; t = {d.time:,.0f} s"]
     if d.cost is not None:  # a planned run: the metered bill, live
         parts.append(f"${d.cost:,.2f} {'billed' if d.done else 'so far'}")
-    return " &middot; ".join(parts + progress_parts(d))
+    parts += progress_parts(d)
+    if dask_link:
+        href = html.escape(dask_link, quote=True)
+        parts.append(f'<a href="{href}" target="_blank" rel="noopener" '
+                     f'class="nbtune-dask-link">Dask dashboard</a>')
+    return " &middot; ".join(parts)
 
 
 def format_duration(seconds: float) -> str:

@@ -80,8 +80,9 @@ class Lanes:
     @property
     def device(self) -> str | None:
         """``CPU`` when every lane is a CPU worker standing for a GPU, ``GPU`` when not,
-        ``None`` while the cluster is not known yet (copied on the engine's thread)."""
-        cluster = self._cluster
+        ``None`` while the cluster is not known yet. The cluster is an immutable value the
+        engine swaps whole, so reading the reference from another thread is safe."""
+        cluster = self._cluster or self.engine.ledger.cluster
         if cluster is None:
             return None
         gpus = cluster.gpus

@@ -125,8 +125,10 @@ def check_doc(doc: dict[str, Any], truth: dict[str, Any]) -> list[str]:
                 or len(lanes["labels"]) != n_workers:
             problems.append(f"{name} strip lanes {lanes} != {n_workers} labelled lanes")
     header = " ".join(doc["divs"])
-    if f"trial {truth['best']}" not in header and "done" not in header:
+    if "done" not in header:
         problems.append(f"header {header[:200]!r} does not say done")
+    if truth.get("dask") and f'href="{truth["dask"]}"' not in header:
+        problems.append(f"header links no Dask dashboard ({truth['dask']})")
     return problems
 
 

@@ -41,7 +41,7 @@ TRUTH = """\
 import json
 r = exp.results()
 json.dump({"states": {int(t): s for t, s in zip(r["trial_id"], r["state"])},
-           "best": int(exp.best["trial_id"]), "workers": 2}, open("truth.json", "w"))"""
+           "best": int(exp.best["trial_id"]), "workers": 2, "dask": rt.dashboard_link}, open("truth.json", "w"))"""
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,10 @@ def all_problems(page, truth: dict, at_least: int) -> list[str]:
     problems = [] if len(docs) >= at_least else [f"{len(docs)} dashboards, want {at_least}"]
     for i, doc in enumerate(docs):
         problems += [f"dashboard {i}: {p}" for p in check_doc(doc, truth)]
-    for i, grid in enumerate(read_grids(page)):
+    grids = read_grids(page)
+    if len(grids) < at_least:  # what the DataTables draw, not only their data
+        problems.append(f"{len(grids)} drawn tables, want {at_least}")
+    for i, grid in enumerate(grids):
         problems += [f"grid {i}: {p}" for p in check_grid(grid, truth)]
     return problems
 
