@@ -331,12 +331,13 @@ def state_word(d: Delta | Snapshot) -> str:
 
 
 def progress_parts(d: Delta | Snapshot) -> list[str]:
-    """Trials settled, trials in error (never hidden), ETA: the header's and status line's words."""
+    """Trials ended, trials in error (never hidden), ETA: the header's and status line's words."""
     p = d.progress
     if p is None:
         return []
-    parts = [f"{p.settled}/{p.total} trials settled" if p.total
-             else f"{p.settled} trials settled"]
+    # ended/total, as `nbtune ls` and the sidebar count (a trial paused at a rung has not
+    # ended); the progress bar and ETA count settled trials (paused or ended)
+    parts = [f"{p.ended} trials ended" if p.ended else f"{p.settled} trials settled"]
     if p.errors:
         parts.append(f'<span style="color:#d62728"><b>{p.errors} errored</b></span>'
                      " (tracebacks: exp.results()['error'])")

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 from nbtune.core import events as ev
 from nbtune.core.best import best_index
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
-from nbtune.core.trial import Trial, TrialState
+from nbtune.core.trial import Trial, TrialState, ended_of_total
 from nbtune.experiment import error_line
 from nbtune.ui.lanes import Lanes, Rect, Segment
 
@@ -77,6 +77,8 @@ class Progress:
     eta: float | None
     errors: int = 0
     failed: bool = False
+    #: ``ended/total`` as ``nbtune ls`` and the sidebar count (:func:`ended_of_total`)
+    ended: str = ""
 
 
 @dataclass
@@ -394,11 +396,12 @@ class DashboardModel:
         settled = sum(1 for r in self._rows.values()
                       if r.state is TrialState.PAUSED or r.state.is_terminal)
         errors = sum(1 for r in self._rows.values() if r.state is TrialState.ERROR)
+        ended = ended_of_total([r.state for r in self._rows.values()], total, self._done)
         if self._done:
             failed = 0 < errors == len(self._rows)
-            return Progress(settled, total, 1.0, now, 0.0, errors, failed)
+            return Progress(settled, total, 1.0, now, 0.0, errors, failed, ended)
         if not total:
-            return Progress(settled, None, None, now, None, errors)
+            return Progress(settled, None, None, now, None, errors, ended=ended)
         frac = min(settled / total, 1.0)
         eta = now * (1.0 - frac) / frac if frac >= 0.02 and now > 0 else None
-        return Progress(settled, total, frac, now, eta, errors)
+        return Progress(settled, total, frac, now, eta, errors, ended=ended)

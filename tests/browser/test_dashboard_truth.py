@@ -97,7 +97,7 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
                  has_text=re.compile(r"^Run All Cells$")).click()
 
     # live: the first dashboard updates while trials run
-    status = page.locator(".widget-html-content", has_text="trials settled").first
+    status = page.locator(".widget-html-content", has_text="trials ended").first
     wait_until(lambda: "best loss" in status.inner_text(), SLOW, "a first report")
     live = page.locator(".jp-Cell").nth(1).locator(".jp-OutputArea")
     shoot(page, live, "dashboard-live.png")

@@ -56,7 +56,7 @@ def test_tune_dashboard_in_notebook7_renders_updates_and_stops(
     page.get_by_role("button", name="Stop trial").wait_for(timeout=SLOW * 1000)
     page.locator(".jp-OutputArea-output canvas").filter(visible=True).first.wait_for(
         timeout=SLOW * 1000)
-    status = page.locator(".widget-html-content", has_text="trials settled")
+    status = page.locator(".widget-html-content", has_text="trials ended")
     # ... and updates: the status line gets a first report, then moves on
     wait_until(lambda: "best loss" in status.inner_text(), SLOW, "a first report")
     t0 = status.inner_text()
