@@ -160,11 +160,11 @@ class Figures:
         num = NumberFormatter(format="0.[0000]")
         text, editor = StringFormatter(), StringEditor()  # shared: fewer models to ship
         cols = [TableColumn(field="trial_id", title="trial", width=50, formatter=text),
-                TableColumn(field="state", title="state", width=80, formatter=text),
+                TableColumn(field="state", title="state", width=95, formatter=text),
                 TableColumn(field="metric", title=f"{self.metric} (best)", formatter=num),
                 TableColumn(field="last", title="last", formatter=num),
-                TableColumn(field="budget", title="budget", formatter=num, width=60),
-                TableColumn(field="promotions", title="promoted", width=60, formatter=text)]
+                TableColumn(field="budget", title="budget", formatter=num, width=70),
+                TableColumn(field="promotions", title="promoted", width=80, formatter=text)]
         for k, is_num in self._config_cols.items():
             cols.append(TableColumn(field=f"config/{k}", title=k,
                                     formatter=num if is_num else text))
@@ -291,7 +291,8 @@ class Figures:
         n = max(len(lanes), 1)
         ticks = [i + 0.5 for i in range(len(lanes))]
         word = "worker" if device == "CPU" else "GPU"
-        labels = {str(i + 0.5): f"{word} {g}" for i, g in enumerate(lanes)}
+        # float keys: BokehJS looks labels up by the tick's number (string keys never match)
+        labels = {i + 0.5: f"{word} {g}" for i, g in enumerate(lanes)}
         for p in (self.util, self.alloc):
             for model, attr, value in ((p.y_range, "start", 0), (p.y_range, "end", n),
                                        (p.yaxis[0].ticker, "ticks", ticks),

@@ -36,9 +36,13 @@ READ_DOCS_JS = """
     const titled = (word) => plots.find((p) => p.title && String(p.title.text).includes(word));
     const alloc = titled("allocation");
     const util = plots.find((p) => p !== alloc && p.title && p !== titled("learning"));
+    // labels keyed by the tick's number: BokehJS looks them up by number, a string key
+    // never matches and the axis shows 0.5, 1.5
+    const labelled = (o) => o instanceof Map ? Object.fromEntries(
+      Array.from(o.entries()).filter(([k]) => typeof k === "number")) : {};
     const lanes = (p) => p == null ? null : {
       end: p.y_range.end, ticks: arr(p.left[0].ticker.ticks),
-      labels: obj(p.left[0].major_label_overrides), title: String(p.title.text)};
+      labels: labelled(p.left[0].major_label_overrides), title: String(p.title.text)};
     const divs = models.filter((m) => m.constructor.__name__ === "Div").map((m) => m.text);
     // the sources of every glyph: lengths must agree column by column
     const inconsistent = [];

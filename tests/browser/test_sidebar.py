@@ -48,8 +48,9 @@ def ls_trials(store: Path) -> dict[str, str]:
     with contextlib.redirect_stdout(out):
         nbtune_cli(["ls", "--store", str(store)])
     lines = [ln.split() for ln in out.getvalue().splitlines() if ln.strip()]
-    col = lines[0].index("TRIALS")
-    return {ln[0]: ln[col] for ln in lines[1:] if len(ln) > col}
+    head = next(i for i, ln in enumerate(lines) if ln[:1] == ["NAME"])
+    col = lines[head].index("TRIALS")
+    return {ln[0]: ln[col] for ln in lines[head + 1:] if len(ln) > col}
 
 
 def test_sidebar_lists_the_store_experiments(page, lab_server: LabServer) -> None:
