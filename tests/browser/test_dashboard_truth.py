@@ -1,5 +1,6 @@
 """The dashboards a real JupyterLab page renders agree with ``exp.results()``: live, shown again
-(``exp.wait()`` as a cell's last line, ``exp`` alone in a later cell) and after a page reload.
+(``exp.wait()`` as a cell's last line, ``exp`` alone in a later cell), after a page reload and
+in a second tab.
 
 A real ``%%tune`` run on a two-worker Dask cluster (ASHA, so trials pause,
 stop and get promoted); then the test reads back every Bokeh document in the
@@ -123,5 +124,20 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
     assert problems == [], "\n".join(problems)
     assert not [m for m in console if "inconsistent lengths" in m], console[:5]
     assert not [m for m in console if "Failed to create view" in m], console[:5]
+
+    # a second tab on the same kernel: its widgets also come from the kernel's current state
+    second = page.context.new_page()
+    try:
+        errors: list[str] = []
+        second.on("console", lambda msg: errors.append(msg.text))
+        second.goto(lab_server.url(f"lab/tree/{notebook.name}"))
+        second.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+        wait_until(lambda: len(read_docs(second)) >= 3, 60, "the dashboards in a second tab")
+        problems = settled_problems(second, truth, 3)
+        assert problems == [], "\n".join(problems)
+        assert not [m for m in errors if "Failed to create view" in m or
+                    "inconsistent lengths" in m], errors[:5]
+    finally:
+        second.close()
 
 
