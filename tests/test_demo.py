@@ -84,7 +84,7 @@ def test_demo_report_holds_the_figures_offline(demo) -> None:
     _, _, report = demo
     html = report.read_text(encoding="utf-8")
     # the demo runs on CPU workers: the panel measures their trial processes, and says so
-    for title in ("learning curves (accuracy, max)", "CPU utilization (measured)", "allocation"):
+    for title in ("learning curves (accuracy, max)", "trial processes (measured with psutil)", "allocation"):
         assert title in html
     assert "cdn.bokeh.org" not in html  # BokehJS inlined: opens without network
 

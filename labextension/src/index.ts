@@ -7,6 +7,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { nbtuneIcon } from './icon';
 import { ExperimentsModel } from './model';
+import { ExperimentPanel } from './panel';
 import { ExperimentsPanel } from './sidebar';
 import { StatusItem } from './statusbar';
 
@@ -17,7 +18,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
   optional: [IStatusBar],
   activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null) => {
     const model = new ExperimentsModel();
-    const panel = new ExperimentsPanel(model);
+    const open = (name: string): void => {
+      // one panel per experiment: a second click brings the open one forward
+      const id = `nbtune-experiment-${name}`;
+      for (const w of app.shell.widgets('main')) {
+        if (w.id === id) {
+          app.shell.activateById(id);
+          return;
+        }
+      }
+      const view = new ExperimentPanel(name);
+      app.shell.add(view, 'main');
+      app.shell.activateById(view.id);
+    };
+    const panel = new ExperimentsPanel(model, open);
     panel.title.icon = nbtuneIcon;
     app.shell.add(panel, 'left', { rank: 600 });
 
@@ -28,6 +42,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
         rank: 100
       });
     }
+    app.commands.addCommand('nbtune:open', {
+      label: 'Open an nbtune experiment',
+      execute: args => open(String(args.name))
+    });
     app.commands.addCommand('nbtune:refresh', {
       label: 'Refresh nbtune experiments',
       execute: () => model.refresh()

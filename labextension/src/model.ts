@@ -19,6 +19,10 @@ export interface IExperimentSummary {
   mode: string;
   trials_total: number;
   trials_running: number;
+  /** trials stopped, completed or failed */
+  trials_ended: number;
+  /** `ended/total`, exactly as `nbtune ls` and the dashboard's header show it */
+  trials: string;
   best: number | null;
   best_trial: number | null;
   gpus_in_use: number;
@@ -128,4 +132,32 @@ export class ExperimentsModel {
   private _error: string | null = null;
   private _lastKey = '';
   private _changed = new Signal<this, void>(this);
+}
+
+/** One experiment in detail (GET /nbtune/api/experiments/<name>). */
+export interface IExperimentDetail {
+  summary: IExperimentSummary;
+  trials: {
+    trial_id: number;
+    state: string;
+    value: number | null;
+    budget: number | null;
+    error: string | null;
+  }[];
+  /** trial id -> [budget, value] points */
+  curves: { [trial: string]: [number | null, number | null][] };
+}
+
+/** GET one experiment's detail; throws a readable Error on failure. */
+export async function fetchExperiment(
+  name: string,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<IExperimentDetail> {
+  const url = URLExt.join(settings.baseUrl, ENDPOINT, encodeURIComponent(name));
+  const response = await ServerConnection.makeRequest(url, {}, settings);
+  const text = await response.text();
+  if (!response.ok) {
+    throw new Error(`nbtune server extension: HTTP ${response.status}: ${text}`);
+  }
+  return JSON.parse(text) as IExperimentDetail;
 }

@@ -1,6 +1,8 @@
 /**
  * The left-sidebar panel: one row per experiment in the store with its state,
- * trials running / total, best metric and GPUs in use.
+ * trials ended / total (as `nbtune ls` and the dashboard count them), best
+ * metric with its direction, and GPUs in use; clicking a row opens the
+ * experiment (curves, trials) in a main-area panel.
  *
  * Plain DOM (no React) because the table is small and rebuilt whole on each
  * change; `data-*` attributes name the cells so browser tests can find them.
@@ -9,7 +11,7 @@ import { Widget } from '@lumino/widgets';
 
 import { ExperimentsModel, IExperimentSummary } from './model';
 
-function formatMetric(value: number | null): string {
+export function formatMetric(value: number | null): string {
   if (value === null || value === undefined) {
     return '–';
   }
@@ -26,9 +28,10 @@ function cell(row: HTMLTableRowElement, text: string, field: string): void {
 }
 
 export class ExperimentsPanel extends Widget {
-  constructor(model: ExperimentsModel) {
+  constructor(model: ExperimentsModel, open: (name: string) => void = () => undefined) {
     super();
     this._model = model;
+    this._open = open;
     this.id = 'nbtune-experiments';
     this.addClass('jp-nbtune-panel');
     this.title.caption = 'nbtune experiments';
@@ -83,8 +86,9 @@ export class ExperimentsPanel extends Widget {
     const headers: [string, string][] = [
       ['Experiment', 'experiment name'],
       ['State', 'running or done'],
-      ['Trials', 'trials running / trials in total'],
-      ['Best', 'best value of the metric so far (hover a row for the metric)'],
+      ['Trials', 'trials ended / total, as nbtune ls counts them'],
+      ['Best', 'best value of the metric so far'],
+      ['Metric', 'the metric and its direction (↓ minimized, ↑ maximized)'],
       ['GPU', 'GPUs held by running trials']
     ];
     for (const [label, tip] of headers) {
@@ -109,9 +113,12 @@ export class ExperimentsPanel extends Widget {
       (exp.best_trial !== null ? `, best so far: trial ${exp.best_trial}` : '');
     cell(row, exp.name, 'name');
     cell(row, exp.state, 'state');
-    cell(row, `${exp.trials_running}/${exp.trials_total}`, 'trials');
+    cell(row, exp.trials, 'trials');
     cell(row, formatMetric(exp.best), 'best');
+    cell(row, `${exp.metric} ${exp.mode === 'max' ? '↑' : '↓'}`, 'metric');
     cell(row, String(exp.gpus_in_use), 'gpus');
+    row.classList.add('jp-nbtune-row');
+    row.addEventListener('click', () => this._open(exp.name));
     return row;
   }
 
@@ -123,4 +130,5 @@ export class ExperimentsPanel extends Widget {
   }
 
   private _model: ExperimentsModel;
+  private _open: (name: string) => void;
 }

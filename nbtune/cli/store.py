@@ -48,12 +48,9 @@ def stored_best(df: Any, metric: str, mode: str) -> Any:
 
 def _trial_counts(df: Any, row: Any) -> str:
     """``ended/total``; ``+`` marks a total still growing (no num_trials, not finished)."""
-    from nbtune.core.trial import TrialState
+    from nbtune.core.trial import ended_of_total
 
-    ended = sum(TrialState(s).is_terminal for s in df["state"]) if not df.empty else 0
-    if row.num_trials is not None:
-        return f"{ended}/{row.num_trials}"
-    return f"{ended}/{len(df)}" + ("" if row.state == "done" else "+")
+    return ended_of_total([] if df.empty else df["state"], row.num_trials, row.state == "done")
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

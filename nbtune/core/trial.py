@@ -9,11 +9,12 @@ it from its checkpoint (a promotion in SHA/ASHA/Hyperband) or, with
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["TrialState", "TrialSpec", "Trial", "InvalidTransition", "Decision"]
+__all__ = ["TrialState", "TrialSpec", "Trial", "InvalidTransition", "Decision", "ended_of_total"]
 
 
 class TrialState(StrEnum):
@@ -27,6 +28,21 @@ class TrialState(StrEnum):
     @property
     def is_terminal(self) -> bool:
         return self in (TrialState.STOPPED, TrialState.COMPLETED, TrialState.ERROR)
+
+
+def ended_of_total(states: Iterable[str | TrialState], num_trials: int | None,
+                   finished: bool) -> str:
+    """``ended/total``: how every view counts trials (``nbtune ls``, the dashboard, the sidebar).
+
+    Ended means stopped, completed or failed (a trial paused at a rung has not
+    ended). ``total`` is the planned number of trials when known, else the
+    trials so far with ``+`` while the experiment can still add some.
+    """
+    states = list(states)
+    ended = sum(TrialState(s).is_terminal for s in states)
+    if num_trials is not None:
+        return f"{ended}/{num_trials}"
+    return f"{ended}/{len(states)}" + ("" if finished else "+")
 
 
 class Decision(StrEnum):

@@ -26,7 +26,8 @@ class Runtime(Protocol):
     virtual_clock: bool
     #: trials write checkpoints under ``checkpoint_dir``; ``latest_checkpoint(trial_id)`` finds them
     keeps_checkpoints: bool
-    #: trials run on worker processes that can come and go (a cluster to connect and close)
+    #: trials run on worker processes that can come and go (a cluster to connect and close);
+    #: such a runtime also has ``dashboard_link``: its cluster's dashboard URL, or None
     live_workers: bool
 
     @property

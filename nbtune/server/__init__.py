@@ -17,7 +17,7 @@ from jupyter_server.utils import url_path_join
 from traitlets import Unicode, default
 from traitlets.config import LoggingConfigurable
 
-from nbtune.server.handlers import ExperimentsHandler, StoreReader
+from nbtune.server.handlers import ExperimentHandler, ExperimentsHandler, StoreReader
 from nbtune.server.summary import resolve_location
 
 __all__ = ["NbtuneServer", "API_PATH", "_jupyter_server_extension_points",
@@ -51,5 +51,6 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     reader = StoreReader(location)
     web_app = serverapp.web_app
     route = url_path_join(web_app.settings["base_url"], API_PATH)
-    web_app.add_handlers(".*$", [(route, ExperimentsHandler, {"reader": reader})])
+    web_app.add_handlers(".*$", [(route, ExperimentsHandler, {"reader": reader}),
+                                 (route + "/([^/]+)", ExperimentHandler, {"reader": reader})])
     serverapp.log.info("nbtune: serving %s from the store at %s", route, location)

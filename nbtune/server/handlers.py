@@ -16,10 +16,10 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from tornado.ioloop import IOLoop
 
-from nbtune.server.summary import empty_reply, summarize
+from nbtune.server.summary import detail, empty_reply, summarize
 from nbtune.store import Store
 
-__all__ = ["ExperimentsHandler", "StoreReader"]
+__all__ = ["ExperimentsHandler", "ExperimentHandler", "StoreReader"]
 
 
 class StoreReader:
@@ -56,6 +56,37 @@ class StoreReader:
             return empty_reply(self.location, available=False)
         with self._lock:  # the cache is shared by concurrent polls (one per browser tab)
             return summarize(store, self.location, self._cache)
+
+
+    def read_one(self, name: str) -> dict[str, Any] | None:
+        """One experiment's detail, or None if the store or the name is not there."""
+        store = self._open()
+        if store is None:
+            return None
+        with self._lock:
+            try:
+                return detail(store, name)
+            except KeyError:
+                return None
+
+
+class ExperimentHandler(APIHandler):
+    """One experiment: summary, trials and curves (the sidebar's main-area panel)."""
+
+    def initialize(self, reader: StoreReader) -> None:
+        self.reader = reader
+
+    @tornado.web.authenticated
+    async def get(self, name: str) -> None:
+        from urllib.parse import unquote
+
+        name = unquote(name)
+        reply = await IOLoop.current().run_in_executor(None, self.reader.read_one, name)
+        if reply is None:
+            raise tornado.web.HTTPError(404, f"no experiment named {name!r} in the store at "
+                                             f"{self.reader.location}")
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(reply))
 
 
 class ExperimentsHandler(APIHandler):

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from nbtune.core.best import best_index
+from nbtune.core.trial import TrialState, ended_of_total
 from nbtune.store import DEFAULT_DIR, DEFAULT_FILE, Store
 
-__all__ = ["resolve_location", "summarize", "empty_reply", "display_location"]
+__all__ = ["resolve_location", "summarize", "empty_reply", "display_location", "detail"]
 
 
 def resolve_location(spec: str, root_dir: str | os.PathLike[str]) -> str:
@@ -88,6 +89,9 @@ def _summarize_one(store: Store, row: dict[str, Any]) -> dict[str, Any]:
         open_ = allocs[allocs["end"].isna() & allocs["trial_id"].isin(running_ids)]
         gpus = {int(g) for g in open_["gpu_id"]}
     updated = row.get("updated")
+    planned = row.get("num_trials")
+    planned = None if planned is None or planned != planned else int(planned)  # NaN: unknown
+    states = [] if trials.empty else list(trials["state"])
     return {
         "name": name,
         "state": str(row["state"]),
@@ -96,6 +100,9 @@ def _summarize_one(store: Store, row: dict[str, Any]) -> dict[str, Any]:
         "mode": mode,
         "trials_total": len(trials),
         "trials_running": len(running_ids),
+        "trials_ended": sum(TrialState(st).is_terminal for st in states),
+        # what `nbtune ls` and the dashboard's header show: ended/total
+        "trials": ended_of_total(states, planned, str(row["state"]) == "done"),
         "best": best,
         "best_trial": best_trial,
         "gpus_in_use": len(gpus),
@@ -115,7 +122,8 @@ def _done_key(row: dict[str, Any]) -> tuple[Any, ...] | None:
 
 def summarize(store: Store, location: str,
               cache: dict[tuple[Any, ...], dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Every experiment of ``store`` with state, trials running/total, best metric, GPUs in use.
+    """Every experiment of ``store`` with state, trials ended/total (``trials``, as ``nbtune ls``
+    shows it) and running, best metric with its direction, GPUs in use.
 
     The status bar's totals count distinct GPUs per experiment and add them up:
     two experiments sharing a GPU fractionally both count it, which is what a
@@ -150,3 +158,27 @@ def summarize(store: Store, location: str,
         "gpus_in_use": sum(e["gpus_in_use"] for e in experiments),
     }
     return reply
+
+
+def detail(store: Store, name: str) -> dict[str, Any]:
+    """One experiment for the sidebar's main-area panel: its summary, every trial's row
+    (state, best metric, budget, the error's last line) and learning curves."""
+    from nbtune.experiment import error_line
+
+    row = next((r for r in store.experiments().to_dict("records") if r["name"] == name), None)
+    if row is None:
+        raise KeyError(name)
+    summary = _summarize_one(store, row)
+    metric = summary["metric"]
+    trials = store.results(name)
+    rows = [{"trial_id": int(t["trial_id"]), "state": str(t["state"]),
+             "value": _number(t[metric]), "budget": _number(t["budget_used"]),
+             "error": error_line(t["error"]) if isinstance(t["error"], str) else None}
+            for t in trials.to_dict("records")]
+    curves: dict[str, list[list[float | None]]] = {}
+    lc = store.learning_curves(name)
+    if not lc.empty and metric in lc:
+        for t in lc.to_dict("records"):
+            curves.setdefault(str(int(t["trial_id"])), []).append(
+                [_number(t["budget"]), _number(t[metric])])
+    return {"summary": summary, "trials": rows, "curves": curves}

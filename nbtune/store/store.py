@@ -158,7 +158,7 @@ class Store:
     def experiments(self) -> pd.DataFrame:
         """One row per stored experiment: name, algorithm, metric, state, trials, times."""
         cols = ["name", "algorithm", "allocator", "metric", "mode", "state", "restarts",
-                "time", "created", "updated"]
+                "num_trials", "time", "created", "updated"]
         with self._session() as s:
             rows = s.scalars(select(ExperimentRow).order_by(ExperimentRow.id)).all()
         return pd.DataFrame([{c: getattr(r, c) for c in cols} for r in rows], columns=cols)

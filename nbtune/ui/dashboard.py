@@ -1,17 +1,30 @@
 """The live dashboard: ipywidgets controls around the Bokeh figures, fed on a throttle.
 
 A :class:`Dashboard` owns a :class:`~nbtune.ui.model.DashboardModel` and a
-:class:`~nbtune.ui.figures.Figures`; a daemon thread pulls the model every
-``period`` seconds and pushes the delta into the Bokeh sources, which
-``jupyter_bokeh.BokehModel`` forwards to the browser as ordinary widget
-messages. A thread rather than a task on the kernel's event loop keeps the
+:class:`~nbtune.ui.figures.Figures`; a daemon thread takes an immutable
+snapshot of the model every ``period`` seconds and renders it whole into the
+Bokeh sources, which ``jupyter_bokeh.BokehModel`` forwards to the browser as
+ordinary widget messages. A thread rather than a task on the kernel's event loop keeps the
 dashboard moving while a cell blocks in ``exp.wait()``. The thread measures
 its own cost and stretches its period so it never takes more than
 ``max_overhead`` of the process's time, whatever the experiment's size.
 
-BokehJS is loaded inline once per kernel (no CDN is reachable on many GPU
-servers); the jupyter_bokeh frontend extension uses that global BokehJS, so
-the Python and JavaScript sides are always the same Bokeh version.
+One source of truth for every view. Each browser view of a BokehModel
+builds its own document from the widget's ``render_bundle`` and then applies
+the messages that follow; a view made later (``exp`` shown again, a page
+reload, a second tab) or made while messages were already flowing (the first
+display, rendered asynchronously) would start from a stale bundle or miss
+messages. So: every update renders the whole snapshot (whole column sets,
+never increments; everything is re-sent for :data:`RESYNC` seconds after a
+display and at the end); a display pushes a fresh render bundle; and a
+frontend asking for the widget's state (reload, second tab) gets a bundle
+made from the current document.
+
+BokehJS is loaded inline (no CDN is reachable on many GPU servers) with every
+display: a page opened later (Notebook 7 opens a second page per notebook)
+has no BokehJS unless an output it renders loads it. The jupyter_bokeh
+frontend extension uses that global BokehJS, so the Python and JavaScript
+sides are always the same Bokeh version.
 """
 
 from __future__ import annotations
@@ -28,20 +41,24 @@ from typing import Any
 import ipywidgets as W
 
 from nbtune.ui.figures import Figures, progress_parts, state_word, summary_html
-from nbtune.ui.model import DashboardModel, Delta
+from nbtune.ui.model import DashboardModel
+from nbtune.ui.snapshot import Snapshot, Snapshots
 
 __all__ = ["Dashboard", "dashboard_for", "load_bokehjs", "show"]
 
 log = logging.getLogger(__name__)
 _BOKEHJS_LOADED = False
 _DASHBOARDS: weakref.WeakKeyDictionary[Any, Dashboard] = weakref.WeakKeyDictionary()
+#: seconds after a display during which every update re-sends everything (the browser
+#: creates its view asynchronously; messages sent before that are not applied to it)
+RESYNC = 10.0
 
 
 def load_bokehjs(force: bool = False) -> None:
-    """Publish BokehJS (inline: core, widgets, tables) into the notebook, once per kernel.
+    """Publish BokehJS (inline: core, widgets, tables) into the notebook.
 
-    ``force=True`` loads it again, e.g. after the output holding it was cleared
-    and the page reloaded.
+    Once per kernel unless ``force=True``; every dashboard display forces it,
+    because a page opened later only has BokehJS if an output it shows loads it.
     """
     global _BOKEHJS_LOADED
     if _BOKEHJS_LOADED and not force:
@@ -88,6 +105,24 @@ def _batched_bokeh_model() -> type:
                 return super()._sync_model(model, content, buffers)
             with self.lock:
                 return super()._sync_model(model, content, buffers)
+
+        def send_state(self, key: Any = None) -> None:
+            """A frontend asks for the state (a reload, a second tab): send a bundle of the
+            document as it is now, not as it was when the widget was made."""
+            if key is None or key == "render_bundle" or "render_bundle" in (key or ()):
+                if self.lock is None:
+                    self._trait_values["render_bundle"] = self._model_to_traits(self._model)
+                    return super().send_state(key)
+                with self.lock:  # no update half-applied, and none sent in between
+                    # stored silently: a trait change would re-render every open view
+                    self._trait_values["render_bundle"] = self._model_to_traits(self._model)
+                    return super().send_state(key)
+            return super().send_state(key)
+
+        def refresh(self) -> None:
+            """Push a bundle of the current document to the frontend: views made from now
+            on (and the open ones, re-rendered) start from the current state."""
+            self.send_state("render_bundle")
 
         def _document_patched(self, event: Any) -> None:
             if self._batch is not None and event.setter is not self:
@@ -150,7 +185,9 @@ class Dashboard:
         self.figures = Figures(metric, mode, title=name, space=space)
         self.updates = 0
         self.update_seconds = 0.0  # CPU time spent in update(), for the overhead budget
-        self.last: Delta | None = None
+        self.last: Snapshot | None = None
+        self.dask_link: str | None = None
+        self._resync_until = 0.0  # re-send everything until then (see RESYNC)
         self._lock = threading.RLock()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -176,7 +213,12 @@ class Dashboard:
         self.model = DashboardModel(experiment.engine,
                                     measured=not experiment.runtime.virtual_clock,
                                     cost=lambda: experiment.cost)
+        self.snapshots = Snapshots(self.model)
+        # a runtime with live workers runs them on a cluster that may have a Dask dashboard
+        self.dask_link = experiment.runtime.dashboard_link if experiment.runtime.live_workers \
+            else None
         _DASHBOARDS.setdefault(experiment, self)
+        self._resync_until = time.monotonic() + RESYNC
         self.update()
         if autostart and not self.finished:
             self.start()
@@ -240,22 +282,27 @@ class Dashboard:
         """The experiment is over and its final state has been pushed."""
         return self.last is not None and self.last.done
 
-    def update(self) -> Delta:
-        """Pull the model and push the delta to the figures and widgets (thread-safe)."""
+    def update(self, *, force: bool = False) -> Snapshot:
+        """Render the model's snapshot into the figures and widgets (thread-safe).
+
+        Whole column sets for what changed; everything with ``force``, during
+        :data:`RESYNC` seconds after a display, and for the final state.
+        """
         if self.model is None:
             raise RuntimeError("attach an experiment first: dashboard.attach(exp)")
         t0 = time.thread_time()
         with self._lock, self.plot.batch():
-            d = self.model.pull()
-            self.figures.apply(d)
-            self.figures.set_header(summary_html(self.experiment.name, d))
-            self._update_widgets(d)
-            self.last = d
+            s = self.snapshots.take()
+            force = force or s.done or time.monotonic() < self._resync_until
+            self.figures.render(s, force=force)
+            self.figures.set_header(summary_html(self.experiment.name, s, self.dask_link), force)
+            self._update_widgets(s)
+            self.last = s
             self.updates += 1
         self.update_seconds += time.thread_time() - t0
-        return d
+        return s
 
-    def _update_widgets(self, d: Delta) -> None:
+    def _update_widgets(self, d: Snapshot) -> None:
         p = d.progress
         if p is not None and p.fraction is not None:
             self.progress.value = p.fraction
@@ -321,7 +368,12 @@ class Dashboard:
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        load_bokehjs()
+        load_bokehjs(force=True)  # the page showing this output may have no BokehJS yet
+        if self.model is not None and self.updates:
+            # shown again (exp as a cell's last expression, exp.wait()): the new view starts
+            # from the current document, and updates re-send everything while it renders
+            self._resync_until = time.monotonic() + RESYNC
+            self.plot.refresh()
         display(self.widget)
 
 

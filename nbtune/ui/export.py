@@ -2,7 +2,7 @@
 
 The file opens offline (GPU servers and their users' laptops often have no CDN
 access) and needs no kernel: the same :class:`~nbtune.ui.figures.Figures` the
-live dashboard uses, fed once from a fresh model of the finished experiment.
+live dashboard uses, rendered once from a snapshot of the finished experiment.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 from nbtune.ui.figures import Figures, summary_html
 from nbtune.ui.model import DashboardModel
+from nbtune.ui.snapshot import Snapshots
 
 __all__ = ["export_html", "report_html"]
 
@@ -23,14 +24,14 @@ def report_html(experiment: Any, *, title: str | None = None) -> str:
 
     model = DashboardModel(experiment.engine, measured=not experiment.runtime.virtual_clock)
     try:
-        delta = model.pull()
+        snap = Snapshots(model).take()
     finally:
         model.close()
     name = title or f"nbtune: {experiment.name}"
     figs = Figures(experiment.metric, experiment.mode, title=name,
                    space=experiment.engine.algorithm.space)
-    figs.apply(delta)
-    figs.set_header(summary_html(name, delta))
+    figs.render(snap)
+    figs.set_header(summary_html(name, snap))
     return file_html(figs.layout, INLINE, title=name)
 
 

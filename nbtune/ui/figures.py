@@ -1,22 +1,19 @@
-"""The dashboard's Bokeh figures and the code that feeds them a :class:`Delta`.
+"""The dashboard's Bokeh figures and the code that renders a :class:`Snapshot` into them.
 
 Pure Bokeh, no widgets: the live dashboard wraps these models in
 ``jupyter_bokeh.BokehModel`` widgets, and :func:`nbtune.ui.export_html`
 writes the very same models to a standalone HTML file.
 
-Every update is a handful of Bokeh document events, whatever the size of the
-experiment: append-only data (curve points, closed allocation rectangles and
-utilization segments) is ``stream``-ed with a rollover; the few things that
-change in place (running rectangles, the current utilization level) are
-replaced whole; table rows are patched by index. Trial colours live in one
-``LinearColorMapper`` whose palette has one entry per trial id, so when a
-trial changes state its whole curve is recoloured by one palette change
-instead of re-sending its points, and no column holds strings (numbers go
-out as binary buffers; strings would be JSON, one by one).
+Every update renders a whole snapshot: each part that changed goes out as a
+complete column set (see :meth:`Figures.render` for why never increments).
+Trial colours live in one ``LinearColorMapper`` whose palette has one entry
+per trial id, so when a trial changes state its whole curve is recoloured by
+one palette change, and no column but the table's holds strings.
 """
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,6 +47,7 @@ from nbtune.ui.columns import (
     seg_cols,
 )
 from nbtune.ui.model import DISPLAY_STATES, Delta
+from nbtune.ui.snapshot import Snapshot
 
 __all__ = ["Figures", "STATE_COLORS", "config_columns", "summary_html", "format_duration"]
 
@@ -83,13 +81,11 @@ class Figures:
                  title: str = "", rollover: int = 100_000, width: int = 900) -> None:
         self.metric, self.mode, self.rollover = metric, mode, int(rollover)
         self._row_of: dict[int, int] = {}
-        self._last_point: dict[int, tuple[float, float]] = {}
         self._palette: list[str] = [_GREY]  # colour of each trial id
         self._lanes: list[int] = []
-        self._util_kind = "allocated"
         # config key -> numeric?, fixed up front: new table columns later would be new models
         self._config_cols = config_columns(space or {})
-        self._open_data: dict[int, Any] = {}
+        self._sent: dict[str, Any] = {}  # part -> the version last sent (see render)
 
         self.header = Div(text=f"<b>{title}</b>", width=width)
         # the state colours as an HTML legend: a Bokeh legend needs a renderer per entry
@@ -131,14 +127,14 @@ class Figures:
         return p
 
     def _util_figure(self, width: int) -> Any:
-        p = figure(title=util_title("GPU", "allocated"), width=width, height=180,
+        p = figure(title="utilization (waiting for the cluster)", width=width, height=180,
                    x_axis_label="time (s)", y_range=Range1d(0, 1), tools="xpan,xwheel_zoom,reset")
         cmap = LinearColorMapper(palette=Viridis256, low=0.0, high=1.0)
         fill = {"field": "util", "transform": cmap}
         rs = [p.quad(left="left", right="right", bottom="bottom", top="top", source=src,
                      fill_color=fill, line_color=None)
               for src in (self.util_src, self.util_open_src)]
-        p.add_tools(HoverTool(renderers=rs, tooltips=[("GPU", "@gpu"), ("util", "@util{0%}")]))
+        p.add_tools(HoverTool(renderers=rs, tooltips=[("lane", "@gpu"), ("busy", "@util{0%}")]))
         p.add_layout(ColorBar(color_mapper=cmap, width=8), "right")
         p.yaxis.ticker = FixedTicker(ticks=[])
         return p
@@ -164,11 +160,11 @@ class Figures:
         num = NumberFormatter(format="0.[0000]")
         text, editor = StringFormatter(), StringEditor()  # shared: fewer models to ship
         cols = [TableColumn(field="trial_id", title="trial", width=50, formatter=text),
-                TableColumn(field="state", title="state", width=80, formatter=text),
+                TableColumn(field="state", title="state", width=95, formatter=text),
                 TableColumn(field="metric", title=f"{self.metric} (best)", formatter=num),
                 TableColumn(field="last", title="last", formatter=num),
-                TableColumn(field="budget", title="budget", formatter=num, width=60),
-                TableColumn(field="promotions", title="promoted", width=60, formatter=text)]
+                TableColumn(field="budget", title="budget", formatter=num, width=70),
+                TableColumn(field="promotions", title="promoted", width=80, formatter=text)]
         for k, is_num in self._config_cols.items():
             cols.append(TableColumn(field=f"config/{k}", title=k,
                                     formatter=num if is_num else text))
@@ -199,143 +195,150 @@ class Figures:
             cols[f"config/{k}"] = [cell(r["config"].get(k), self._config_cols[k]) for r in rows]
         return cols
 
-    # ---------------------------------------------------------------- apply
-    def apply(self, d: Delta) -> None:
-        """Push one delta into the sources: a few document events, however much changed."""
-        self._apply_rows(d)
-        self._apply_curves(d)
-        if d.lanes != self._lanes:
-            self._set_lanes(d.lanes)
-        if d.alloc_closed:
-            self.alloc_src.stream(arrays(rect_cols(d.alloc_closed)), rollover=self.rollover)
-        self._replace(self.alloc_open_src, rect_cols(d.alloc_open))
-        if d.util_kind != self._util_kind:  # the runtime started measuring: drop estimates
-            self._util_kind = d.util_kind
-            self.util_src.data = arrays(seg_cols(()))
-        title = util_title(d.util_device, d.util_kind)
-        if self.util.title.text != title:
-            self.util.title.text = title
-        if d.util_closed:
-            self.util_src.stream(arrays(seg_cols(d.util_closed)), rollover=self.rollover)
-        self._replace(self.util_open_src, seg_cols(d.util_open))
+    # --------------------------------------------------------------- render
+    def render(self, s: Snapshot, *, force: bool = False) -> None:
+        """Show a snapshot whole: each part that changed goes out as a complete column set.
 
-    def _replace(self, src: ColumnDataSource, data: dict[str, list[Any]]) -> None:
-        """Replace a small source's data, sending nothing when it did not change."""
-        if self._open_data.get(id(src)) != data:
-            self._open_data[id(src)] = data
-            src.data = arrays(data)
+        Whole sets, never increments, so every browser view converges at the
+        next update, however many messages it missed (a view is created
+        asynchronously while updates flow; a reloaded page or a second tab
+        starts from the widget's render bundle). ``force`` re-sends every
+        part and property, changed or not. The table is *streamed* whole with
+        a rollover of its length: BokehJS's DataTable redraws its grid on a
+        stream but not on a patch or a same-length replace.
+        """
+        v = s.versions
+        if self._due("rows", v["rows"], force):
+            self._render_table(s.rows)
+            self._recolor(s.rows, force)
+        if self._due("curves", v["curves"], force):
+            self._render_curves(s)
+        best = s.best_curve
+        if self._due("best", (s.best, 0 if best is None else len(best.budget)), force):
+            self.best_src.data = arrays({"x": [] if best is None else list(best.budget),
+                                         "y": [] if best is None else list(best.value)})
+        if force or list(s.lanes) != self._lanes:
+            self._set_lanes(list(s.lanes), s.util_device, force)
+        if self._due("alloc", v["alloc"], force):
+            self.alloc_src.data = arrays(rect_cols(s.alloc_closed[-self.rollover:]))
+        if self._due("alloc_open", s.alloc_open, force):
+            self.alloc_open_src.data = arrays(rect_cols(s.alloc_open))
+        if self._due("util", v["util"], force):
+            self.util_src.data = arrays(seg_cols(s.util_closed[-self.rollover:]))
+        if self._due("util_open", s.util_open, force):
+            self.util_open_src.data = arrays(seg_cols(s.util_open))
+        if s.util_device is not None:  # the title waits for the cluster: it never switches
+            _set(self.util.title, "text", util_title(s.util_device, s.util_kind), force)
 
-    def _apply_rows(self, d: Delta) -> None:
-        if not d.rows:
+    def _due(self, part: str, key: Any, force: bool) -> bool:
+        """Whether a part must go out: its content changed since it was sent, or ``force``."""
+        if force or self._sent.get(part) != key:
+            self._sent[part] = key
+            return True
+        return False
+
+    def _render_table(self, rows: tuple[Mapping[str, Any], ...]) -> None:
+        if not rows:
             return
-        new = [r for tid, r in d.rows.items() if tid not in self._row_of]
-        old = [(self._row_of[tid], r) for tid, r in d.rows.items() if tid in self._row_of]
-        for i, r in old:
-            self._rows[i] = r
-        for r in new:
-            self._row_of[r["trial_id"]] = len(self._rows)
-            self._rows.append(r)
-        if len(old) > 48:
-            # many rows changed (a rung decided, the experiment ended): one binary replace
-            # is cheaper than a patch listing every cell
-            self.table_src.data = self._table_arrays(self._rows)
-            return self._recolor(d)
-        if old:
-            patch: dict[str, list[tuple[int, Any]]] = {}
-            for i, r in old:
-                for col, vals in self._table_cols([r]).items():
-                    patch.setdefault(col, []).append((i, vals[0]))
-            self.table_src.patch(patch)
-        if new:
-            self.table_src.stream(self._table_arrays(new))
-        self._recolor(d)
+        self._rows = list(rows)
+        self._row_of = {r["trial_id"]: i for i, r in enumerate(rows)}
+        self.table_src.stream(self._table_arrays(self._rows), rollover=len(rows))
 
-    def _recolor(self, d: Delta) -> None:
+    def _recolor(self, rows: tuple[Mapping[str, Any], ...], force: bool) -> None:
         """Give trials their state's colour through the mapper, in one change.
 
         Stopped and pending trials (the bulk of a long experiment) are grey.
         """
-        pal = self._palette
-        changed = False
-        for tid, r in d.rows.items():
-            if tid >= len(pal):
-                pal.extend([_GREY] * (tid + 1 - len(pal)))
-                changed = True
-            color = _GREY if r["state"] in ("stopped", "pending") else STATE_COLORS[r["state"]]
-            if pal[tid] != color:
-                pal[tid] = color
-                changed = True
-        if changed:
+        n = max((r["trial_id"] for r in rows), default=-1) + 1
+        pal = [_GREY] * max(n, 1)
+        for r in rows:
+            state = r["state"]
+            pal[r["trial_id"]] = _GREY if state in ("stopped", "pending") else STATE_COLORS[state]
+        if force or pal != self._palette:
+            self._palette = pal
             # Bokeh would validate each of the (one per trial) colours, the bulk of an
             # update's cost; they come from STATE_COLORS. The switch is process-wide, for
             # the duration of this one assignment.
             with validate(False):
                 self.mapper.update(palette=list(pal), low=-0.5, high=len(pal) - 0.5)
+            if force:
+                _set(self.mapper, "palette", self.mapper.palette, True)
 
-    def _apply_curves(self, d: Delta) -> None:
-        if d.points:
-            seg: dict[str, list[Any]] = {"x0": [], "y0": [], "x1": [], "y1": [], "trial": []}
-            pts: dict[str, list[Any]] = {"x": [], "y": [], "trial": [], "time": []}
-            for tid, new in d.points.items():
-                if not new.budget:
-                    continue
-                key, n = float(tid), len(new.budget)
-                xs, ys = new.budget, new.value
-                pts["x"] += xs
-                pts["y"] += ys
-                pts["time"] += new.time
-                pts["trial"] += [key] * n
-                prev = self._last_point.get(tid)
-                if prev is not None:  # join the new points to the last one already drawn
-                    xs, ys = [prev[0], *xs], [prev[1], *ys]
-                seg["x0"] += xs[:-1]
-                seg["y0"] += ys[:-1]
-                seg["x1"] += xs[1:]
-                seg["y1"] += ys[1:]
-                seg["trial"] += [key] * (len(xs) - 1)
-                self._last_point[tid] = (xs[-1], ys[-1])
-            if seg["x0"]:
-                self.seg_src.stream(arrays(seg), rollover=self.rollover)
-            if pts["x"]:
-                self.pts_src.stream(arrays(pts), rollover=self.rollover)
-        if d.best_curve is not None:
-            self.best_src.data = arrays({"x": d.best_curve.budget, "y": d.best_curve.value})
+    def _render_curves(self, s: Snapshot) -> None:
+        seg: dict[str, list[Any]] = {"x0": [], "y0": [], "x1": [], "y1": [], "trial": []}
+        pts: dict[str, list[Any]] = {"x": [], "y": [], "trial": [], "time": []}
+        for tid in sorted(s.curves):
+            c = s.curves[tid]
+            n = len(c.budget)
+            if not n:
+                continue
+            key = float(tid)
+            pts["x"] += c.budget
+            pts["y"] += c.value
+            pts["time"] += c.time
+            pts["trial"] += [key] * n
+            seg["x0"] += c.budget[:-1]
+            seg["y0"] += c.value[:-1]
+            seg["x1"] += c.budget[1:]
+            seg["y1"] += c.value[1:]
+            seg["trial"] += [key] * (n - 1)
+        cap = self.rollover
+        self.seg_src.data = arrays({k: v[-cap:] for k, v in seg.items()})
+        self.pts_src.data = arrays({k: v[-cap:] for k, v in pts.items()})
 
-    def _set_lanes(self, lanes: list[int]) -> None:
+    def _set_lanes(self, lanes: list[int], device: str | None, force: bool) -> None:
         self._lanes = list(lanes)
         n = max(len(lanes), 1)
         ticks = [i + 0.5 for i in range(len(lanes))]
-        labels = {i + 0.5: f"GPU {g}" for i, g in enumerate(lanes)}
+        word = "worker" if device == "CPU" else "GPU"
+        # float keys: BokehJS looks labels up by the tick's number (string keys never match)
+        labels = {i + 0.5: f"{word} {g}" for i, g in enumerate(lanes)}
         for p in (self.util, self.alloc):
-            p.y_range.update(start=0, end=n)
-            p.yaxis.ticker.ticks = ticks  # change the existing ticker: a new model costs more
-            p.yaxis.major_label_overrides = labels
-            p.height = max(140, min(60 + 24 * n, 600))
+            for model, attr, value in ((p.y_range, "start", 0), (p.y_range, "end", n),
+                                       (p.yaxis[0].ticker, "ticks", ticks),
+                                       (p.yaxis[0], "major_label_overrides", labels),
+                                       (p, "height", max(140, min(60 + 24 * n, 600)))):
+                _set(model, attr, value, force)
 
-    def set_header(self, html: str) -> None:
-        if self.header.text != html:
-            self.header.text = html
+    def set_header(self, html: str, force: bool = False) -> None:
+        _set(self.header, "text", html, force)
+
+
+def _set(model: Any, attr: str, value: Any, force: bool) -> None:
+    """Set a property; with ``force`` send it even when unchanged (a view may have missed it)."""
+    if getattr(model, attr) != value:
+        setattr(model, attr, value)
+    elif force:
+        model.trigger(attr, value, value)
 
 
 def util_title(device: str, kind: str) -> str:
-    """``CPU utilization (measured)``: what the lanes are and whether they were measured."""
-    return f"{device} utilization ({kind})"
+    """What the utilization lanes show and whether it was measured.
+
+    On CPU workers (standing in for GPUs) it is the CPU share of each worker's
+    trial processes (psutil), never a GPU utilization.
+    """
+    if device == "CPU":
+        how = "measured with psutil" if kind == "measured" else kind
+        return f"CPU share of each worker's trial processes ({how})"
+    return f"GPU utilization ({kind})"
 
 
-def state_word(d: Delta) -> str:
+def state_word(d: Delta | Snapshot) -> str:
     """``failed`` (every trial errored), ``done``, ``paused`` or ``running``."""
     if d.done and d.progress is not None and d.progress.failed:
         return "failed"
     return "done" if d.done else ("paused" if d.paused else "running")
 
 
-def progress_parts(d: Delta) -> list[str]:
-    """Trials settled, trials in error (never hidden), ETA: the header's and status line's words."""
+def progress_parts(d: Delta | Snapshot) -> list[str]:
+    """Trials ended, trials in error (never hidden), ETA: the header's and status line's words."""
     p = d.progress
     if p is None:
         return []
-    parts = [f"{p.settled}/{p.total} trials settled" if p.total
-             else f"{p.settled} trials settled"]
+    # ended/total, as `nbtune ls` and the sidebar count (a trial paused at a rung has not
+    # ended); the progress bar and ETA count settled trials (paused or ended)
+    parts = [f"{p.ended} trials ended" if p.ended else f"{p.settled} trials settled"]
     if p.errors:
         parts.append(f'<span style="color:#d62728"><b>{p.errors} errored</b></span>'
                      " (tracebacks: exp.results()['error'])")
@@ -344,12 +347,18 @@ def progress_parts(d: Delta) -> list[str]:
     return parts
 
 
-def summary_html(title: str, d: Delta) -> str:
-    """One line of status for the header: state, cost of a planned run, progress, errors."""
+def summary_html(title: str, d: Delta | Snapshot, dask_link: str | None = None) -> str:
+    """One line of status for the header: state, cost of a planned run, progress, errors,
+    and a link to the Dask dashboard of the cluster the trials run on (if any)."""
     parts = [f"<b>{title}</b> &middot; {state_word(d)} &middot; t = {d.time:,.0f} s"]
     if d.cost is not None:  # a planned run: the metered bill, live
         parts.append(f"${d.cost:,.2f} {'billed' if d.done else 'so far'}")
-    return " &middot; ".join(parts + progress_parts(d))
+    parts += progress_parts(d)
+    if dask_link:
+        href = html.escape(dask_link, quote=True)
+        parts.append(f'<a href="{href}" target="_blank" rel="noopener" '
+                     f'class="nbtune-dask-link">Dask dashboard</a>')
+    return " &middot; ".join(parts)
 
 
 def format_duration(seconds: float) -> str:

@@ -78,10 +78,14 @@ class Lanes:
         return "measured" if self._measured or self.expect_measured else "allocated"
 
     @property
-    def device(self) -> str:
-        """``CPU`` when every lane is a CPU worker standing for a GPU, else ``GPU``."""
-        cluster = self.engine.ledger.cluster
-        gpus = cluster.gpus if cluster is not None else ()
+    def device(self) -> str | None:
+        """``CPU`` when every lane is a CPU worker standing for a GPU, ``GPU`` when not,
+        ``None`` while the cluster is not known yet. The cluster is an immutable value the
+        engine swaps whole, so reading the reference from another thread is safe."""
+        cluster = self._cluster or self.engine.ledger.cluster
+        if cluster is None:
+            return None
+        gpus = cluster.gpus
         return "CPU" if gpus and all(g.kind == "cpu" for g in gpus) else "GPU"
 
     def take(self) -> tuple[list[Rect], list[Segment]]:

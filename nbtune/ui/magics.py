@@ -193,11 +193,10 @@ class TuneMagics(Magics):
         name = self._name(args.name, args.replace, store)
         dash = None
         if not args.no_dashboard and getattr(self.shell, "kernel", None) is not None:
-            from nbtune.ui.dashboard import Dashboard, load_bokehjs
+            from nbtune.ui.dashboard import Dashboard
 
             # build the dashboard before the trials start: its one-off cost (~0.3 s of
             # CPU) then does not compete with their first launches
-            load_bokehjs()
             dash = Dashboard(metric=args.metric, mode=args.mode, space=space, name=name or "")
         try:
             exp = tune(

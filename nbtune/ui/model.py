@@ -4,28 +4,29 @@
 turns each ``handle`` call into small incremental deltas: new learning-curve
 points, allocation rectangles opened and closed, GPU-utilization segments,
 changed trial rows, progress. A view calls :meth:`DashboardModel.pull` on its
-own throttle and gets everything since the previous pull. The model knows
-nothing of widgets, Bokeh or comms (the anywidget split), so it is tested
-with a bare engine and simulator, and a browser that is not watching costs
-the tuning only the per-event bookkeeping.
+own throttle and gets everything since the previous pull, or
+folds the deltas into immutable snapshots of everything so far
+(:class:`nbtune.ui.snapshot.Snapshots`: what the live dashboard renders, whole,
+so any view converges). The model
+knows nothing of widgets, Bokeh or comms, so it is tested with a bare engine
+and simulator.
 
-Cost and threading: the subscriber runs on whatever thread drives the engine,
-once per ``handle`` call, so it only notes which trials the events and
-commands name (a few set insertions); the work of reading them happens in
-:meth:`DashboardModel.pull`, once per trial per pull however many events it
-saw. ``pull`` may run on another thread while the engine is mid-update; it
-can then read a half-made change, but every trial the update touches is
-noted again by the subscriber right after, and re-read at the next pull, so
-the view converges to the engine's state. Changes that end the experiment
-(Finish, a stop, a pause) are read at once on the engine's thread. Paused
-trials, which the engine can retire without an event naming them, get a
-cheap state check at every pull.
+Threading, one rule: **only the engine's thread reads the engine.** The
+subscriber runs on whatever thread drives the engine, right after each
+``handle`` (the engine's state is then whole), and copies what the trials the
+events name show into the model's own rows under the model's lock; ``pull``
+reads only those copies, never live engine state from another
+thread. A model attached to a running experiment catches up at the engine's
+next ``handle``; one attached to a finished (or idle) engine catches up at
+once. Paused trials, which the engine can retire without an event naming
+them, get a cheap state check at most every :data:`WAITING_CHECK` seconds.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+import time as _time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -33,7 +34,7 @@ from typing import Any, NamedTuple
 from nbtune.core import events as ev
 from nbtune.core.best import best_index
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
-from nbtune.core.trial import Trial, TrialState
+from nbtune.core.trial import Trial, TrialState, ended_of_total
 from nbtune.experiment import error_line
 from nbtune.ui.lanes import Lanes, Rect, Segment
 
@@ -46,6 +47,11 @@ _EVENTS_WITH_TRIAL = (ev.TrialReported, ev.TrialStarted, ev.TrialFailed, ev.Tria
 _CMDS_WITH_TRIAL = (Launch, Resize, Pause, Stop)
 _SWEEP_EVERYTHING = (ev.ExperimentStopRequested, ev.ExperimentPauseRequested,
                      ev.ResourcesChanged, ev.ConcurrencyChanged)
+#: seconds between checks of paused trials' states (the engine may retire them silently)
+WAITING_CHECK = 0.2
+#: seconds a model attached to a running engine waits for a ``handle`` before it catches
+#: up from the caller's thread (the engine is idle then, so nothing is mid-change)
+IDLE_CATCH_UP = 2.0
 
 
 class Points(NamedTuple):
@@ -71,6 +77,8 @@ class Progress:
     eta: float | None
     errors: int = 0
     failed: bool = False
+    #: ``ended/total`` as ``nbtune ls`` and the sidebar count (:func:`ended_of_total`)
+    ended: str = ""
 
 
 @dataclass
@@ -92,7 +100,8 @@ class Delta:
     alloc_closed: list[Rect] = field(default_factory=list)
     alloc_open: list[Rect] = field(default_factory=list)
     util_kind: str = "allocated"
-    util_device: str = "GPU"  # "CPU": the lanes are CPU workers (their trials' CPU share)
+    #: "CPU": the lanes are CPU workers (their trials' CPU share); None: no cluster yet
+    util_device: str | None = None
     util_closed: list[Segment] = field(default_factory=list)
     util_open: list[Segment] = field(default_factory=list)
     best: int | None = None
@@ -116,6 +125,14 @@ class _Row:
     launched: float | None = None  # target budget of the latest launch
     n_results: int = 0
     error: str | None = None
+    start: float | None = None
+    end: float | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    #: the whole curve (every report with the metric), copied on the engine's thread
+    curve: Points = field(default_factory=lambda: Points([], [], []))
+
+    def __post_init__(self) -> None:
+        self.config = dict(self.trial.config)
 
 
 class DashboardModel:
@@ -147,48 +164,72 @@ class DashboardModel:
         self._pulled = False
         self._reset_buffers()
         self.updates = 0  # handle calls seen (for tests and the overhead benchmark)
-        self._unsubscribe = engine.subscribe(self._on_handle)
+        self._total = getattr(engine.algorithm, "num_trials", None)
+        self._checked = 0.0  # when paused trials' states were last checked
         with self._lock:
-            self._catch_up()
+            self._unsubscribe = engine.subscribe(self._on_handle)
+            self._stamp()
+            # a finished engine changes no more: catch up here. A running one may be
+            # mid-change on its own thread: catch up there, at its next handle
+            self._pending_since: float | None = None
+            if engine.done or not engine.trials:
+                self._catch_up()
+            else:
+                self._pending_since = _time.monotonic()
 
     # ------------------------------------------------------------------ API
     def pull(self) -> Delta:
         """Everything new since the previous pull (the first pull: everything so far)."""
         with self._lock:
-            self._sync(everything=bool(self.engine.done))
-            now = float(self.engine.time)
-            best = self._find_best()
-            if best != self._best:
-                self._dirty.update(t for t in (best, self._best) if t is not None)
-            best_changed = best != self._best or not self._pulled
-            self._best, self._pulled = best, True
-            best_curve = None
-            if best is not None and (best_changed or best in self._points):
-                best_curve = self._curve(best)
-            lanes = self.lanes
-            util_kind = lanes.kind
-            closed, segments = lanes.take()
-            d = Delta(
-                time=now, done=bool(self.engine.done), paused=bool(self.engine.paused),
-                metric=self.metric, lanes=list(lanes.lane_of),
-                rows={tid: self._row_dict(tid) for tid in sorted(self._dirty)},
-                points=self._points, alloc_closed=closed, alloc_open=lanes.open_rects(now),
-                util_kind=util_kind, util_device=lanes.device, util_closed=segments, util_open=lanes.util_open(now),
-                best=best, best_changed=best_changed, best_curve=best_curve,
-                best_value=None if best is None else self._rows[best].best,
-                progress=self._progress(now), cost=None if self.cost is None else self.cost(),
-            )
-            self._reset_buffers()
-            return d
+            return self._pull()
+
+    def _pull(self) -> Delta:
+        if self._pending_since is not None and (
+                self.engine.done or _time.monotonic() - self._pending_since > IDLE_CATCH_UP):
+            self._catch_up()  # no handle came: the engine is finished (a flag) or idle
+        now = self._now
+        best = self._find_best()
+        if best != self._best:
+            self._dirty.update(t for t in (best, self._best) if t is not None)
+        best_changed = best != self._best or not self._pulled
+        self._best, self._pulled = best, True
+        best_curve = None
+        if best is not None and (best_changed or best in self._raw):
+            best_curve = self._curve(best)
+        lanes = self.lanes
+        util_kind = lanes.kind
+        closed, segments = lanes.take()
+        d = Delta(
+            time=now, done=self._done, paused=self._paused,
+            metric=self.metric, lanes=list(lanes.lane_of),
+            rows={tid: self._row_dict(tid) for tid in sorted(self._dirty)},
+            points=self._take_points(), alloc_closed=closed, alloc_open=lanes.open_rects(now),
+            util_kind=util_kind, util_device=lanes.device, util_closed=segments,
+            util_open=lanes.util_open(now),
+            best=best, best_changed=best_changed, best_curve=best_curve,
+            best_value=None if best is None else self._rows[best].best,
+            progress=self._progress(now), cost=None if self.cost is None else self.cost(),
+        )
+        self._reset_buffers()
+        return d
 
     def close(self) -> None:
         """Stop listening to the engine."""
         self._unsubscribe()
 
     # ------------------------------------------------------- engine thread
+    def _stamp(self) -> None:
+        """Copy the engine's clock and flags (on the engine's thread, or a finished engine)."""
+        engine = self.engine
+        self._now, self._done, self._paused = float(engine.time), bool(engine.done), \
+            bool(engine.paused)
+
     def _on_handle(self, events: tuple[ev.Event, ...], cmds: list[Command]) -> None:
         with self._lock:
             self.updates += 1
+            if self._pending_since is not None:
+                self._catch_up()  # attached while running: the engine's state is whole now
+                return
             everything = False
             touched = self._touched
             for e in events:
@@ -203,20 +244,15 @@ class DashboardModel:
                         self._on_launch(c)
                 elif isinstance(c, Finish):
                     everything = True
-            if everything:
-                self._sync(everything=True)
+            self._sync(everything=everything or bool(self.engine.done))
+            self._stamp()
 
     def _catch_up(self) -> None:
-        """Replay the engine's state so far (attaching to a running or finished experiment)."""
-        for attempt in range(5):
-            try:  # the engine may be adding a trial on another thread right now; the
-                # dict copies at the start of _sync fail before anything is changed
-                self._touched = set(self.engine.trials)
-                self._sync(everything=True)
-                break
-            except RuntimeError:
-                if attempt == 4:
-                    raise
+        """Replay the engine's state so far (on the engine's thread, or a finished engine)."""
+        self._pending_since = None
+        self._touched = set(self.engine.trials)
+        self._sync(everything=True)
+        self._stamp()
         # promotions happened before we listened: a trial placed again right where it
         # reported and released its GPUs had finished a segment and won its rung
         last_end: dict[int, float] = {}
@@ -254,7 +290,9 @@ class DashboardModel:
         if everything:
             touched |= self._waiting
             touched |= self.lanes.open_trials
-        else:  # a cheap identity check; full sync only for what moved
+        elif self._waiting and _time.monotonic() - self._checked > WAITING_CHECK:
+            # a cheap identity check; full sync only for what moved
+            self._checked = _time.monotonic()
             touched.update(tid for tid in self._waiting
                            if rows[tid].trial.state is not rows[tid].state)
         self.lanes.sync(touched)
@@ -268,26 +306,20 @@ class DashboardModel:
         n = len(t.results)
         if n > row.n_results:
             new = t.results[row.n_results:n]
-            cap = self.max_points
-            if cap is not None and len(new) > cap:
-                # thin a burst (the simulator reports faster than any eye): an even
-                # stride, always ending on the latest report
-                stride = -(-len(new) // cap)
-                new = new[(len(new) - 1) % stride::stride]
             metric = self.metric
-            if any(m.get(metric) is None for _, _, m in new):
-                new = [r for r in new if r[2].get(metric) is not None]
-            pts = self._points.get(tid)
-            if pts is None:
-                pts = self._points[tid] = Points([], [], [])
-            pts.budget.extend([b for _, b, _ in new])
-            pts.value.extend([m[metric] for _, _, m in new])
-            pts.time.extend([w for w, _, _ in new])
+            full = [r for r in new if r[2].get(metric) is not None]
+            row.curve.budget.extend([b for _, b, _ in full])
+            row.curve.value.extend([m[metric] for _, _, m in full])
+            row.curve.time.extend([w for w, _, _ in full])
+            self._raw.setdefault(tid, []).extend(new)  # thinned at the pull
             row.n_results = n
             self._dirty.add(tid)
-        snap = (t.state, t.best, t.last, t.budget_used, t.target_budget, t.error)
-        if snap != (row.state, row.best, row.last, row.budget, row.target, row.error):
-            row.state, row.best, row.last, row.budget, row.target, row.error = snap
+        snap = (t.state, t.best, t.last, t.budget_used, t.target_budget, t.error, t.start_time,
+                t.end_time)
+        if snap != (row.state, row.best, row.last, row.budget, row.target, row.error, row.start,
+                    row.end):
+            (row.state, row.best, row.last, row.budget, row.target, row.error, row.start,
+             row.end) = snap
             self._dirty.add(tid)
         if t.state is TrialState.PAUSED:
             self._waiting.add(tid)
@@ -311,14 +343,27 @@ class DashboardModel:
     # --------------------------------------------------------- pull helpers
     def _reset_buffers(self) -> None:
         self._dirty: set[int] = set()
-        self._points: dict[int, Points] = {}
+        self._raw: dict[int, list[Any]] = {}  # trial -> reports since the last pull
+
+    def _take_points(self) -> dict[int, Points]:
+        """The reports since the last pull as curve points, bursts thinned to ``max_points``."""
+        out: dict[int, Points] = {}
+        metric, cap = self.metric, self.max_points
+        for tid, new in self._raw.items():
+            if cap is not None and len(new) > cap:
+                # thin a burst (the simulator reports faster than any eye): an even
+                # stride, always ending on the latest report
+                stride = -(-len(new) // cap)
+                new = new[(len(new) - 1) % stride::stride]
+            if any(m.get(metric) is None for _, _, m in new):
+                new = [r for r in new if r[2].get(metric) is not None]
+            out[tid] = Points([b for _, b, _ in new], [m[metric] for _, _, m in new],
+                              [w for w, _, _ in new])
+        return out
 
     def _curve(self, tid: int) -> Points:
-        metric = self.metric
-        results = [r for r in list(self._rows[tid].trial.results)  # a copy: the engine
-                   if r[2].get(metric) is not None]                  # may append meanwhile
-        return Points([b for _, b, _ in results], [m[metric] for _, _, m in results],
-                      [w for w, _, _ in results])
+        c = self._rows[tid].curve  # the model's own copy, made on the engine's thread
+        return Points(list(c.budget), list(c.value), list(c.time))
 
     def _find_best(self) -> int | None:
         """The rule of :attr:`Experiment.best` (:mod:`nbtune.core.best`): furthest-trained trials only."""
@@ -341,22 +386,22 @@ class DashboardModel:
 
     def _row_dict(self, tid: int) -> dict[str, Any]:
         r = self._rows[tid]
-        t = r.trial
         return {"trial_id": tid, "state": self.display_state(tid),
-                "config": dict(t.config), self.metric: r.best, "last": r.last,
+                "config": dict(r.config), self.metric: r.best, "last": r.last,
                 "budget": r.budget, "promotions": r.promotions,
-                "start": t.start_time, "end": t.end_time, "error": error_line(r.error)}
+                "start": r.start, "end": r.end, "error": error_line(r.error)}
 
     def _progress(self, now: float) -> Progress:
-        total = getattr(self.engine.algorithm, "num_trials", None)
+        total = self._total
         settled = sum(1 for r in self._rows.values()
                       if r.state is TrialState.PAUSED or r.state.is_terminal)
         errors = sum(1 for r in self._rows.values() if r.state is TrialState.ERROR)
-        if self.engine.done:
+        ended = ended_of_total([r.state for r in self._rows.values()], total, self._done)
+        if self._done:
             failed = 0 < errors == len(self._rows)
-            return Progress(settled, total, 1.0, now, 0.0, errors, failed)
+            return Progress(settled, total, 1.0, now, 0.0, errors, failed, ended)
         if not total:
-            return Progress(settled, None, None, now, None, errors)
+            return Progress(settled, None, None, now, None, errors, ended=ended)
         frac = min(settled / total, 1.0)
         eta = now * (1.0 - frac) / frac if frac >= 0.02 and now > 0 else None
-        return Progress(settled, total, frac, now, eta, errors)
+        return Progress(settled, total, frac, now, eta, errors, ended=ended)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser.bokeh_docs import read_docs
 from tests.browser.conftest import ARTIFACTS, LabServer
 from tests.browser.tune_notebook import trial_states, wait_until, write_tune_notebook
 
@@ -56,7 +57,7 @@ def test_tune_dashboard_in_notebook7_renders_updates_and_stops(
     page.get_by_role("button", name="Stop trial").wait_for(timeout=SLOW * 1000)
     page.locator(".jp-OutputArea-output canvas").filter(visible=True).first.wait_for(
         timeout=SLOW * 1000)
-    status = page.locator(".widget-html-content", has_text="trials settled")
+    status = page.locator(".widget-html-content", has_text="trials ended")
     # ... and updates: the status line gets a first report, then moves on
     wait_until(lambda: "best loss" in status.inner_text(), SLOW, "a first report")
     t0 = status.inner_text()
@@ -72,3 +73,20 @@ def test_tune_dashboard_in_notebook7_renders_updates_and_stops(
                all(v == "stopped" for v in s.values()), 60, "every trial to stop")
     # ... and the dashboard says so (the fixture's end-of-test screenshot shows it)
     wait_until(lambda: status.inner_text().startswith("done"), 30, "the status line to say done")
+
+    # a second page on the same kernel (Notebook 7 opens one per notebook): BokehJS comes with
+    # the dashboard's output, so its view renders there too, with every trial
+    page.keyboard.press("Control+s")
+    page.wait_for_timeout(1500)
+    second = page.context.new_page()
+    try:
+        errors: list[str] = []
+        second.on("console", lambda msg: errors.append(msg.text))
+        second.goto(notebook_server.url(f"notebooks/{notebook.name}"))
+        docs = wait_until(lambda: read_docs(second), SLOW, "the dashboard on a second page")
+        assert not [m for m in errors if "Failed to create view" in m], errors[:5]
+        ids = sorted(int(t) for t in docs[0]["cols"]["trial_id"])
+        assert ids == sorted(trial_states(notebook_server, NAME)), docs[0]["cols"]
+        assert set(docs[0]["cols"]["state"]) <= {"stopped", "best"}, docs[0]["cols"]["state"]
+    finally:
+        second.close()

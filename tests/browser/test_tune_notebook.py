@@ -45,7 +45,7 @@ def test_tune_magic_dashboard_updates_and_stops_a_trial(page, lab_server: LabSer
     stop_trial.wait_for(timeout=SLOW)
     page.locator(".jp-OutputArea-output canvas").filter(visible=True).first.wait_for(
         timeout=SLOW)
-    status = page.locator(".widget-html-content", has_text="trials settled")
+    status = page.locator(".widget-html-content", has_text="trials ended")
     # ... and updates: the experiment clock in the status line moves on
     wait_until(lambda: "best loss" in status.inner_text(), SLOW / 1000, "a first report")
     t0 = status.inner_text()

@@ -93,3 +93,12 @@ async def test_unreadable_store_is_a_json_error_naming_it(jp_fetch, jp_root_dir:
     assert err.value.code == 500
     reply = json.loads(err.value.response.body)
     assert reply["message"].startswith(f"nbtune cannot read the store at {bad}")
+
+
+async def test_one_experiment_and_a_clear_404(jp_fetch, jp_root_dir: Path) -> None:
+    finished_run(jp_root_dir / "nbtune-store", "one")
+    reply = json.loads((await jp_fetch("nbtune", "api", "experiments", "one")).body)
+    assert reply["summary"]["name"] == "one" and reply["trials"] and reply["curves"]
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("nbtune", "api", "experiments", "missing")
+    assert err.value.code == 404

@@ -100,3 +100,38 @@ def test_a_diverged_trial_is_never_best_and_the_reply_is_strict_json(tmp_path: P
     others = exp.results().query("trial_id not in @diverged")
     assert row["best_trial"] not in diverged
     assert math.isclose(row["best"], others["loss"].min())
+
+
+def test_trials_are_counted_ended_over_total_as_nbtune_ls_does(tmp_path: Path) -> None:
+    """The sidebar once showed running/total ("0/24") where `nbtune ls` shows ended/total."""
+    from nbtune.cli.store import _trial_counts
+    from nbtune.core.trial import TrialState
+
+    finished_run(tmp_path, "done")
+    interrupted_run(tmp_path, "live", gpus=3)
+    store = Store(tmp_path / "nbtune.db")
+    reply = {e["name"]: e for e in summarize(store, str(tmp_path / "nbtune.db"))["experiments"]}
+    for name in ("done", "live"):
+        df = store.results(name)
+        assert reply[name]["trials"] == _trial_counts(df, store.experiment(name))
+        ended = sum(TrialState(s).is_terminal for s in df["state"])
+        assert reply[name]["trials_ended"] == ended
+        assert reply[name]["trials"].startswith(f"{ended}/")
+    assert reply["live"]["trials_running"] == 3 and not reply["live"]["trials"].startswith("3/")
+
+
+def test_detail_has_every_trial_its_curve_and_the_same_best(tmp_path: Path) -> None:
+    from nbtune.server.summary import detail
+
+    exp = finished_run(tmp_path, "done")
+    store = Store(tmp_path / "nbtune.db")
+    d = detail(store, "done")
+    assert [t["trial_id"] for t in d["trials"]] == sorted(exp.engine.trials)
+    assert {t["trial_id"]: t["state"] for t in d["trials"]} == {
+        t.trial_id: t.state.value for t in exp.engine.trials.values()}
+    assert d["summary"]["best_trial"] == exp.best["trial_id"]
+    for tid, points in d["curves"].items():
+        want = [v for _, b, m in exp.engine.trials[int(tid)].results for v in (b, m["loss"])]
+        assert [v for p in points for v in p] == pytest.approx(want)
+    with pytest.raises(KeyError):
+        detail(store, "nope")

@@ -190,19 +190,21 @@ def test_figures_switch_to_measured_utilization():
     from nbtune.engine.engine import Engine
     from nbtune.ui.figures import Figures
     from nbtune.ui.model import DashboardModel
+    from nbtune.ui.snapshot import Snapshots
     from tests.engine.toy import OneShot
     from tests.ui.conftest import SPACE
 
     engine = Engine(OneShot(SPACE, metric="loss", max_budget=5, num_trials=2, seed=0))
     model = DashboardModel(engine)
     figs = Figures("loss", "min", space=SPACE)
+    snaps = Snapshots(model)
     engine.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(2)))
     engine.handle(ev.TrialReported(2.0, 0, 1.0, {"loss": 0.5}))
-    figs.apply(model.pull())
+    figs.render(snaps.take())
     assert "allocated" in figs.util.title.text and rows_of(figs.util_open_src) == 2
     engine.handle(ev.UtilizationSampled(3.0, {0: 0.5, 1: 0.25}))
     engine.handle(ev.UtilizationSampled(4.0, {0: 0.75, 1: 0.0}))
-    figs.apply(model.pull())
+    figs.render(snaps.take())
     assert "measured" in figs.util.title.text
     assert sorted(figs.util_src.data["util"]) == [0.25, 0.5]  # the estimates were dropped
     assert rows_of(figs.util_open_src) == 2

@@ -1,4 +1,5 @@
-"""On CPU workers the utilization panel says so: "CPU utilization (measured)", from the start."""
+"""On CPU workers the utilization panel says so, from the start and never otherwise: the CPU
+share of each worker's trial processes (psutil), never a "GPU utilization"."""
 
 from __future__ import annotations
 
@@ -43,7 +44,10 @@ def test_cpu_workers_show_their_trials_cpu_share_labelled_consistently(wire):
         exp.wait(120)
         dash._thread.join(20)
         titles.add(dash.figures.util.title.text)
-        assert titles == {"CPU utilization (measured)"}  # never "GPU", never "(allocated)"
+        # never "GPU", never "(allocated)", never a switch
+        assert titles == {"CPU share of each worker's trial processes (measured with psutil)"}
+        labels = dash.figures.util.yaxis[0].major_label_overrides
+        assert sorted(labels.values()) == ["worker 0", "worker 1"]  # one labelled lane each
         util = exp.utilization()
         assert util["util"].max() > 0.15, util  # busy trials read busy (loaded 2-core machine)
         shown = list(dash.figures.util_src.data["util"])

@@ -1,0 +1,152 @@
+"""Read the dashboards a page *renders*: the Bokeh documents of every BokehView, and the grid.
+
+A check that a canvas exists passes when the dashboard is wrong; these helpers
+read back what the browser holds, so a test can compare it with
+``exp.results()``: the DataTable's data source, the rows its grid draws, the
+allocation strip's lanes and the header. ``Bokeh.documents`` lists every
+document BokehJS made (each BokehView builds its own from the widget's render
+bundle); a view re-rendered from a newer bundle clears its old document, so
+only documents with roots are live.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: JavaScript returning one summary per live dashboard document in the page
+READ_DOCS_JS = """
+() => {
+  const B = window.Bokeh;
+  if (!B || !B.documents) return null;
+  const arr = (v) => (v == null ? [] : Array.from(v, (x) => (x === undefined ? null : x)));
+  const obj = (d) => (d instanceof Map ? Object.fromEntries(d) : d);
+  const out = [];
+  for (const doc of B.documents) {
+    const roots = typeof doc.roots === "function" ? doc.roots() : doc.roots;
+    if (!roots || roots.length === 0) continue;
+    const models = Array.from(doc._all_models.values());
+    const table = models.find((m) => m.constructor.__name__ === "DataTable");
+    if (!table) continue;
+    const data = obj(table.source.data);
+    const cols = {};
+    const lengths = {};
+    for (const k of Object.keys(data)) { cols[k] = arr(data[k]); lengths[k] = cols[k].length; }
+    const plots = models.filter((m) => m.constructor.__name__ === "Plot" ||
+                                       m.constructor.__name__ === "Figure");
+    const titled = (word) => plots.find((p) => p.title && String(p.title.text).includes(word));
+    const alloc = titled("allocation");
+    const util = plots.find((p) => p !== alloc && p.title && p !== titled("learning"));
+    // labels keyed by the tick's number: BokehJS looks them up by number, a string key
+    // never matches and the axis shows 0.5, 1.5
+    const labelled = (o) => o instanceof Map ? Object.fromEntries(
+      Array.from(o.entries()).filter(([k]) => typeof k === "number")) : {};
+    const lanes = (p) => p == null ? null : {
+      end: p.y_range.end, ticks: arr(p.left[0].ticker.ticks),
+      labels: labelled(p.left[0].major_label_overrides), title: String(p.title.text)};
+    const divs = models.filter((m) => m.constructor.__name__ === "Div").map((m) => m.text);
+    // the sources of every glyph: lengths must agree column by column
+    const inconsistent = [];
+    for (const m of models) {
+      if (m.constructor.__name__ !== "ColumnDataSource") continue;
+      const d = obj(m.data);
+      const ls = new Set(Object.keys(d).map((k) => arr(d[k]).length));
+      if (ls.size > 1) inconsistent.push(m.id);
+    }
+    out.push({cols, lengths, alloc: lanes(alloc), util: lanes(util), divs, inconsistent});
+  }
+  return out;
+}
+"""
+
+#: JavaScript returning, for each rendered DataTable grid, the cells of the rows it draws
+READ_GRIDS_JS = """
+() => {
+  // Bokeh 3 renders into shadow roots: walk them to reach the SlickGrid viewports
+  const found = [];
+  const walk = (root) => {
+    for (const el of root.querySelectorAll("*")) {
+      if (el.classList && el.classList.contains("slick-viewport")) found.push(el);
+      if (el.shadowRoot) walk(el.shadowRoot);
+    }
+  };
+  walk(document);
+  return found.filter((v) => v.getClientRects().length > 0).map((v) =>
+    Array.from(v.querySelectorAll(".slick-row")).map((r) =>
+      Array.from(r.querySelectorAll(".slick-cell")).map((c) => c.textContent.trim())));
+}
+"""
+
+
+def read_docs(page: Any) -> list[dict[str, Any]]:
+    return page.evaluate(READ_DOCS_JS) or []
+
+
+def read_grids(page: Any) -> list[list[list[str]]]:
+    return page.evaluate(READ_GRIDS_JS) or []
+
+
+def expected_states(truth: dict[str, Any]) -> dict[int, set[str]]:
+    """What the table may show for each trial: ``best`` for exp.best, else the engine's state,
+    or ``promoted`` for a trial that won a rung and is not running/stopped/failed."""
+    best = truth["best"]
+    out: dict[int, set[str]] = {}
+    for tid, state in truth["states"].items():
+        tid = int(tid)
+        if tid == best:
+            out[tid] = {"best"}
+        elif state in ("running", "stopped", "error"):
+            out[tid] = {state}
+        else:
+            out[tid] = {state, "promoted"}
+    return out
+
+
+def check_doc(doc: dict[str, Any], truth: dict[str, Any]) -> list[str]:
+    """Every way one rendered dashboard disagrees with the experiment's truth (empty: none)."""
+    problems = []
+    cols, n_workers = doc["cols"], truth["workers"]
+    if len(set(doc["lengths"].values())) > 1:
+        problems.append(f"table columns of inconsistent lengths {doc['lengths']}")
+    if doc["inconsistent"]:
+        problems.append(f"{len(doc['inconsistent'])} data sources of inconsistent lengths")
+    ids = cols.get("trial_id", [])
+    if any(t is None or t != t for t in ids) or any(s in (None, "") for s in cols.get("state", [])):
+        problems.append(f"null cells: trial_id={ids} state={cols.get('state')}")
+    got_ids = sorted(int(t) for t in ids if t is not None and t == t)
+    want_ids = sorted(int(t) for t in truth["states"])
+    if got_ids != want_ids:
+        problems.append(f"rows {got_ids} != trials {want_ids}")
+    want = expected_states(truth)
+    for tid, state in zip(ids, cols.get("state", []), strict=False):
+        if tid is not None and tid == tid and int(tid) in want and state not in want[int(tid)]:
+            problems.append(f"trial {int(tid)} shown {state!r}, is {sorted(want[int(tid)])}")
+    bests = [int(t) for t, s in zip(ids, cols.get("state", []), strict=False) if s == "best"]
+    if bests != [truth["best"]]:
+        problems.append(f"best rows {bests} != exp.best trial {truth['best']}")
+    for name in ("alloc", "util"):
+        lanes = doc[name]
+        if lanes is None or lanes["end"] != n_workers or len(lanes["ticks"]) != n_workers \
+                or len(lanes["labels"]) != n_workers:
+            problems.append(f"{name} strip lanes {lanes} != {n_workers} labelled lanes")
+    header = " ".join(doc["divs"])
+    if "done" not in header:
+        problems.append(f"header {header[:200]!r} does not say done")
+    if truth.get("dask") and f'href="{truth["dask"]}"' not in header:
+        problems.append(f"header links no Dask dashboard ({truth['dask']})")
+    return problems
+
+
+def check_grid(grid: list[list[str]], truth: dict[str, Any]) -> list[str]:
+    """The rows the DataTable draws (not only its data): one per trial, the right states."""
+    want = expected_states(truth)
+    drawn = {}
+    for cells in grid:
+        if len(cells) >= 2 and cells[0].isdigit():
+            drawn[int(cells[0])] = cells[1]
+    problems = []
+    if sorted(drawn) != sorted(want):
+        problems.append(f"grid draws trials {sorted(drawn)} != {sorted(want)}")
+    for tid, state in drawn.items():
+        if tid in want and state not in want[tid]:
+            problems.append(f"grid draws trial {tid} as {state!r}, is {sorted(want[tid])}")
+    return problems

@@ -1,0 +1,143 @@
+"""The dashboards a real JupyterLab page renders agree with ``exp.results()``: live, shown again
+(``exp.wait()`` as a cell's last line, ``exp`` alone in a later cell), after a page reload and
+in a second tab.
+
+A real ``%%tune`` run on a two-worker Dask cluster (ASHA, so trials pause,
+stop and get promoted); then the test reads back every Bokeh document in the
+page (:mod:`tests.browser.bokeh_docs`) and the rows each DataTable grid draws,
+and compares them with the truth the kernel writes (``exp.results()``,
+``exp.best``): one row per trial, no null cell, the same states and best trial,
+one labelled lane per worker, and no "inconsistent lengths" warning in the
+console. With ``NBTUNE_DOCS_SCREENSHOTS=1`` it saves the screenshots that
+``docs/notebook.rst`` shows under ``docs/_static/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.browser.bokeh_docs import check_doc, check_grid, read_docs, read_grids
+from tests.browser.conftest import REPO, LabServer
+from tests.browser.tune_notebook import SETUP, wait_until
+
+pytestmark = pytest.mark.browser
+
+NAME = "truth"
+SLOW = 150
+SHOTS = REPO / "docs" / "_static" if os.environ.get("NBTUNE_DOCS_SCREENSHOTS") else None
+
+TUNE = f"""\
+%%tune space --metric loss --max-budget 9 --min-budget 1 --num-trials 8 -a asha --runtime rt --name {NAME} --seed 0
+for step in trial.steps():
+    time.sleep(0.25)
+    trial.report(step, loss=1.0 / step + config["lr"])"""
+TRUTH = """\
+import json
+r = exp.results()
+json.dump({"states": {int(t): s for t, s in zip(r["trial_id"], r["state"])},
+           "best": int(exp.best["trial_id"]), "workers": 2, "dask": rt.dashboard_link}, open("truth.json", "w"))"""
+
+
+@pytest.fixture(scope="module")
+def notebook(lab_root: Path) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in (SETUP, TUNE, "exp.wait()", "exp", TRUTH)]
+    path = lab_root / "truth.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def shoot(page, locator, name: str) -> None:
+    if SHOTS is not None:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        locator.screenshot(path=str(SHOTS / name))
+
+
+def all_problems(page, truth: dict, at_least: int) -> list[str]:
+    docs = read_docs(page)
+    problems = [] if len(docs) >= at_least else [f"{len(docs)} dashboards, want {at_least}"]
+    for i, doc in enumerate(docs):
+        problems += [f"dashboard {i}: {p}" for p in check_doc(doc, truth)]
+    grids = read_grids(page)
+    if len(grids) < at_least:  # what the DataTables draw, not only their data
+        problems.append(f"{len(grids)} drawn tables, want {at_least}")
+    for i, grid in enumerate(grids):
+        problems += [f"grid {i}: {p}" for p in check_grid(grid, truth)]
+    return problems
+
+
+def settled_problems(page, truth: dict, at_least: int, timeout: float = 30) -> list[str]:
+    """The problems left once the page had ``timeout`` seconds to take the last updates."""
+    deadline = time.monotonic() + timeout
+    while True:
+        problems = all_problems(page, truth, at_least)
+        if not problems or time.monotonic() > deadline:
+            return problems
+        time.sleep(1)
+
+
+def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServer,
+                                                      notebook: Path) -> None:
+    console: list[str] = []
+    page.on("console", lambda msg: console.append(msg.text))
+    page.goto(lab_server.url(f"lab/tree/{notebook.name}"))
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+    page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle$")).wait_for(
+        timeout=60_000)
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-item:not(.lm-mod-disabled) .lm-Menu-itemLabel",
+                 has_text=re.compile(r"^Run All Cells$")).click()
+
+    # live: the first dashboard updates while trials run
+    status = page.locator(".widget-html-content", has_text="trials ended").first
+    wait_until(lambda: "best loss" in status.inner_text(), SLOW, "a first report")
+    live = page.locator(".jp-Cell").nth(1).locator(".jp-OutputArea")
+    shoot(page, live, "dashboard-live.png")
+
+    truth_file = lab_server.root_dir / "truth.json"
+    wait_until(truth_file.exists, SLOW, "the run to end and truth.json")
+    truth = json.loads(truth_file.read_text())
+    # three views: the live one, exp.wait()'s and exp's; give the last update time to land
+    problems = settled_problems(page, truth, 3)
+    assert problems == [], "\n".join(problems)
+    shoot(page, page.locator(".jp-Cell").nth(3).locator(".jp-OutputArea"),
+          "dashboard-redisplay.png")
+    assert not [m for m in console if "inconsistent lengths" in m], console[:5]
+
+    # after a page reload the widgets come back from the kernel: still right
+    page.keyboard.press("Control+s")
+    page.wait_for_timeout(1500)
+    console.clear()
+    page.reload()
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+    wait_until(lambda: len(read_docs(page)) >= 3, 60, "the dashboards to render after reload")
+    problems = settled_problems(page, truth, 3)
+    assert problems == [], "\n".join(problems)
+    assert not [m for m in console if "inconsistent lengths" in m], console[:5]
+    assert not [m for m in console if "Failed to create view" in m], console[:5]
+
+    # a second tab on the same kernel: its widgets also come from the kernel's current state
+    second = page.context.new_page()
+    try:
+        errors: list[str] = []
+        second.on("console", lambda msg: errors.append(msg.text))
+        second.goto(lab_server.url(f"lab/tree/{notebook.name}"))
+        second.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+        wait_until(lambda: len(read_docs(second)) >= 3, 60, "the dashboards in a second tab")
+        problems = settled_problems(second, truth, 3)
+        assert problems == [], "\n".join(problems)
+        assert not [m for m in errors if "Failed to create view" in m or
+                    "inconsistent lengths" in m], errors[:5]
+    finally:
+        second.close()
+
+
