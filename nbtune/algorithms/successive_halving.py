@@ -207,8 +207,8 @@ class BracketAlgorithm(BaseAlgorithm):
                 continue
             known = sorted((t for t in b.results if t not in self.ended),
                            key=lambda t: (rank_key(b.results[t]), t))
-            nxt = b.budgets[b.rung + 1]
-            out.extend(TrialSpec(t, dict(self.configs[t]), nxt)
+            last = b.budgets[-1]
+            out.extend(TrialSpec(t, dict(self.configs[t]), last)
                        for t in known[:b.sizes[b.rung + 1]])
         return out
 

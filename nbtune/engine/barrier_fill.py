@@ -48,6 +48,8 @@ class Speculation:
     reports: list[TrialReported] = field(default_factory=list)
     #: it reached ``target`` and waits (paused) for the verdict
     done: bool = False
+    #: promoted to this rung budget below ``target``: its reports up to it count as they come
+    promoted: float | None = None
 
 
 def fill(eng: Engine, cmds: list[Command]) -> None:
@@ -80,8 +82,6 @@ def on_report(eng: Engine, e: TrialReported) -> None:
     """Buffer a speculative report; at its target the run pauses and waits for the verdict."""
     t = eng.trials[e.trial_id]
     sp = eng._spec[e.trial_id]
-    if t.state is not TrialState.RUNNING:
-        return
     prev = t.last_mark
     if prev is not None and e.budget > prev[1] + EPS:
         t.unit_time = ((e.time - prev[0]) / (e.budget - prev[1]), t.share)
@@ -94,26 +94,49 @@ def on_report(eng: Engine, e: TrialReported) -> None:
         eng._release(t)
         t.transition(TrialState.PAUSED)
         sp.done = True
+    if sp.promoted is not None:
+        _flush(eng, t, sp)
+
+
+def _flush(eng: Engine, t: Any, sp: Speculation) -> bool:
+    """Hand the algorithm the buffered reports up to the promoted budget; True if it was reached.
+
+    The run itself goes on (speculatively, past the promotion) where it is.
+    """
+    assert sp.promoted is not None
+    while sp.reports and sp.reports[0].budget <= sp.promoted + EPS:
+        eng._record(t, sp.reports.pop(0))
+    if t.budget_used < sp.promoted - EPS:
+        return False
+    sp.rung_target, sp.promoted = sp.promoted, None
+    eng.algorithm.on_segment_end(t.trial_id, sp.rung_target)
+    eng._dirty = True
+    return True
 
 
 def adopt(eng: Engine, spec: TrialSpec, cmds: list[Command]) -> bool:
     """The algorithm promoted a speculating trial: replay its reports; True if the segment closed.
 
-    A run still going on keeps its placement and becomes an ordinary running
-    trial; one that reached the budget closes its segment here (the replay's
-    last report does it). Either way it is not queued again.
+    Promoted to the budget it was speculated to: it becomes an ordinary trial
+    (running on, or its segment closes here with the replay's last report).
+    Promoted to a rung below that (the run speculates on past it): the reports
+    up to the rung are handed over now or as they come, and the run goes on.
+    Either way it is not queued again.
     """
     tid = spec.trial_id
     sp = eng._spec[tid]
-    if abs(spec.budget - sp.target) > EPS:
+    t = eng.trials[tid]
+    if spec.budget > sp.target + EPS:
         raise EngineError(
             f"{eng.algorithm.name}: trial {tid} was speculated to budget {sp.target} but "
-            f"promoted to {spec.budget}: speculate() must name the next promotion's budget"
+            f"promoted to {spec.budget}: speculate() must name a budget its promotions reach"
         )
-    del eng._spec[tid]
-    t = eng.trials[tid]
     t.config = dict(spec.config)
     t.group_id = spec.group_id
+    if spec.budget < sp.target - EPS:
+        sp.promoted = float(spec.budget)
+        return _flush(eng, t, sp)
+    del eng._spec[tid]
     t.target_budget = float(spec.budget)
     for r in sp.reports:
         if t.state.is_terminal:
@@ -122,16 +145,25 @@ def adopt(eng: Engine, spec: TrialSpec, cmds: list[Command]) -> bool:
     return t.state is not TrialState.RUNNING
 
 
-def drop(eng: Engine, trial_id: int) -> None:
-    """Forget a speculation: the trial is paused where its rung left it (its run yielded)."""
+def drop(eng: Engine, trial_id: int) -> bool:
+    """Forget a speculation (its run yields or failed); True if nothing real was lost.
+
+    A purely speculative trial is paused where its rung left it. One already
+    promoted (running past the rung it was promoted to) becomes an ordinary
+    trial of that rung and False is returned: the caller requeues it as any other.
+    """
     sp = eng._spec.pop(trial_id)
     t = eng.trials[trial_id]
+    eng._paused_on.pop(trial_id, None)  # its process went on or ended: nothing waits there
+    eng._held.pop(trial_id, None)
+    if sp.promoted is not None:
+        t.target_budget = sp.promoted
+        return False
     if t.state is TrialState.RUNNING:
         eng._release(t)
         t.transition(TrialState.PAUSED)
-    eng._paused_on.pop(trial_id, None)  # its process went on or ended: nothing waits there
-    eng._held.pop(trial_id, None)
     t.target_budget = sp.rung_target
+    return True
 
 
 def retire(eng: Engine, trial_id: int) -> bool:
@@ -150,7 +182,8 @@ def yield_to_pending(eng: Engine, cmds: list[Command]) -> bool:
     """Pause every running speculation while real work waits; True if any yielded."""
     if not eng._pending:
         return False
-    running = [tid for tid in eng._spec if eng.trials[tid].state is TrialState.RUNNING]
+    running = [tid for tid, sp in eng._spec.items()
+               if sp.promoted is None and eng.trials[tid].state is TrialState.RUNNING]
     for tid in running:
         cmds.append(Pause(tid))
         drop(eng, tid)

@@ -229,19 +229,8 @@ class Engine:
 
     def _apply_report(self, t: Trial, e: ev.TrialReported, cmds: list[Command]) -> None:
         """A result counts: record it, ask the algorithm, end the segment at its budget."""
-        tid, b, now = t.trial_id, e.budget, e.time
-        running = t.state is TrialState.RUNNING
-        if b > t.budget_used:
-            t.budget_used = b
-        metrics = e.metrics
-        value = metrics.get(self.metric)
-        if value is not None:
-            t.last = value
-            best = t.best
-            if best is None or (value < best if self._minimize else value > best):
-                t.best = value
-        t.results.append((now, b, metrics))
-        decision = self.algorithm.on_report(tid, b, metrics)
+        tid, b, running = t.trial_id, e.budget, t.state is TrialState.RUNNING
+        decision = self._record(t, e)
         if b >= t.target_budget - EPS:
             if decision is Decision.STOP:
                 self._end(t, TrialState.STOPPED)
@@ -256,6 +245,20 @@ class Engine:
         elif decision is Decision.PAUSE and running:
             cmds.append(Pause(tid))
             self._pause(t)
+
+    def _record(self, t: Trial, e: ev.TrialReported) -> Decision:
+        b = e.budget
+        if b > t.budget_used:
+            t.budget_used = b
+        metrics = e.metrics
+        value = metrics.get(self.metric)
+        if value is not None:
+            t.last = value
+            best = t.best
+            if best is None or (value < best if self._minimize else value > best):
+                t.best = value
+        t.results.append((e.time, b, metrics))
+        return self.algorithm.on_report(t.trial_id, b, metrics)
 
     def _on_held(self, e: ev.TrialHeld, cmds: list[Command]) -> None:
         t = self.trials.get(e.trial_id)
@@ -361,9 +364,8 @@ class Engine:
 
     def _requeue(self, trial_id: int, *, failed: bool, front: bool = False) -> None:
         """Put a running trial back in the queue (from its checkpoint), or fail it for good."""
-        if trial_id in self._spec:  # a speculative run yields: its trial waits for its verdict
-            barrier_fill.drop(self, trial_id)
-            return
+        if trial_id in self._spec and barrier_fill.drop(self, trial_id):
+            return  # a speculative run yields: its trial waits for its verdict
         t = self.trials[trial_id]
         self._release(t)
         if failed:
