@@ -153,6 +153,17 @@ class BaseAlgorithm:
         h[float(budget)] = loss
         return loss
 
+    def speculate(self) -> list[TrialSpec]:
+        """Continuations worth running on workers that would idle at a barrier, best first.
+
+        Each spec names a *paused* trial and the budget its next promotion would
+        ask for. The engine may run them before the verdict (barrier filling) but
+        shows the algorithm nothing until the promotion really comes (then it
+        replays the reports) or the trial is retired (then they are dropped), so
+        the algorithm's decisions never depend on it. Default: none.
+        """
+        return []
+
     def on_segment_end(self, trial_id: int, budget: float) -> None:
         """The trial reached the budget its spec asked for and is paused (not terminal)."""
 

@@ -24,7 +24,7 @@ from nbtune.algorithms._common import (
     rung_budgets,
     validate_eta,
 )
-from nbtune.algorithms.base import BaseAlgorithm
+from nbtune.algorithms.base import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
 from nbtune.core.space import sample_config
 from nbtune.core.trial import TrialSpec, TrialState
@@ -144,8 +144,14 @@ class BracketAlgorithm(BaseAlgorithm):
     synchronous = True
     waits_at_rungs = True
 
-    def __init__(self, space: Mapping[str, Any], **kwargs: Any) -> None:
+    def __init__(
+        self, space: Mapping[str, Any], *, fill_barriers: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(space, **kwargs)
+        if not isinstance(fill_barriers, bool):
+            raise AlgorithmError(f"fill_barriers must be True or False, got {fill_barriers!r}")
+        #: let the engine continue likely promotions on workers idle at a rung barrier
+        self.fill_barriers = fill_barriers
         self.brackets: list[Bracket] = []
         self._bracket_of: dict[int, Bracket] = {}
         self._target: dict[int, float] = {}
@@ -183,6 +189,28 @@ class BracketAlgorithm(BaseAlgorithm):
                 if g is not None:
                     groups.append(g)
         return groups
+
+    def speculate(self) -> list[TrialSpec]:
+        """Likely promotions of open rungs, best first: barrier filling (``fill_barriers``).
+
+        In every bracket waiting at a barrier, the trials that already reached
+        the rung and rank within the ``sizes[rung+1]`` best *of those known so
+        far* (a straggler may still displace them: the engine drops the work of
+        any that lose), at the next rung's budget. Only what a run knows: the
+        reported losses, never the stragglers' future ones.
+        """
+        if not self.fill_barriers:
+            return []
+        out: list[TrialSpec] = []
+        for b in self.brackets:
+            if b.done or b.last_rung or b.ready or b.barrier_passed:
+                continue
+            known = sorted((t for t in b.results if t not in self.ended),
+                           key=lambda t: (rank_key(b.results[t]), t))
+            last = b.budgets[-1]
+            out.extend(TrialSpec(t, dict(self.configs[t]), last)
+                       for t in known[:b.sizes[b.rung + 1]])
+        return out
 
     def _settle(self, b: Bracket) -> None:
         while b.barrier_passed:

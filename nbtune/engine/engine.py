@@ -4,8 +4,8 @@ Shaped like dask's ``worker_state_machine``: runtimes feed it facts (events
 stamped with their own time) and carry out the commands it returns. It asks
 the algorithm for TrialGroups and decisions and the allocator for placements;
 it never reads a clock and never does I/O, so the simulator and the Dask
-runtime drive the very same object. ``validate=True`` re-checks every
-invariant after each call.
+runtime drive the very same object (barrier filling too: ``.barrier_fill``).
+``validate=True`` re-checks every invariant after each call.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from nbtune.core.group import TrialGroup
 from nbtune.core.resources import ClusterSpec, Placement
 from nbtune.core.tolerance import EPS
 from nbtune.core.trial import Decision, Trial, TrialSpec, TrialState
-from nbtune.engine import invariants, scheduling
+from nbtune.engine import barrier_fill, invariants, scheduling
 from nbtune.engine.errors import EngineError
 from nbtune.engine.state import ResourceLedger
 
@@ -69,6 +69,7 @@ class Engine:
         #: paused trials whose process waits in place (TrialHeld), on the placement it holds
         self._held: dict[int, Placement] = {}
         self._paused_on: dict[int, Placement] = {}
+        self._spec: dict[int, barrier_fill.Speculation] = {}
         self._outbox: list[Command] = []
         self._subscribers: list[Subscriber] = []
         self._handlers: dict[type, Callable[[Any, list[Command]], None]] = {
@@ -174,6 +175,9 @@ class Engine:
         """
         return self._held
 
+    @property
+    def speculating(self) -> Mapping[int, float]:  # trial -> budget: see .barrier_fill
+        return {tid: sp.target for tid, sp in self._spec.items()}
     def trial(self, trial_id: int) -> Trial:
         return self.trials[trial_id]
 
@@ -212,12 +216,38 @@ class Engine:
         t = self.trials.get(tid)
         if t is None or t.state is not TrialState.RUNNING:
             return  # a late report from a trial already stopped: nothing to decide
+        if self._spec and tid in self._spec:
+            barrier_fill.on_report(self, e)  # speculative: kept from the algorithm until promoted
+            return
         b = e.budget
         now = e.time
         prev = t.last_mark
         if prev is not None and b > prev[1] + EPS:
             t.unit_time = ((now - prev[0]) / (b - prev[1]), t.share)
         t.last_mark = (now, b)
+        self._apply_report(t, e, cmds)
+
+    def _apply_report(self, t: Trial, e: ev.TrialReported, cmds: list[Command]) -> None:
+        """A result counts: record it, ask the algorithm, end the segment at its budget."""
+        tid, b, running = t.trial_id, e.budget, t.state is TrialState.RUNNING
+        decision = self._record(t, e)
+        if b >= t.target_budget - EPS:
+            if decision is Decision.STOP:
+                self._end(t, TrialState.STOPPED)
+            elif b >= self.max_budget - EPS:
+                self._end(t, TrialState.COMPLETED)
+            else:
+                self._pause(t)
+        elif decision is Decision.STOP:
+            if running:
+                cmds.append(Stop(tid))
+            self._end(t, TrialState.STOPPED)
+        elif decision is Decision.PAUSE and running:
+            cmds.append(Pause(tid))
+            self._pause(t)
+
+    def _record(self, t: Trial, e: ev.TrialReported) -> Decision:
+        b = e.budget
         if b > t.budget_used:
             t.budget_used = b
         metrics = e.metrics
@@ -227,21 +257,8 @@ class Engine:
             best = t.best
             if best is None or (value < best if self._minimize else value > best):
                 t.best = value
-        t.results.append((now, b, metrics))
-        decision = self.algorithm.on_report(tid, b, metrics)
-        if b >= t.target_budget - EPS:
-            if decision is Decision.STOP:
-                self._end(t, TrialState.STOPPED)
-            elif b >= self.max_budget - EPS:
-                self._end(t, TrialState.COMPLETED)
-            else:
-                self._pause(t)
-        elif decision is Decision.STOP:
-            cmds.append(Stop(tid))
-            self._end(t, TrialState.STOPPED)
-        elif decision is Decision.PAUSE:
-            cmds.append(Pause(tid))
-            self._pause(t)
+        t.results.append((e.time, b, metrics))
+        return self.algorithm.on_report(t.trial_id, b, metrics)
 
     def _on_held(self, e: ev.TrialHeld, cmds: list[Command]) -> None:
         t = self.trials.get(e.trial_id)
@@ -334,6 +351,7 @@ class Engine:
         self.algorithm.on_segment_end(t.trial_id, t.budget_used)
 
     def _end(self, t: Trial, state: TrialState) -> None:
+        self._spec.pop(t.trial_id, None)
         self._paused_on.pop(t.trial_id, None)
         if self._held.pop(t.trial_id, None) is not None:
             self._outbox.append(Stop(t.trial_id))  # its waiting process must end too
@@ -346,6 +364,8 @@ class Engine:
 
     def _requeue(self, trial_id: int, *, failed: bool, front: bool = False) -> None:
         """Put a running trial back in the queue (from its checkpoint), or fail it for good."""
+        if trial_id in self._spec and barrier_fill.drop(self, trial_id):
+            return  # a speculative run yields: its trial waits for its verdict
         t = self.trials[trial_id]
         self._release(t)
         if failed:

@@ -19,6 +19,7 @@ from nbtune.core.commands import Command, Launch, Resize
 from nbtune.core.resources import Placement, width
 from nbtune.core.tolerance import EPS
 from nbtune.core.trial import Trial, TrialSpec, TrialState
+from nbtune.engine import barrier_fill
 from nbtune.engine.errors import EngineError
 
 #: the :class:`~nbtune.engine.engine.Engine` these functions work on (not imported:
@@ -28,12 +29,16 @@ Engine = Any
 __all__ = ["schedule", "admit", "retire", "apply_allocation", "launch"]
 
 
-def admit(eng: Engine, spec: TrialSpec) -> None:
+def admit(eng: Engine, spec: TrialSpec, cmds: list[Command]) -> bool:
+    """Queue the spec (a new trial or a paused one resumed); True if it closed a segment at once."""
     if spec.budget > eng.max_budget + EPS:
         raise EngineError(
             f"{eng.algorithm.name}: trial {spec.trial_id} asks for budget {spec.budget} "
             f"> max_budget {eng.max_budget}"
         )
+    if eng._spec and spec.trial_id in eng._spec:
+        # promoted while speculating: it runs on, or its segment closes now (True)
+        return barrier_fill.adopt(eng, spec, cmds)
     t = eng.trials.get(spec.trial_id)
     if t is None:
         t = Trial(spec.trial_id, dict(spec.config), group_id=spec.group_id)
@@ -60,11 +65,13 @@ def admit(eng: Engine, spec: TrialSpec) -> None:
         )
     t.target_budget = spec.budget
     eng._pending.append(spec)
+    return False
 
 def schedule(eng: Engine, cmds: list[Command]) -> None:
     eng._dirty = False
     if eng.paused or eng.stopped:
         return
+    closed = False
     for _ in range(4):
         room = eng.allocator.capacity(eng) - len(eng._pending)
         if room <= 0 or eng.algorithm.finished:
@@ -76,10 +83,16 @@ def schedule(eng: Engine, cmds: list[Command]) -> None:
         for g in groups:
             eng.groups[g.group_id] = g
             for spec in g.specs:
-                admit(eng, spec)
+                closed = admit(eng, spec, cmds) or closed
     # called even with an empty queue: freed GPUs may be worth giving to running trials
     apply_allocation(eng, eng.allocator.allocate(eng), cmds)
+    if eng._spec and eng._pending and barrier_fill.yield_to_pending(eng, cmds):
+        apply_allocation(eng, eng.allocator.allocate(eng), cmds)  # real work takes their GPUs
     retire(eng)
+    barrier_fill.fill(eng, cmds)
+    if closed and not eng.ledger.placements and not eng.done:
+        schedule(eng, cmds)  # a promotion closed a speculated segment: the algorithm has more
+        return
     if not eng.ledger.placements:
         if eng._pending:
             raise EngineError(
@@ -97,6 +110,8 @@ def schedule(eng: Engine, cmds: list[Command]) -> None:
 def retire(eng: Engine) -> None:
     for tid in eng.algorithm.pop_retired():
         t = eng.trials.get(tid)
+        if eng._spec and barrier_fill.retire(eng, tid):
+            continue
         if t is not None and t.state is TrialState.PAUSED:
             eng._end(t, TrialState.STOPPED)
 
