@@ -140,3 +140,21 @@ def test_stopping_mode_runs_every_trial_once_to_max_budget_or_a_stop() -> None:
     assert all(s[2] == 9 for s in res.specs)  # every spec asks for max_budget
     assert any(t.used == 9 for t in res.trials.values())
     assert any(t.used < 9 for t in res.trials.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(-5, 5), st.just(float("nan")), st.just(float("inf")),
+                          st.just(float("-inf"))), min_size=1, max_size=30),
+       st.sampled_from([2, 3, 4, 2.5]), st.data())
+def test_the_sorted_rung_rule_decides_as_the_percentile_rule(losses, eta, data):
+    """The O(log n) rule on the sorted rung equals Ray's percentile rule on the whole rung."""
+    import bisect
+
+    from nbtune.algorithms._common import rank_key
+    from nbtune.algorithms.asha import asha_keeps, asha_keeps_ranked
+
+    own = data.draw(st.integers(0, len(losses) - 1))
+    ranked: list[tuple[float, int]] = []
+    for tid, x in enumerate(losses):
+        bisect.insort(ranked, (rank_key(x), tid))
+    assert asha_keeps_ranked(ranked, losses[own], eta) == asha_keeps(losses, losses[own], eta)
