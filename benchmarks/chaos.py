@@ -43,18 +43,27 @@ def train_chaos(config: dict[str, Any], trial: Any) -> None:
 
 
 class Killer(threading.Thread):
-    """SIGKILLs a worker running a trial every ``every`` seconds (the nanny restarts it)."""
+    """SIGKILLs a worker running a trial every ``every`` seconds (the nanny restarts it).
 
-    def __init__(self, client: Any, runtime: Any, engine: Any, every: float, seed: int) -> None:
+    The next kill waits until the killed worker is back in the runtime's
+    inventory (``n_workers`` of them): on a loaded machine a restart can take
+    longer than the kill interval, and killing faster than workers come back
+    measures the machine, not nbtune.
+    """
+
+    def __init__(self, client: Any, runtime: Any, engine: Any, every: float, seed: int,
+                 n_workers: int) -> None:
         super().__init__(name="chaos-killer", daemon=True)
         self.client, self.runtime, self.engine = client, runtime, engine
-        self.every, self.rng = every, random.Random(seed)
+        self.every, self.rng, self.n_workers = every, random.Random(seed), n_workers
         self.kills = 0
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.wait(self.every):
             inv = self.runtime.inventory
+            while len(inv.workers) < self.n_workers and not self.stop.wait(0.1):
+                pass  # the last victim is not back yet
             busy = sorted({inv.slots[g].worker for p in list(self.engine.running.values())
                            for g, _ in p if g in inv.slots})
             if not busy:
@@ -97,7 +106,7 @@ def chaos_run(n_trials: int, kill_every: float | None, *, steps: int = 4,
             exp.engine.subscribe(lambda events, _c: lost_events.extend(
                 e for e in events if isinstance(e, ev.TrialFailed) and e.worker_lost))
             if kill_every:
-                killer = Killer(client, rt, exp.engine, kill_every, seed)
+                killer = Killer(client, rt, exp.engine, kill_every, seed, n_workers)
                 killer.start()
             try:
                 finished = rt.wait(timeout)

@@ -59,28 +59,6 @@ def probe_worker(gpus: bool, dask_worker: Any = None) -> dict[str, Any]:
     }
 
 
-PROBE_TIMEOUT = 5.0  # seconds the driver waits for a newly linked worker's probe
-
-
-def _probe_bounded(client: Any, gpus: bool, workers: list[str]) -> dict[str, Any]:
-    import asyncio
-
-    async def probe() -> dict[str, Any]:
-        run = client.run(probe_worker, gpus, workers=workers, on_error="ignore",
-                         asynchronous=True)
-        try:
-            return await asyncio.wait_for(run, PROBE_TIMEOUT)
-        except (TimeoutError, OSError):
-            return {}
-
-    fut = asyncio.run_coroutine_threadsafe(probe(), client.loop.asyncio_loop)
-    try:
-        return fut.result(PROBE_TIMEOUT + 5)
-    except Exception:  # concurrent.futures.TimeoutError, a closing loop
-        fut.cancel()
-        return {}
-
-
 class Inventory:
     """GPU id <-> (worker, slot), stable across worker restarts."""
 
@@ -94,19 +72,19 @@ class Inventory:
         """Probe all workers (or just the named new ones); True if the set of GPUs changed.
 
         Probing only the newcomers matters: a broadcast that includes a worker
-        which died a moment ago waits out a 30 s connect timeout. A probe of
-        named workers is bounded by ``PROBE_TIMEOUT`` (the driver thread waits
-        on it): a worker that does not answer by then is not adopted; if it is
-        alive, its stream's next ``linked`` probes it again.
+        which died a moment ago waits out a 30 s connect timeout (the driver
+        probes a newly linked worker off its thread: :class:`.membership.Membership`).
         """
-        if workers is None:
-            info = client.run(probe_worker, self.gpus, on_error="ignore")
-        else:
-            info = _probe_bounded(client, self.gpus, workers)
+        info = client.run(probe_worker, self.gpus, workers=workers, on_error="ignore")
         info = {a: w for a, w in info.items() if isinstance(w, dict)}
         if workers is None:
             return self.adopt(info)
         return self.adopt({**self.workers, **info})
+
+    def add(self, info: dict[str, Any]) -> bool:
+        """Adopt the probes of newly joined workers (``address -> probe``; errors skipped)."""
+        return self.adopt({**self.workers,
+                           **{a: w for a, w in info.items() if isinstance(w, dict)}})
 
     def adopt(self, info: dict[str, dict[str, Any]]) -> bool:
         """Rebuild the slots from ``address -> probe`` of every current worker."""

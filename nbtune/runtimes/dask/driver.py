@@ -83,7 +83,7 @@ class RunDriver:
             return out
         if kind == "launch_failed":
             return self._on_launch_failed(*payload, now)
-        if kind in ("lost", "joined", "linked", "unlinked"):  # see .membership
+        if kind in ("lost", "joined", "linked", "probed", "unlinked"):  # see .membership
             return self._members.on(kind, payload, now, finishing=self._finish_at is not None)
         raise AssertionError(f"unknown inbox item {kind!r}")
 

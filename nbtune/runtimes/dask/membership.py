@@ -57,8 +57,8 @@ class Membership:
         #: waited out a 30 s connect timeout on the driver thread (issue 9's chaos run)
         self.gone: set[str] = set()
 
-    def on(self, kind: str, address: str, now: float, *, finishing: bool) -> list[ev.Event]:
-        """Handle one inbox item: ``lost``, ``joined``, ``linked`` or ``unlinked``."""
+    def on(self, kind: str, address: Any, now: float, *, finishing: bool) -> list[ev.Event]:
+        """Handle one inbox item: ``lost``, ``joined``, ``linked``, ``probed`` or ``unlinked``."""
         if kind == "lost":
             self.gone.add(address)
             return self.lost(address, now, finishing)
@@ -67,16 +67,42 @@ class Membership:
             if not finishing and not self.links.linked(address):
                 self.links.open_later(address)
             return []
-        if kind == "linked":
+        if kind == "linked":  # probe it off the driver thread: the answer comes as "probed"
             if address in self.gone:
                 self.links.drop(address)
-                return []
-            if not finishing and self.inventory.refresh(self.client, [address]):
+            elif not finishing:
+                self.probe_later(address)
+            return []
+        if kind == "probed":
+            address, info = address
+            if not finishing and address not in self.gone and self.inventory.add(info):
                 return self.changed(now)
             return []
         if kind == "unlinked":
             return self.unlinked(address, now, finishing)
         raise AssertionError(f"unknown membership item {kind!r}")
+
+    def probe_later(self, address: str) -> None:
+        """Probe a newly linked worker on the client's loop; ``("probed", (address, info))``.
+
+        Probing it on the driver thread stalled the whole experiment for a 30 s
+        connect timeout whenever the worker died before answering (a chaos run
+        measured it); a worker that never answers is just never adopted.
+        """
+        import asyncio
+
+        from nbtune.runtimes.dask.cluster import probe_worker
+
+        async def go() -> None:
+            try:
+                info = await self.client.run(probe_worker, self.inventory.gpus,
+                                             workers=[address], on_error="ignore",
+                                             asynchronous=True)
+            except Exception:  # the worker or the scheduler went away meanwhile
+                info = {}
+            self.links.inbox.put(("probed", (address, info)))
+
+        asyncio.run_coroutine_threadsafe(go(), self.client.loop.asyncio_loop)
 
     def lost(self, address: str, now: float, finishing: bool) -> list[ev.Event]:
         """A worker left (or its stream broke): its runs end, its GPUs leave the inventory."""

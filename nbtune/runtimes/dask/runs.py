@@ -2,7 +2,8 @@
 
 Kept apart from :mod:`.driver` (the state machine that moves runs along) so
 that both stay readable; :func:`rank_env` is the per-rank environment (CPU
-threads by share, the visible GPU, the MPS thread percentage).
+threads by share, the visible GPU, the MPS thread percentage); :func:`overdue`
+finds runs past ``trial_timeout``; :class:`WallClock` is the experiment's clock.
 """
 
 from __future__ import annotations
