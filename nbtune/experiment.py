@@ -105,12 +105,22 @@ class Experiment:
         self.created = next(_CREATED)
 
     # ------------------------------------------------------------- control
-    def wait(self, timeout: float | None = None) -> Experiment:
+    def wait(self, timeout: float | None = None, *, progress: bool | None = None,
+             every: float = 10.0) -> Experiment:
         """Block until the experiment ends (or ``timeout`` seconds pass).
 
+        ``progress`` prints a status line every ``every`` seconds to stderr
+        (default: in a terminal yes, in a notebook no: it has the dashboard).
         Raises :class:`TrialsFailed` (with the first error) when every trial failed.
         """
-        self.runtime.wait(timeout)
+        from nbtune.waiting import progress_default, wait_with_progress
+
+        if progress is None:
+            progress = progress_default() and not self.engine.done
+        if progress:
+            wait_with_progress(self, timeout, every)
+        else:
+            self.runtime.wait(timeout)
         if self.failed:
             raise TrialsFailed(self.name, {t.trial_id: t.error or "" for t in
                                            self.engine.trials.values()})

@@ -20,7 +20,7 @@ ROOT = Path(nbtune.__file__).parent
 #: lowest first; a unit (``nbtune.<name>``) may import only units of a lower layer, or itself
 LAYERS: list[set[str]] = [
     {"core", "version", "fusion"},
-    {"algorithms", "allocators", "workloads", "progress", "examples"},
+    {"algorithms", "allocators", "workloads", "progress", "waiting", "examples"},
     {"engine", "surrogate"},
     {"runtimes"},
     {"experiment", "store", "planner"},
