@@ -49,6 +49,10 @@ _SWEEP_EVERYTHING = (ev.ExperimentStopRequested, ev.ExperimentPauseRequested,
                      ev.ResourcesChanged, ev.ConcurrencyChanged)
 #: seconds between checks of paused trials' states (the engine may retire them silently)
 WAITING_CHECK = 0.2
+#: seconds between copies on the engine's thread; changes that end or pause the experiment
+#: are copied at once (the simulator handles ~50,000 events a second: copying after each
+#: one would cost more than the tuning; no view looks more often than every 0.1 s)
+SYNC_EVERY = 0.05
 #: seconds a model attached to a running engine waits for a ``handle`` before it catches
 #: up from the caller's thread (the engine is idle then, so nothing is mid-change)
 IDLE_CATCH_UP = 2.0
@@ -166,6 +170,10 @@ class DashboardModel:
         self.updates = 0  # handle calls seen (for tests and the overhead benchmark)
         self._total = getattr(engine.algorithm, "num_trials", None)
         self._checked = 0.0  # when paused trials' states were last checked
+        self._synced_at = 0.0  # when the engine's state was last copied (engine thread)
+        self._handled_at = 0.0  # when the engine last called us
+        self._stale = False  # the engine changed since the last copy
+        self._engine_thread: int | None = None
         with self._lock:
             self._unsubscribe = engine.subscribe(self._on_handle)
             self._stamp()
@@ -187,6 +195,13 @@ class DashboardModel:
         if self._pending_since is not None and (
                 self.engine.done or _time.monotonic() - self._pending_since > IDLE_CATCH_UP):
             self._catch_up()  # no handle came: the engine is finished (a flag) or idle
+        elif self._stale and (threading.get_ident() == self._engine_thread or self.engine.done
+                                or _time.monotonic() - self._handled_at > IDLE_CATCH_UP):
+            # changes not copied yet (SYNC_EVERY), and copying them here is safe: this is the
+            # engine's thread, or the engine is finished or idle
+            self._sync(everything=bool(self.engine.done))
+            self._stamp()
+            self._stale = False
         now = self._now
         best = self._find_best()
         if best != self._best:
@@ -244,8 +259,13 @@ class DashboardModel:
                         self._on_launch(c)
                 elif isinstance(c, Finish):
                     everything = True
-            self._sync(everything=everything or bool(self.engine.done))
-            self._stamp()
+            now = self._handled_at = _time.monotonic()
+            self._engine_thread = threading.get_ident()
+            self._stale = True
+            if everything or self.engine.done or now - self._synced_at >= SYNC_EVERY:
+                self._sync(everything=everything or bool(self.engine.done))
+                self._stamp()
+                self._synced_at, self._stale = now, False
 
     def _catch_up(self) -> None:
         """Replay the engine's state so far (on the engine's thread, or a finished engine)."""
