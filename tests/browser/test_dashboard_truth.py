@@ -98,12 +98,17 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
                  has_text=re.compile(r"^Run All Cells$")).click()
 
     # live: the first dashboard updates while trials run
+    truth_file = lab_server.root_dir / "truth.json"
     status = page.locator(".widget-html-content", has_text="trials ended").first
     wait_until(lambda: "best loss" in status.inner_text(), SLOW, "a first report")
     live = page.locator(".jp-Cell").nth(1).locator(".jp-OutputArea")
+    # the live view itself follows the run: its table draws rows while trials run
+    wait_until(lambda: any(len(g) > 0 for g in read_grids(page)) and
+               any(d["cols"].get("trial_id") for d in read_docs(page)), 30,
+               "the live dashboard's table to draw trials during the run")
+    assert not truth_file.exists()  # still running: this was the live view
     shoot(page, live, "dashboard-live.png")
 
-    truth_file = lab_server.root_dir / "truth.json"
     wait_until(truth_file.exists, SLOW, "the run to end and truth.json")
     truth = json.loads(truth_file.read_text())
     # three views: the live one, exp.wait()'s and exp's; give the last update time to land
