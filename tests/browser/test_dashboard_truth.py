@@ -36,7 +36,7 @@ SHOTS = REPO / "docs" / "_static" if os.environ.get("NBTUNE_DOCS_SCREENSHOTS") e
 TUNE = f"""\
 %%tune space --metric loss --max-budget 9 --min-budget 1 --num-trials 8 -a asha --runtime rt --name {NAME} --seed 0
 for step in trial.steps():
-    time.sleep(0.25)
+    time.sleep(0.6)
     trial.report(step, loss=1.0 / step + config["lr"])"""
 TRUTH = """\
 import json
@@ -104,7 +104,8 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
     live = page.locator(".jp-Cell").nth(1).locator(".jp-OutputArea")
     # the live view itself follows the run: its table draws rows while trials run
     wait_until(lambda: any(len(g) > 0 for g in read_grids(page)) and
-               any(d["cols"].get("trial_id") for d in read_docs(page)), 30,
+               any(d["cols"].get("trial_id") and "running" in " ".join(d["divs"])
+                   for d in read_docs(page)), 30,
                "the live dashboard's table to draw trials during the run")
     assert not truth_file.exists()  # still running: this was the live view
     shoot(page, live, "dashboard-live.png")
@@ -137,7 +138,12 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
         second.on("console", lambda msg: errors.append(msg.text))
         second.goto(lab_server.url(f"lab/tree/{notebook.name}"))
         second.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
-        wait_until(lambda: len(read_docs(second)) >= 3, 60, "the dashboards in a second tab")
+        try:
+            wait_until(lambda: len(read_docs(second)) >= 3, 90, "the dashboards in a second tab")
+        except AssertionError:
+            raise AssertionError(f"{len(read_docs(second))} dashboards in a second tab; "
+                                 f"Bokeh: {second.evaluate('() => !!window.Bokeh')}; "
+                                 f"console: {errors[-8:]}") from None
         problems = settled_problems(second, truth, 3)
         assert problems == [], "\n".join(problems)
         assert not [m for m in errors if "Failed to create view" in m or
