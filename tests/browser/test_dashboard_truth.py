@@ -62,6 +62,18 @@ def shoot(page, locator, name: str) -> None:
         locator.screenshot(path=str(SHOTS / name))
 
 
+def grid_matches_source(page) -> bool:
+    """The first dashboard's grid draws its data source's rows: trial, state, budget."""
+    docs, grids = read_docs(page), read_grids(page)
+    if not docs or not grids or not docs[0]["cols"].get("trial_id"):
+        return False
+    cols = docs[0]["cols"]
+    want = {(int(t), st, float(b)) for t, st, b in
+            zip(cols["trial_id"], cols["state"], cols["budget"], strict=True)}
+    drawn = {(int(c[0]), c[1], float(c[4])) for c in grids[0] if len(c) > 4 and c[0].isdigit()}
+    return drawn == want
+
+
 def all_problems(page, truth: dict, at_least: int) -> list[str]:
     docs = read_docs(page)
     problems = [] if len(docs) >= at_least else [f"{len(docs)} dashboards, want {at_least}"]
@@ -108,6 +120,9 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
                    for d in read_docs(page)), 30,
                "the live dashboard's table to draw trials during the run")
     assert not truth_file.exists()  # still running: this was the live view
+    # ... and its grid draws what its data source holds (BokehJS's DataTable does not redraw
+    # on a patch or a same-length replace; the table is streamed whole for this)
+    wait_until(lambda: grid_matches_source(page), 10, "the live grid to draw its source's rows")
     shoot(page, live, "dashboard-live.png")
 
     wait_until(truth_file.exists, SLOW, "the run to end and truth.json")
