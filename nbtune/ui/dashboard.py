@@ -106,18 +106,16 @@ def _batched_bokeh_model() -> type:
             with self.lock:
                 return super()._sync_model(model, content, buffers)
 
-        def send_state(self, key: Any = None) -> None:
-            """A frontend asks for the state (a reload, a second tab): send a bundle of the
+        def get_state(self, key: Any = None, drop_defaults: bool = False) -> dict[str, Any]:
+            """The state a frontend gets (a reload and a second tab ask for every widget's
+            state at once, a single view by ``request_state``): with a bundle of the
             document as it is now, not as it was when the widget was made."""
-            if key is None or key == "render_bundle" or "render_bundle" in (key or ()):
-                if self.lock is None:
-                    self._trait_values["render_bundle"] = self._model_to_traits(self._model)
-                    return super().send_state(key)
-                with self.lock:  # no update half-applied, and none sent in between
-                    # stored silently: a trait change would re-render every open view
-                    self._trait_values["render_bundle"] = self._model_to_traits(self._model)
-                    return super().send_state(key)
-            return super().send_state(key)
+            if key is not None and key != "render_bundle" and "render_bundle" not in key:
+                return super().get_state(key, drop_defaults)
+            with self.lock or threading.RLock():  # no update half-applied meanwhile
+                # stored silently: a trait change would re-render every open view
+                self._trait_values["render_bundle"] = self._model_to_traits(self._model)
+                return super().get_state(key, drop_defaults)
 
         def refresh(self) -> None:
             """Push a bundle of the current document to the frontend: views made from now

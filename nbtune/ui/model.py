@@ -29,13 +29,14 @@ import threading
 import time as _time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from nbtune.core import events as ev
 from nbtune.core.best import best_index
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.trial import Trial, TrialState, ended_of_total
 from nbtune.experiment import error_line
+from nbtune.ui.delta import Delta, Points, Progress
 from nbtune.ui.lanes import Lanes, Rect, Segment
 
 __all__ = ["DashboardModel", "Delta", "Rect", "Segment", "Points", "Progress", "DISPLAY_STATES"]
@@ -49,68 +50,13 @@ _SWEEP_EVERYTHING = (ev.ExperimentStopRequested, ev.ExperimentPauseRequested,
                      ev.ResourcesChanged, ev.ConcurrencyChanged)
 #: seconds between checks of paused trials' states (the engine may retire them silently)
 WAITING_CHECK = 0.2
+#: seconds between copies on the engine's thread; changes that end or pause the experiment
+#: are copied at once (the simulator handles ~50,000 events a second: copying after each
+#: one would cost more than the tuning; no view looks more often than every 0.1 s)
+SYNC_EVERY = 0.05
 #: seconds a model attached to a running engine waits for a ``handle`` before it catches
 #: up from the caller's thread (the engine is idle then, so nothing is mid-change)
 IDLE_CATCH_UP = 2.0
-
-
-class Points(NamedTuple):
-    """New learning-curve points of one trial as columns (no object per point)."""
-
-    budget: list[float]
-    value: list[float]
-    time: list[float]
-
-
-@dataclass(frozen=True)
-class Progress:
-    """Trials settled (paused at a rung or finished) out of ``total`` (None: unknown).
-
-    ``errors`` counts the trials that ended in an error; ``failed`` says the
-    experiment ended with every trial in error (``Experiment.failed``).
-    """
-
-    settled: int
-    total: int | None
-    fraction: float | None
-    elapsed: float
-    eta: float | None
-    errors: int = 0
-    failed: bool = False
-    #: ``ended/total`` as ``nbtune ls`` and the sidebar count (:func:`ended_of_total`)
-    ended: str = ""
-
-
-@dataclass
-class Delta:
-    """Everything that changed since the previous :meth:`DashboardModel.pull`.
-
-    ``alloc_open`` and ``util_open`` are complete (they change every instant);
-    every other list holds only what is new. ``rows`` maps a trial id to its
-    full current table row; ``best_changed`` says the best trial moved.
-    """
-
-    time: float
-    done: bool
-    paused: bool
-    metric: str
-    lanes: list[int]
-    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
-    points: dict[int, Points] = field(default_factory=dict)
-    alloc_closed: list[Rect] = field(default_factory=list)
-    alloc_open: list[Rect] = field(default_factory=list)
-    util_kind: str = "allocated"
-    #: "CPU": the lanes are CPU workers (their trials' CPU share); None: no cluster yet
-    util_device: str | None = None
-    util_closed: list[Segment] = field(default_factory=list)
-    util_open: list[Segment] = field(default_factory=list)
-    best: int | None = None
-    best_value: float | None = None
-    best_changed: bool = False
-    best_curve: Points | None = None  # the best trial's whole curve, when it or its curve changed
-    progress: Progress | None = None
-    #: the metered bill so far, when the run follows a RubberBand plan (``Experiment.cost``)
-    cost: float | None = None
 
 
 @dataclass
@@ -166,6 +112,10 @@ class DashboardModel:
         self.updates = 0  # handle calls seen (for tests and the overhead benchmark)
         self._total = getattr(engine.algorithm, "num_trials", None)
         self._checked = 0.0  # when paused trials' states were last checked
+        self._synced_at = 0.0  # when the engine's state was last copied (engine thread)
+        self._handled_at = 0.0  # when the engine last called us
+        self._stale = False  # the engine changed since the last copy
+        self._engine_thread: int | None = None
         with self._lock:
             self._unsubscribe = engine.subscribe(self._on_handle)
             self._stamp()
@@ -187,6 +137,13 @@ class DashboardModel:
         if self._pending_since is not None and (
                 self.engine.done or _time.monotonic() - self._pending_since > IDLE_CATCH_UP):
             self._catch_up()  # no handle came: the engine is finished (a flag) or idle
+        elif self._stale and (threading.get_ident() == self._engine_thread or self.engine.done
+                                or _time.monotonic() - self._handled_at > IDLE_CATCH_UP):
+            # changes not copied yet (SYNC_EVERY), and copying them here is safe: this is the
+            # engine's thread, or the engine is finished or idle
+            self._sync(everything=bool(self.engine.done))
+            self._stamp()
+            self._stale = False
         now = self._now
         best = self._find_best()
         if best != self._best:
@@ -244,8 +201,13 @@ class DashboardModel:
                         self._on_launch(c)
                 elif isinstance(c, Finish):
                     everything = True
-            self._sync(everything=everything or bool(self.engine.done))
-            self._stamp()
+            now = self._handled_at = _time.monotonic()
+            self._engine_thread = threading.get_ident()
+            self._stale = True
+            if everything or self.engine.done or now - self._synced_at >= SYNC_EVERY:
+                self._sync(everything=everything or bool(self.engine.done))
+                self._stamp()
+                self._synced_at, self._stale = now, False
 
     def _catch_up(self) -> None:
         """Replay the engine's state so far (on the engine's thread, or a finished engine)."""

@@ -51,7 +51,9 @@ LAB_SETTINGS = {
     # no "get Jupyter news?" toast (and no fetch of the news feed)
     "@jupyterlab/apputils-extension:notification": {"fetchNews": "false"},
     # open a notebook with its kernelspec's kernel instead of asking "Select Kernel"
-    "@jupyterlab/notebook-extension:tracker": {"autoStartDefaultKernel": True},
+    # ... and render every cell, not only those in view: a test reads every output's view
+    "@jupyterlab/notebook-extension:tracker": {"autoStartDefaultKernel": True,
+                                               "windowingMode": "none"},
 }
 #: JupyterLab on 2 busy CI cores can take a while to answer its first request.
 STARTUP_TIMEOUT = 60.0
