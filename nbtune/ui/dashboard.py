@@ -185,6 +185,7 @@ class Dashboard:
         self.update_seconds = 0.0  # CPU time spent in update(), for the overhead budget
         self.last: Snapshot | None = None
         self.dask_link: str | None = None
+        self.dask_page: str | None = None
         self._resync_until = 0.0  # re-send everything until then (see RESYNC)
         self._lock = threading.RLock()
         self._closed = threading.Event()
@@ -213,8 +214,9 @@ class Dashboard:
                                     cost=lambda: experiment.cost)
         self.snapshots = Snapshots(self.model)
         # a runtime with live workers runs them on a cluster that may have a Dask dashboard
-        self.dask_link = experiment.runtime.dashboard_link if experiment.runtime.live_workers \
-            else None
+        live = experiment.runtime.live_workers
+        self.dask_link = experiment.runtime.dashboard_link if live else None
+        self.dask_page = getattr(experiment.runtime, "trials_page_link", None) if live else None
         _DASHBOARDS.setdefault(experiment, self)
         self._resync_until = time.monotonic() + RESYNC
         self.update()
@@ -293,7 +295,8 @@ class Dashboard:
             s = self.snapshots.take()
             force = force or s.done or time.monotonic() < self._resync_until
             self.figures.render(s, force=force)
-            self.figures.set_header(summary_html(self.experiment.name, s, self.dask_link), force)
+            self.figures.set_header(summary_html(self.experiment.name, s, self.dask_link,
+                                                 self.dask_page), force)
             self._update_widgets(s)
             self.last = s
             self.updates += 1

@@ -347,9 +347,11 @@ def progress_parts(d: Delta | Snapshot) -> list[str]:
     return parts
 
 
-def summary_html(title: str, d: Delta | Snapshot, dask_link: str | None = None) -> str:
+def summary_html(title: str, d: Delta | Snapshot, dask_link: str | None = None,
+                 dask_page: str | None = None) -> str:
     """One line of status for the header: state, cost of a planned run, progress, errors,
-    and a link to the Dask dashboard of the cluster the trials run on (if any)."""
+    and links to the Dask dashboard of the cluster the trials run on and to its nbtune page
+    (if any)."""
     parts = [f"<b>{title}</b> &middot; {state_word(d)} &middot; t = {d.time:,.0f} s"]
     if d.cost is not None:  # a planned run: the metered bill, live
         parts.append(f"${d.cost:,.2f} {'billed' if d.done else 'so far'}")
@@ -358,6 +360,10 @@ def summary_html(title: str, d: Delta | Snapshot, dask_link: str | None = None) 
         href = html.escape(dask_link, quote=True)
         parts.append(f'<a href="{href}" target="_blank" rel="noopener" '
                      f'class="nbtune-dask-link">Dask dashboard</a>')
+    if dask_page:
+        href = html.escape(dask_page, quote=True)
+        parts.append(f'<a href="{href}" target="_blank" rel="noopener" '
+                     f'class="nbtune-dask-page">trials on Dask</a>')
     return " &middot; ".join(parts)
 
 

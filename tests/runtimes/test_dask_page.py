@@ -58,9 +58,16 @@ def test_trials_and_lanes_reach_the_dask_dashboard(tmp_path):
         assert len(set(segs["lane"])) == 2  # one lane per worker
         assert f"{len(res)}/8 ended" in next(m.text for m in doc.models
                                               if type(m).__name__ == "Div")
-        # and the dashboard serves it
-        base = rt.dashboard_link.rsplit("/", 1)[0]
-        with urllib.request.urlopen(base + ROUTE, timeout=30) as r:
+        # and the dashboard serves it, where nbtune's own dashboard header links it
+        from nbtune.ui.figures import summary_html
+
+        link = rt.trials_page_link
+        assert link == rt.dashboard_link.rsplit("/", 1)[0] + ROUTE
+        with urllib.request.urlopen(link, timeout=30) as r:
             assert r.status == 200
+        dash = exp.dashboard(autostart=False)
+        assert dash.dask_page == link
+        head = summary_html("e", dash.snapshots.take(), dash.dask_link, dash.dask_page)
+        assert f'href="{link}"' in head and "trials on Dask" in head
     finally:
         rt.close()

@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 __all__ = ["ROUTE", "METADATA_KEY", "register", "snapshot", "Publisher", "nbtune_doc",
-           "latest", "dask_setup"]
+           "latest", "page_link", "dask_setup"]
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +179,26 @@ def nbtune_doc(scheduler: Any, extra: dict[str, Any], doc: Any) -> None:
         from distributed.dashboard.components.scheduler import BOKEH_THEME
 
         doc.theme = BOKEH_THEME
+
+
+def page_link(client: Any) -> str | None:
+    """The page's address on ``client``'s Dask dashboard, if that scheduler serves it."""
+    link = getattr(client, "dashboard_link", None)
+    if not link:
+        return None
+    try:
+        served = client.run_on_scheduler(_serves_page)
+    except Exception:  # a scheduler without nbtune installed, a closed connection
+        return None
+    return link.rsplit("/", 1)[0] + ROUTE if served else None
+
+
+def _serves_page(dask_scheduler: Any = None) -> bool:
+    try:
+        from distributed.dashboard import scheduler as dash
+    except ImportError:
+        return False
+    return ROUTE in dash.applications
 
 
 def register() -> bool:

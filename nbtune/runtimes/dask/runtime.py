@@ -41,7 +41,7 @@ from nbtune.core.commands import Launch
 from nbtune.runtimes.base import check_trainable
 from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.cluster import Inventory, connect, listen_all, unlisten_all
-from nbtune.runtimes.dask.dask_page import Publisher
+from nbtune.runtimes.dask.dask_page import Publisher, page_link
 from nbtune.runtimes.dask.driver import RunDriver
 from nbtune.runtimes.dask.links import WorkerLinks
 from nbtune.runtimes.dask.membership import Membership, scheduler_item
@@ -197,6 +197,11 @@ class DaskRuntime(RunDriver):
     @property
     def dashboard_link(self) -> str | None:
         return getattr(self.client, "dashboard_link", None)
+
+    @property
+    def trials_page_link(self) -> str | None:
+        """The nbtune page on the Dask dashboard, where the scheduler serves it (dask_page)."""
+        return page_link(self.client) if self.client is not None else None
 
     def connect(self) -> DaskRuntime:
         """Start or join the cluster now (``start`` does it when needed)."""
