@@ -111,15 +111,17 @@ def test_retiring_a_busy_worker_mid_stage_loses_nothing(tmp_path):
     def retire_one(exp, rt):
         eng = exp.engine
         deadline = time.monotonic() + 120
-        # a trial with at least two steps (2 s) left, so it is surely still running
-        # when the worker goes: a stage-0 trial (one 1 s step) may finish first
+        # a one-worker trial that began a 1 s step less than 0.4 s ago, so it is surely
+        # still running when its worker goes (a trial about to finish made this test flaky)
         while True:
             assert time.monotonic() < deadline
-            busy = [(tid, p) for tid, p in dict(eng.running).items()
-                    if eng.trials[tid].target_budget - eng.trials[tid].budget_used >= 2]
+            now = rt.clock.now()
+            busy = [(tid, p) for tid, p in dict(eng.running).items() if len(p) == 1
+                    and eng.trials[tid].budget_used < eng.trials[tid].target_budget
+                    and (m := eng.trials[tid].last_mark) is not None and now - m[0] < 0.4]
             if busy:
                 break
-            time.sleep(0.02)
+            time.sleep(0.01)
         tid, placement = busy[0]
         victim = rt.inventory.slots[placement[0][0]].worker
         exp.plan_executor.recover_after_s = 1.0
