@@ -52,11 +52,14 @@ class Speculation:
     promoted: float | None = None
 
 
-def fill(eng: Engine, cmds: list[Command]) -> None:
-    """Give idle GPUs to the algorithm's likely promotions (nothing real is waiting)."""
+def fill(eng: Engine, cmds: list[Command], launch: Any) -> None:
+    """Give idle GPUs to the algorithm's likely promotions (nothing real is waiting).
+
+    ``launch`` is :func:`nbtune.engine.scheduling.launch`, passed in by its caller
+    (scheduling imports this module, so importing it back would be a cycle).
+    """
     if eng._pending or eng.paused or eng.stopped or not eng.ledger.idle:
         return
-    from nbtune.engine.scheduling import launch  # scheduling imports this module
 
     for spec in eng.algorithm.speculate():
         if eng.max_concurrent is not None and len(eng.ledger.placements) >= eng.max_concurrent:

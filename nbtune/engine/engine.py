@@ -118,10 +118,8 @@ class Engine:
     restarts = 0
 
     def restart(self, e: ev.ExperimentStarted, cmds: list[Command]) -> None:
-        """A new runtime took over: requeue the running trials at the front, adopt its cluster.
-
-        They continue from their checkpoints and it is no failure (as for a lost worker).
-        """
+        """A new runtime took over: requeue the running trials first (from their checkpoints,
+        no failure, as for a lost worker) and adopt its cluster."""
         self.restarts += 1
         if not self.done:
             for tid in reversed(list(self.ledger.placements)):
@@ -169,15 +167,15 @@ class Engine:
     def held(self) -> Mapping[int, Placement]:
         """Paused trials whose process waits in place, and where: memory held, no compute.
 
-        An allocator counts their memory on those GPUs/workers and should give a
-        promoted held trial its own placement back (it then goes on in the same
-        process; elsewhere it must restart, from a checkpoint if it has one).
+        An allocator counts their memory there and should give a promoted held trial its
+        own placement back (then it goes on in the same process; elsewhere it restarts).
         """
         return self._held
 
     @property
     def speculating(self) -> Mapping[int, float]:  # trial -> budget: see .barrier_fill
         return {tid: sp.target for tid, sp in self._spec.items()}
+
     def trial(self, trial_id: int) -> Trial:
         return self.trials[trial_id]
 

@@ -89,7 +89,7 @@ def schedule(eng: Engine, cmds: list[Command]) -> None:
     if eng._spec and eng._pending and barrier_fill.yield_to_pending(eng, cmds):
         apply_allocation(eng, eng.allocator.allocate(eng), cmds)  # real work takes their GPUs
     retire(eng)
-    barrier_fill.fill(eng, cmds)
+    barrier_fill.fill(eng, cmds, launch)
     if closed and not eng.ledger.placements and not eng.done:
         schedule(eng, cmds)  # a promotion closed a speculated segment: the algorithm has more
         return
