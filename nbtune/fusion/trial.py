@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from .checkpoint import member_checkpoint, restore_members
 from .loss import fused_loss
 from .model import FusedModel, fuse
 from .optim import FusedOptimizer, fused_optimizer
@@ -53,6 +54,8 @@ class FusionTrial:
         self.impl = impl
         self.alive = list(range(len(configs)))  # original member indices, in fused order
         self._model: FusedModel | None = None
+        self._optimizer: FusedOptimizer | None = None
+        self._last: list[int] = []  # the members that ended together at the last report
 
     @property
     def config(self) -> Mapping[str, Any]:
@@ -69,7 +72,22 @@ class FusionTrial:
         """``cls`` per member; a ``str`` value is the config key to read per member."""
         resolved = {k: [self.configs[i][v] for i in self.alive] if isinstance(v, str) else v
                     for k, v in hparams.items()}
-        return fused_optimizer(cls, model, **resolved)
+        self._optimizer = fused_optimizer(cls, model, **resolved)
+        saved = [_restored(self.members[i]) for i in self.alive]
+        if any(ck is not None for ck in saved):
+            restore_members(model, self._optimizer, saved)
+        return self._optimizer
+
+    def checkpoint(self, step: int | None = None) -> None:
+        """Each member saves its own checkpoint (weights + optimizer state slice) through
+        its trial's ``checkpoint(state, step)``, the format an unfused F = 1 run saves, so a
+        paused member resumes alone or fused with others (``optimizer`` restores it)."""
+        if self._model is None:
+            raise RuntimeError("checkpoint: call trial.model(...) first")
+        for pos, i in enumerate(self.alive or self._last):
+            save = getattr(self.members[i], "checkpoint", None)
+            if callable(save):
+                save(member_checkpoint(self._model, self._optimizer, pos), step=step)
 
     def loss(self, loss_fn: Callable[..., torch.Tensor] | nn.Module, output: torch.Tensor,
              target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,10 +95,17 @@ class FusionTrial:
         return fused_loss(loss_fn, output, target)
 
     def steps(self) -> Iterator[int]:
-        for step in range(self.start_step + 1, self.budget + 1):
-            if not self.alive:
-                return
+        """Steps up to the budget; a member's runtime may raise its budget on the way (a
+        trial held at a rung and promoted in place), so the budget is read at every step."""
+        step = self.start_step + 1
+        while self.alive and step <= self._budget():
             yield step
+            step += 1
+
+    def _budget(self) -> int:
+        live = [getattr(self.members[i], "budget", None) for i in self.alive]
+        given = [int(math.floor(float(b) + 1e-9)) for b in live if b is not None]
+        return max(given) if given else self.budget
 
     def report(self, step: int, **metrics: Any) -> None:
         """Send each member its own metrics; slice out the members told to stop."""
@@ -92,6 +117,8 @@ class FusionTrial:
         if len(survivors) < f:
             if survivors and self._model is not None:
                 self._model.keep(survivors)
+            else:  # all stop at once (a segment's end): the model still holds every one
+                self._last = list(self.alive)
             self.alive = [self.alive[pos] for pos in survivors]
 
 
@@ -104,6 +131,12 @@ def _per_member(name: str, value: Any, f: int) -> list[float]:
     if len(value) != f:
         raise ValueError(f"report: metric {name!r} has {len(value)} values for {f} members")
     return value
+
+
+def _restored(member: Member) -> dict[str, Any] | None:
+    load = getattr(member, "restore", None)
+    state = load() if callable(load) else None
+    return state if isinstance(state, dict) and "model" in state else None
 
 
 def _stops(member: Member) -> bool:

@@ -83,3 +83,89 @@ def test_same_loop_runs_unfused_on_dask_with_fused_metrics(tmp_path):
     run_group(train, configs, recs, budget=3)
     for rec, last in zip(recs, df["last"], strict=True):
         assert rec.rows[-1][1]["loss"] == pytest.approx(last, abs=1e-4)
+
+
+class Saver(Recorder):
+    """A member that keeps its checkpoints (as the Dask trial does, in memory here)."""
+
+    def __init__(self, restore_state=None):
+        super().__init__()
+        self.saved, self.restore_state = {}, restore_state
+
+    def checkpoint(self, state, step=None):
+        self.saved[step] = state
+
+    def restore(self):
+        return self.restore_state
+
+
+def ckpt_train(config, trial):
+    """``train`` plus a checkpoint per step (a loop that pauses and resumes)."""
+    import torch
+    import torch.nn.functional as F
+
+    from nbtune.examples.digits import load_data
+    from nbtune.examples.fusion_digits import make_model
+    from nbtune.fusion.trial import as_fusion_trial
+
+    torch.set_num_threads(1)
+    trial = as_fusion_trial(trial)
+    x, y, xv, yv = load_data()
+    model = trial.model(make_model)
+    opt = trial.optimizer(torch.optim.SGD, model, lr="lr", momentum="momentum")
+    for step in trial.steps():
+        for i in range(0, 512, 128):
+            loss, _ = trial.loss(F.cross_entropy, model(x[i:i + 128]), y[i:i + 128])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            _, per_loss = trial.loss(F.cross_entropy, model(xv), yv)
+        trial.report(step, loss=per_loss)
+        trial.checkpoint(step)  # after the report that ends the segment: still saved
+
+
+def test_paused_members_resume_fused_again_like_never_paused():
+    """SHA's rung: all members pause at step 2 (checkpoint each), two are promoted and fused
+    again in a new unit from their checkpoints; they end where uninterrupted training ends."""
+    full = [Recorder() for _ in CONFIGS]
+    run_group(ckpt_train, CONFIGS, full, budget=4)
+    first = [Saver() for _ in CONFIGS]
+    run_group(ckpt_train, CONFIGS, first, budget=2)
+    promoted = [3, 1]
+    again = [Saver(first[k].saved[2]) for k in promoted]
+    trial = FusionTrial([CONFIGS[k] for k in promoted], again, budget=4, start_step=2)
+    ckpt_train(trial.config, trial)
+    for k, rec in zip(promoted, again, strict=True):
+        assert [s for s, _ in rec.rows] == [3, 4]
+        for (_, a), (_, b) in zip(full[k].rows[2:], rec.rows, strict=True):
+            assert a == pytest.approx(b, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_sha_pauses_and_promotes_through_member_checkpoints_on_dask(tmp_path):
+    """On a real LocalCluster, SHA pauses every trial at its rung and resumes the promoted
+    ones from the per-member checkpoints FusionTrial saves (F = 1): their final losses equal
+    uninterrupted training of the same configs."""
+    import nbtune
+    from nbtune.core.space import choice
+    from nbtune.runtimes.dask import DaskRuntime
+
+    space = {"seed": choice([0, 1, 2, 3]), "hidden": choice([16]), "lr": choice([0.3, 0.03]),
+             "momentum": choice([0.0, 0.9])}
+    rt = DaskRuntime(n_workers=2, dashboard_address=None, preload=("torch",),
+                     warm_processes=1, checkpoint_dir=tmp_path)
+    exp = nbtune.tune(ckpt_train, space, algorithm="sha", metric="loss", mode="min",
+                      max_budget=4, min_budget=2, eta=2, num_trials=4, runtime=rt, seed=0)
+    try:
+        exp.wait(300)
+    finally:
+        rt.close()
+    df = exp.results()
+    done = df[df["state"] == "completed"]
+    assert 1 <= len(done) < len(df), df
+    for row in done.to_dict("records"):
+        cfg = {k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("config/")}
+        rec = Recorder()
+        run_group(ckpt_train, [cfg], [rec], budget=4)
+        assert rec.rows[-1][1]["loss"] == pytest.approx(row["last"], abs=1e-4)
