@@ -178,3 +178,32 @@ def test_measure_profile_and_worker_start_on_a_real_cluster(tmp_path):
     # delayed report shortens the gap after it: on a loaded box the mean can dip below 0.3 s
     assert prof.points[1] > 0.15
     assert prof.startup_s >= 0 and "4 iterations of 2 launches" in prof.source
+
+
+def test_retiring_the_worker_of_a_wide_trial_as_it_is_relaunched_loses_nothing(tmp_path):
+    """The last stage gives the one trial left both workers: its held one-worker process is
+    released and the wide relaunch waits for it. Retiring that worker then must not launch
+    a rank onto it (it hung with the trial "running" forever, 2 runs in 3, before the fix)."""
+    plan = make_plan((2, 2, 2))
+
+    def retire_wide(exp, rt):
+        eng = exp.engine
+        deadline = time.monotonic() + 120
+        while True:
+            assert time.monotonic() < deadline
+            wide = [(t, p) for t, p in dict(eng.running).items() if len(p) == 2]
+            if wide:
+                break
+            time.sleep(0.01)
+        exp.plan_executor.recover_after_s = 1.0
+        victim = rt.inventory.slots[wide[0][1][0][0]].worker
+        rt.client.retire_workers(workers=[victim], close_workers=True, remove=True)
+
+    exp = run_plan(tmp_path, plan, during=retire_wide,
+                   train=functools.partial(train_steps, sleep=1.0))
+    res = exp.results()
+    assert (res["state"] == "completed").sum() == 1, res
+    assert exp.engine.done and not exp.engine.running
+    for t in exp.engine.trials.values():
+        budgets = [b for _, b, _ in t.results]
+        assert budgets == sorted(set(budgets))

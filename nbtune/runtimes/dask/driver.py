@@ -163,9 +163,8 @@ class RunDriver:
         if run is None or run.ranks[rank].exited:
             return []
         if lost and run.cancelled is None:
-            # the worker could not be reached: like a lost worker, the trial is requeued, not
-            # failed (the scheduler reports the loss). Every rank is told to die, this one too:
-            # its launch may have landed first (a kill for a rank not started waits for it).
+            # unreachable worker: the trial is requeued, not failed; every rank is told to die
+            # (its launch may have landed first: a kill for a rank not started waits for it)
             t = self._engine.trials.get(run.trial_id) if self._engine else None
             running = t is not None and t.state is TrialState.RUNNING
             if running:
@@ -333,7 +332,9 @@ class RunDriver:
     def _start_run(self, tid: int, config: dict[str, Any], start: float, budget: float,
                    placement: Placement, restore_from: int | None) -> None:
         assert self.inventory is not None and self.checkpoint_dir is not None
-        slots = [self.inventory.slots.get(g) for g, _ in placement]
+        gone = getattr(self._members, "gone", ())  # a deferred relaunch may name a lost worker
+        slots = [s if s is not None and s.worker not in gone else None
+                 for s in (self.inventory.slots.get(g) for g, _ in placement)]
         if any(s is None for s in slots):
             missing = [g for (g, _), s in zip(placement, slots, strict=True) if s is None]
             self._local.append(ev.TrialFailed(self._clock.now(), tid, worker_lost=True,
