@@ -332,9 +332,7 @@ class RunDriver:
     def _start_run(self, tid: int, config: dict[str, Any], start: float, budget: float,
                    placement: Placement, restore_from: int | None) -> None:
         assert self.inventory is not None and self.checkpoint_dir is not None
-        gone = getattr(self._members, "gone", ())  # a deferred relaunch may name a lost worker
-        slots = [s if s is not None and s.worker not in gone else None
-                 for s in (self.inventory.slots.get(g) for g, _ in placement)]
+        slots = [self.inventory.slots.get(g) for g, _ in placement]
         if any(s is None for s in slots):
             missing = [g for (g, _), s in zip(placement, slots, strict=True) if s is None]
             self._local.append(ev.TrialFailed(self._clock.now(), tid, worker_lost=True,

@@ -106,9 +106,12 @@ class Membership:
 
     def lost(self, address: str, now: float, finishing: bool) -> list[ev.Event]:
         """A worker left (or its stream broke): its runs end, its GPUs leave the inventory."""
+        # its GPUs leave the inventory first: a relaunch that was waiting for one of its runs
+        # to end (and starts as it ends) must not be sent to it
+        dropped = self.inventory.drop_worker(address)
         out = self._end_runs(address, now)
         self.links.drop(address)
-        if self.inventory.drop_worker(address) and not finishing:
+        if dropped and not finishing:
             out.extend(self.changed(now))
         return out
 
