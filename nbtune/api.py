@@ -168,6 +168,10 @@ def tune(
         from nbtune.surrogate.eager_transfer import EagerTransfer
 
         algo = EagerTransfer(algo, scaling=scaling, fraction=eager_fraction)
+        if alloc is not None:  # §5.2: a target that cannot fill a fast GPU gets an older one
+            from nbtune.allocators.hetero import HeterogeneityAware
+
+            alloc = alloc if isinstance(alloc, HeterogeneityAware) else HeterogeneityAware(alloc)
     executor = None
     if plan is not None:  # RubberBand: the plan's allocator and cluster executor
         from nbtune.planner.executor import PlanExecutor, check_plan_fits  # on demand
