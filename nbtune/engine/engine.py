@@ -11,7 +11,7 @@ runtime drive the very same object (barrier filling too: ``.barrier_fill``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from typing import Any
 
 from nbtune.algorithms.base import BaseAlgorithm
@@ -143,15 +143,19 @@ class Engine:
         return self._pending
 
     @property
-    def running(self) -> Mapping[int, Placement]:
-        return self.ledger.placements
+    def running(self) -> Mapping[int, Placement]:  # LedgerView: the ledger's read-only mappings
+        return self.ledger.running
 
     @property
     def gpu_load(self) -> Mapping[int, float]:
-        return self.ledger.load
+        return self.ledger.gpu_load
 
     @property
-    def idle_gpus(self) -> set[int]:
+    def gpu_count(self) -> Mapping[int, int]:
+        return self.ledger.gpu_count
+
+    @property
+    def idle_gpus(self) -> Set[int]:
         return self.ledger.idle
 
     @property
@@ -318,8 +322,7 @@ class Engine:
         self.max_concurrent = e.max_concurrent
         if e.max_concurrent is not None:
             # the most recently launched give way first
-            excess = list(self.ledger.placements)[e.max_concurrent:]
-            for tid in reversed(excess):
+            for tid in reversed(list(self.ledger.placements)[e.max_concurrent:]):
                 cmds.append(Pause(tid))
                 self._requeue(tid, failed=False, front=True)
         self._dirty = True
@@ -333,10 +336,7 @@ class Engine:
 
     # ------------------------------------------------------------ transitions
     def _release(self, t: Trial) -> None:
-        if t.trial_id in self.ledger.placements:
-            t.gpu_seconds = t.gpu_seconds_at(self.time)
-            self.ledger.release(t.trial_id, self.time)
-            t.share = 0.0
+        if self.ledger.release(t, self.time) is not None:  # banks its GPU-seconds
             t.last_mark = None
         self._dirty = True
 

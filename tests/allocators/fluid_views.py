@@ -31,6 +31,15 @@ class View:
         return load
 
     @property
+    def gpu_count(self) -> dict[int, int]:
+        count = {g.gpu_id: 0 for g in self.cluster.gpus}
+        for pl in self.running.values():
+            for g, _ in pl:
+                if g in count:
+                    count[g] += 1
+        return count
+
+    @property
     def idle_gpus(self) -> set[int]:
         return {g for g, v in self.gpu_load.items() if v <= 1e-12}
 

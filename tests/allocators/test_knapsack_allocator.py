@@ -69,6 +69,14 @@ class View:
         return load
 
     @property
+    def gpu_count(self):
+        count = {g.gpu_id: 0 for g in self.cluster.gpus}
+        for pl in self.placed.values():
+            for g, _ in pl:
+                count[g] += 1
+        return count
+
+    @property
     def idle_gpus(self):
         return {g for g, v in self.gpu_load.items() if v <= 1e-12}
 
