@@ -66,6 +66,15 @@ class LedgerView(Protocol):
         """The GPUs of the cluster nobody holds (load 0)."""
         ...
 
+    @property
+    def held(self) -> Mapping[int, Placement]:
+        """Paused trials whose process waits in place, and where: memory held, no compute.
+
+        An allocator counts their memory there and should give a promoted held trial its
+        own placement back (then it goes on in the same process; elsewhere it restarts).
+        """
+        ...
+
 
 class SchedulingView(LedgerView, Protocol):
     """What an allocator may read. The engine implements it; tests may build their own."""

@@ -29,7 +29,7 @@ class FifoAllocator(BaseAllocator):
         if k == 0:
             return Allocation()
         pending = view.pending
-        held = getattr(view, "held", None)
+        held = view.held
         if held:
             return Allocation(launch=_home_first([pending[i].trial_id for i in range(k)],
                                                  view.idle_gpus, held))

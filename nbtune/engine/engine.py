@@ -66,9 +66,6 @@ class Engine:
         self.events_handled = 0
         self.utilization: list[tuple[float, int, float, float]] = []
         self._dirty = True
-        #: paused trials whose process waits in place (TrialHeld), on the placement it holds
-        self._held: dict[int, Placement] = {}
-        self._paused_on: dict[int, Placement] = {}
         self._spec: dict[int, barrier_fill.Speculation] = {}
         self._outbox: list[Command] = []
         self._subscribers: list[Subscriber] = []
@@ -169,12 +166,7 @@ class Engine:
 
     @property
     def held(self) -> Mapping[int, Placement]:
-        """Paused trials whose process waits in place, and where: memory held, no compute.
-
-        An allocator counts their memory there and should give a promoted held trial its
-        own placement back (then it goes on in the same process; elsewhere it restarts).
-        """
-        return self._held
+        return self.ledger.held
 
     @property
     def speculating(self) -> Mapping[int, float]:  # trial -> budget: see .barrier_fill
@@ -264,9 +256,7 @@ class Engine:
 
     def _on_held(self, e: ev.TrialHeld, cmds: list[Command]) -> None:
         t = self.trials.get(e.trial_id)
-        where = self._paused_on.get(e.trial_id)
-        if t is not None and t.state is TrialState.PAUSED and where is not None:
-            self._held[e.trial_id] = where
+        if t is not None and t.state is TrialState.PAUSED and self.ledger.hold(e.trial_id):
             self._dirty = True  # an allocator may now prefer its placement
         elif t is not None and t.state.is_terminal:
             cmds.append(Stop(e.trial_id))  # ended before its process said it waits
@@ -335,23 +325,19 @@ class Engine:
             self.utilization.append((e.time, g, float(u), float(e.gpu_memory_gb.get(g, 0.0))))
 
     # ------------------------------------------------------------ transitions
-    def _release(self, t: Trial) -> None:
-        if self.ledger.release(t, self.time) is not None:  # banks its GPU-seconds
+    def _release(self, t: Trial, *, pause: bool = False) -> None:
+        if self.ledger.release(t, self.time, pause=pause) is not None:  # banks GPU-seconds
             t.last_mark = None
         self._dirty = True
 
     def _pause(self, t: Trial) -> None:
-        where = self.ledger.placements.get(t.trial_id)
-        if where is not None:
-            self._paused_on[t.trial_id] = where
-        self._release(t)
+        self._release(t, pause=True)  # the ledger remembers where it paused
         t.transition(TrialState.PAUSED)
         self.algorithm.on_segment_end(t.trial_id, t.budget_used)
 
     def _end(self, t: Trial, state: TrialState) -> None:
         self._spec.pop(t.trial_id, None)
-        self._paused_on.pop(t.trial_id, None)
-        if self._held.pop(t.trial_id, None) is not None:
+        if self.ledger.forget(t.trial_id):
             self._outbox.append(Stop(t.trial_id))  # its waiting process must end too
         self._release(t)
         t.transition(state)

@@ -149,9 +149,7 @@ def apply_allocation(eng: Engine, alloc: Allocation, cmds: list[Command]) -> Non
 def launch(eng: Engine, spec: TrialSpec, placement: Placement, cmds: list[Command]) -> None:
     t = eng.trials[spec.trial_id]
     t.transition(TrialState.RUNNING)
-    eng._held.pop(t.trial_id, None)
-    eng._paused_on.pop(t.trial_id, None)
-    eng.ledger.place(t, placement, eng.time)
+    eng.ledger.place(t, placement, eng.time)  # no longer paused (or held) anywhere
     if t.start_time is None:
         t.start_time = eng.time
     t.last_mark = (eng.time, t.budget_used)

@@ -56,8 +56,12 @@ class ResourceLedger:
         self.placements: dict[int, Placement] = {}
         self.log: list[AllocationRecord] = []
         self._open: dict[int, list[int]] = {}  # trial -> indices of open records
+        #: paused trials -> the placement they last ran on (a speculation or promotion
+        #: may go on there); ``_held``: those whose process waits in place (memory held)
+        self.paused_on: dict[int, Placement] = {}
+        self._held: dict[int, Placement] = {}
         self._views = (MappingProxyType(self.placements), MappingProxyType(self.load),
-                       MappingProxyType(self.count))
+                       MappingProxyType(self.count), MappingProxyType(self._held))
 
     # ---------------------------------------------------------- LedgerView (read-only)
     @property
@@ -75,6 +79,10 @@ class ResourceLedger:
     @property
     def idle_gpus(self) -> Set[int]:
         return self.idle
+
+    @property
+    def held(self) -> Mapping[int, Placement]:
+        return self._views[3]
 
     # ---------------------------------------------------------- changes (the engine's)
     def set_cluster(self, cluster: ClusterSpec) -> list[int]:
@@ -96,8 +104,12 @@ class ResourceLedger:
         return lost
 
     def place(self, trial: Trial, placement: Placement, time: float) -> None:
-        """``trial`` holds ``placement`` from ``time`` on (its share starts accruing GPU-seconds)."""
+        """``trial`` holds ``placement`` from ``time`` on (its share starts accruing GPU-seconds).
+
+        A paused trial placed again no longer waits anywhere else.
+        """
         tid = trial.trial_id
+        self.forget(tid)
         self.placements[tid] = placement
         opened = []
         for g, s in placement:
@@ -109,15 +121,18 @@ class ResourceLedger:
         self._open[tid] = opened
         trial.share, trial.share_since = width(placement), time
 
-    def release(self, trial: Trial, time: float) -> Placement | None:
+    def release(self, trial: Trial, time: float, *, pause: bool = False) -> Placement | None:
         """``trial`` gives back what it holds at ``time``; its GPU-seconds so far are banked.
 
+        ``pause``: remember the placement as where the paused trial last ran.
         Returns the placement it held, or None if it held none (then nothing changes).
         """
         tid = trial.trial_id
         placement = self.placements.pop(tid, None)
         if placement is None:
             return None
+        if pause:
+            self.paused_on[tid] = placement
         trial.gpu_seconds = trial.gpu_seconds_at(time)
         trial.share = 0.0
         for g, s in placement:
@@ -131,6 +146,19 @@ class ResourceLedger:
         for i in self._open.pop(tid, []):
             self.log[i].end = time
         return placement
+
+    def hold(self, trial_id: int) -> bool:
+        """The paused trial's process waits where it last ran; False if it ran nowhere known."""
+        where = self.paused_on.get(trial_id)
+        if where is None:
+            return False
+        self._held[trial_id] = where
+        return True
+
+    def forget(self, trial_id: int) -> bool:
+        """The trial is paused nowhere any more; True if a process of it was waiting (held)."""
+        self.paused_on.pop(trial_id, None)
+        return self._held.pop(trial_id, None) is not None
 
     def check(self, max_share: dict[int, float]) -> None:
         if self.cluster is None:

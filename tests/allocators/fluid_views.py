@@ -21,6 +21,7 @@ class View:
     time: float = 0.0
     max_budget: float = 100.0
     max_concurrent: int | None = None
+    held: dict[int, Placement] = field(default_factory=dict)
 
     @property
     def gpu_load(self) -> dict[int, float]:

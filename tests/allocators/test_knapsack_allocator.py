@@ -41,6 +41,7 @@ class View:
     measured: dict[int, tuple[float, float]] = field(default_factory=dict)
     used: dict[int, float] = field(default_factory=dict)
     max_concurrent: int | None = None
+    held: dict = field(default_factory=dict)
     time: float = 0.0
     max_budget: float = 10.0
 
