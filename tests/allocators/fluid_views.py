@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,17 +29,14 @@ class View:
         load = {g.gpu_id: 0.0 for g in self.cluster.gpus}
         for pl in self.running.values():
             for g, s in pl:
-                load[g] += s
+                if g in load:  # a GPU the cluster no longer has holds nothing
+                    load[g] += s
         return load
 
     @property
     def gpu_count(self) -> dict[int, int]:
-        count = {g.gpu_id: 0 for g in self.cluster.gpus}
-        for pl in self.running.values():
-            for g, _ in pl:
-                if g in count:
-                    count[g] += 1
-        return count
+        on = Counter(g for pl in self.running.values() for g, _ in pl)
+        return {g.gpu_id: on[g.gpu_id] for g in self.cluster.gpus}
 
     @property
     def idle_gpus(self) -> set[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,11 +72,8 @@ class View:
 
     @property
     def gpu_count(self):
-        count = {g.gpu_id: 0 for g in self.cluster.gpus}
-        for pl in self.placed.values():
-            for g, _ in pl:
-                count[g] += 1
-        return count
+        on = Counter(g for pl in self.placed.values() for g, _ in pl)
+        return {g.gpu_id: on[g.gpu_id] for g in self.cluster.gpus}
 
     @property
     def idle_gpus(self):
