@@ -213,6 +213,8 @@ class Engine:
         if self._spec and tid in self._spec:
             barrier_fill.on_report(self, e)  # speculative: kept from the algorithm until promoted
             return
+        if t.results and e.budget <= t.budget_used + EPS:  # recorded: a relaunch recomputed it
+            return self._on_recomputed(e, cmds)
         b = e.budget
         now = e.time
         prev = t.last_mark
@@ -262,8 +264,7 @@ class Engine:
             cmds.append(Stop(e.trial_id))  # ended before its process said it waits
 
     def _on_recomputed(self, e: ev.TrialRecomputed, cmds: list[Command]) -> None:
-        t = self.trials.get(e.trial_id)
-        if t is not None:
+        if (t := self.trials.get(e.trial_id)) is not None:
             t.recomputed += 1.0
 
     def _on_failed(self, e: ev.TrialFailed, cmds: list[Command]) -> None:
@@ -363,10 +364,7 @@ class Engine:
                 return
         t.transition(TrialState.PENDING)
         spec = TrialSpec(trial_id, t.config, t.target_budget, None, t.group_id)
-        if front:
-            self._pending.appendleft(spec)
-        else:
-            self._pending.append(spec)
+        (self._pending.appendleft if front else self._pending.append)(spec)
 
     def _drop_pending(self, trial_id: int) -> None:
         self._pending = deque(s for s in self._pending if s.trial_id != trial_id)
