@@ -1,15 +1,15 @@
 """Allocation logs of fixed simulator runs hash as they did when the resource ledger was unified.
 
 Issue #8 item 3 moved the GPU bookkeeping (per-GPU load, trial counts,
-GPU-second accrual) into the engine's one ledger and made the allocators'
-books read it; the refactoring promised that no decision changes. Each run
-below (fixed seeds; several algorithms × fifo, Fluid, the knapsack policies,
-fluid+knapsack, auto; packing at non-dyadic shares, cluster changes, resizes)
-is hashed over its whole allocation log (every record's trial, GPU, share,
+GPU-second accrual, where paused trials wait) into the engine's one ledger,
+which allocators read through a view; the refactoring promised that no
+decision changes. Each run below (fixed seeds; several algorithms × fifo,
+Fluid, the knapsack policies, fluid+knapsack, auto; packing at non-dyadic
+shares, cluster changes, resizes) is hashed over its whole allocation log (every record's trial, GPU, share,
 start and end, floats by ``repr``, in log order) and, separately, over every
 trial's accrued GPU-seconds. The expected hashes were recorded on main before
-the change (commit 369d4d2); a changed decision, a share off by one ulp, or a
-different accrual order changes a hash.
+the change (commit 369d4d2; 0926e3f gives the same); a changed decision, a
+share off by one ulp, or a different accrual order changes a hash.
 
 Run ``python tests/engine/test_allocation_hashes.py`` to print the hashes of
 the current code (to record new ones after a *deliberate* behaviour change).
