@@ -5,7 +5,8 @@ GPU-second accrual, where paused trials wait) into the engine's one ledger,
 which allocators read through a view; the refactoring promised that no
 decision changes. Each run below (fixed seeds; several algorithms × fifo,
 Fluid, the knapsack policies, fluid+knapsack, auto; packing at non-dyadic
-shares, cluster changes, resizes) is hashed over its whole allocation log (every record's trial, GPU, share,
+shares, cluster changes, resizes, barrier filling where paused trials go on)
+is hashed over its whole allocation log (every record's trial, GPU, share,
 start and end, floats by ``repr``, in log order) and, separately, over every
 trial's accrued GPU-seconds. The expected hashes were recorded on main before
 the change (commit 369d4d2; 0926e3f gives the same); a changed decision, a
@@ -77,6 +78,13 @@ def _knapsack(allocator: str, algorithm: str = "grid", cluster: ClusterSpec | No
                        allocator_options=opts, **kw)
 
 
+def _filled(algorithm: str, allocator: str, seed: int, **kw) -> Experiment:
+    """Barrier filling: paused trials go on speculatively where they last ran."""
+    wl = SyntheticWorkload(SPACE, unit_time=lambda c: 5.0 + 40.0 * c["width"], seed=seed)
+    return nbtune.tune(wl, algorithm=algorithm, metric="loss", seed=seed, allocator=allocator,
+                       runtime=SimRuntime(cluster=4), fill_barriers=True, validate=True, **kw)
+
+
 def _auto(demand: Demand | None, alpha: float = 1.0) -> Experiment:
     kw = {} if demand is None else {"demand": demand}
     wl = SyntheticWorkload({"lr": loguniform(1e-3, 1e-1), "layers": grid([2])}, unit_time=2.0,
@@ -115,6 +123,8 @@ RUNS: dict[str, Callable[[], Experiment]] = {
                                             oversubscription={"A100": 3.0, "V100": 1.5}),
     "knapsack-refine": lambda: _knapsack("knapsack-wf", "random",
                                          oversubscription={"A100": 1.7}, refine=True),
+    "fill-fifo-sha": lambda: _filled("sha", "fifo", 1, num_trials=27, max_budget=27),
+    "fill-fifo-sha-9": lambda: _filled("sha", "fifo", 2, num_trials=9, max_budget=9),
     "auto-packs": lambda: _auto(Demand(0.25, 2.0)),
     "auto-stays-fifo": lambda: _auto(None, alpha=2.0),
 }
@@ -123,6 +133,8 @@ RUNS: dict[str, Callable[[], Experiment]] = {
 EXPECTED: dict[str, tuple[str, str]] = {
     'auto-packs': ('908cda7c8c1f6ab6', 'ad5d047af3978c8f'),
     'auto-stays-fifo': ('4526094f49fe159b', 'fc925c56060825bb'),
+    'fill-fifo-sha': ('4087826aec620a0b', '23a0a94c161509c8'),
+    'fill-fifo-sha-9': ('bdff2c0f8876cb44', 'c395e58179aa601a'),
     'fifo-asha': ('58b9126569ea6651', 'd1f5516e826b56f7'),
     'fifo-bohb': ('9eb901748406dd1d', '6edab863b1005c0d'),
     'fluid+knapsack-asha': ('367e28db4fa35ccf', '5d24fe88990adc8d'),
