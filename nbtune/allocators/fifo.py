@@ -6,6 +6,7 @@ import heapq
 from typing import Any
 
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.core.tolerance import EPS
 
 __all__ = ["FifoAllocator"]
 
@@ -47,7 +48,7 @@ class FifoAllocator(BaseAllocator):
             return [(g, 1.0) for g in sorted(view.idle_gpus)]
         load = view.gpu_load
         return [(g.gpu_id, w) for g in view.cluster.gpus
-                for _ in range(int((1.0 - load.get(g.gpu_id, 0.0)) / w + 1e-9))]
+                for _ in range(int((1.0 - load.get(g.gpu_id, 0.0)) / w + EPS))]
 
     def _room(self, view: SchedulingView) -> int:
         self._fits(view)
@@ -65,7 +66,7 @@ class FifoAllocator(BaseAllocator):
         if k == 0:
             return Allocation()
         pending = view.pending
-        held = getattr(view, "held", None)
+        held = view.held
         if self.gpus_per_trial != 1.0:
             slots, per = self._slots(view), max(int(self.gpus_per_trial), 1)
             return Allocation(launch={pending[i].trial_id: tuple(slots[i * per:(i + 1) * per])
