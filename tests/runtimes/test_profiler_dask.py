@@ -94,7 +94,7 @@ def test_cpu_workers_measure_c_1_and_the_next_run_reads_it(client, tmp_path):
     db = tmp_path / "nb.db"
     _, prof = _tune(client, tmp_path, db, "fifo", 2, 0)  # alone: time, CPU share, memory
     p = prof.get("{}")
-    assert p.unit_time and p.unit_time >= 0.2 and 1 in p.packing
+    assert p.unit_time and p.unit_time >= 0.18 and 1 in p.packing  # 20 slices of 10 ms
     assert 0.0 < p.demand.compute <= 1.0 and p.demand.memory_gb > 0.01  # (a loaded machine)
     exp, prof = _tune(client, tmp_path, db, "waterfill", 6, 1)  # packs 2 per worker first
     p = prof.get("{}")
