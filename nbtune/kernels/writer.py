@@ -5,13 +5,15 @@ experiment; inside a Jupyter kernel (or with ``NBTUNE_KERNEL_FILE=1``) it adds
 the experiment to this process's :class:`KernelFile` and subscribes to its
 engine. The subscriber runs on the engine's own thread right after a
 ``handle`` (the engine's state is whole then, and no other thread ever reads
-it), at most every :data:`INTERVAL` seconds and at once when the experiment
-ends; between handles nothing changes, and a live Dask run has a handle at
-least every utilization sample (1 s). An experiment recorded in a store is
-listed by name and store only: the server reads the store itself. One kept in
-memory only carries its summary and detail (trial rows, curves thinned to
-:data:`MAX_POINTS` per trial, the newest :data:`MAX_TRIALS` trials), built by
-:mod:`nbtune.core.listing` exactly as the server builds a store's.
+it), at most every :data:`INTERVAL` seconds (less often when a write costs
+more than :data:`MAX_SHARE` of the time between writes) and at once when the
+experiment ends; between handles nothing changes, and a live Dask run has a
+handle at least every utilization sample (1 s). An experiment recorded in a
+store is listed by name and store only: the server reads the store itself.
+One kept in memory only carries its summary and detail (trial rows, curves
+thinned to :data:`MAX_POINTS` per trial, the newest :data:`MAX_TRIALS`
+trials), built by :mod:`nbtune.core.listing` exactly as the server builds a
+store's.
 
 The file is removed at the kernel's exit (``atexit``); a kernel that dies
 without exit hooks leaves it to the server, which removes the files of dead
@@ -36,7 +38,7 @@ from nbtune.core.listing import curves, experiment_summary, trial_rows
 from nbtune.kernels.files import VERSION, kernel_file, process_started, write_json
 
 __all__ = ["KernelFile", "track", "untrack", "in_kernel", "current", "ENV", "INTERVAL",
-           "MAX_POINTS", "MAX_TRIALS", "memory_listing", "store_location"]
+           "MAX_POINTS", "MAX_TRIALS", "MAX_SHARE", "memory_listing", "store_location"]
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +47,10 @@ ENV = "NBTUNE_KERNEL_FILE"
 #: seconds between writes while an experiment runs (it is also written when one ends)
 INTERVAL = 1.0
 #: learning-curve points per trial and trials a memory-only experiment's detail carries
-MAX_POINTS = 200
+MAX_POINTS = 100
 MAX_TRIALS = 500
+#: the largest share of the engine thread's time the file may take (it then writes less often)
+MAX_SHARE = 0.02
 
 
 def in_kernel() -> bool:
@@ -115,6 +119,7 @@ class _Entry:
         self.detail: dict[str, Any] | None = None
         self._exp = weakref.ref(exp)  # the file never keeps an experiment alive
         self._last = -float("inf")
+        self._wait = owner.interval
         self.unsubscribe = exp.engine.subscribe(self)
 
     def refresh(self) -> bool:
@@ -131,7 +136,7 @@ class _Entry:
         if exp is None:
             return
         mono = time.monotonic()
-        if not exp.engine.done and mono - self._last < self.owner.interval:
+        if not exp.engine.done and mono - self._last < self._wait:
             return
         self._last = mono
         try:
@@ -139,6 +144,8 @@ class _Entry:
             self.owner.write()
         except Exception:  # a full disk must not take the experiment down
             log.debug("nbtune: could not write the kernel file", exc_info=True)
+        # a big experiment's listing costs more: write less often, never over MAX_SHARE
+        self._wait = max(self.owner.interval, (time.monotonic() - mono) / MAX_SHARE)
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "store": self.store, "summary": self.summary,
