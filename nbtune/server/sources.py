@@ -27,7 +27,7 @@ from typing import Any
 
 from nbtune.kernels import read_kernel_files
 from nbtune.server.store_reader import StoreReader
-from nbtune.server.summary import display_location, empty_reply
+from nbtune.server.summary import display_location, empty_reply, totals
 
 __all__ = ["Sources", "REMEMBER", "store_id", "kernel_id"]
 
@@ -136,11 +136,7 @@ class Sources:
             experiments.extend({**e["summary"], "source": source["id"]} for e in memory)
         reply["sources"] = sources
         reply["experiments"] = experiments
-        reply["totals"] = {
-            "experiments": len(experiments),
-            "trials_running": sum(e["trials_running"] for e in experiments),
-            "gpus_in_use": sum(e["gpus_in_use"] for e in experiments),
-        }
+        reply["totals"] = totals(experiments)
         return reply
 
     def _forget(self, location: str) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 from nbtune.core.listing import curves, experiment_summary, trial_rows
 from nbtune.store import DEFAULT_DIR, DEFAULT_FILE, Store
 
-__all__ = ["resolve_location", "summarize", "empty_reply", "display_location", "detail"]
+__all__ = ["resolve_location", "summarize", "empty_reply", "display_location", "detail",
+           "totals"]
 
 
 def resolve_location(spec: str, root_dir: str | os.PathLike[str]) -> str:
@@ -123,12 +124,17 @@ def summarize(store: Store, location: str,
         for stale in set(cache) - live_keys:
             del cache[stale]
     reply["experiments"] = experiments
-    reply["totals"] = {
+    reply["totals"] = totals(experiments)
+    return reply
+
+
+def totals(experiments: list[dict[str, Any]]) -> dict[str, int]:
+    """The status bar's sums over listed experiments."""
+    return {
         "experiments": len(experiments),
         "trials_running": sum(e["trials_running"] for e in experiments),
         "gpus_in_use": sum(e["gpus_in_use"] for e in experiments),
     }
-    return reply
 
 
 def detail(store: Store, name: str) -> dict[str, Any]:

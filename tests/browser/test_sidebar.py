@@ -15,7 +15,6 @@ import io
 import json
 import math
 import os
-import re
 import urllib.request
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import pytest
 from nbtune.cli import main as nbtune_cli
 from nbtune.core.trial import ended_of_total
 from tests.browser.conftest import REPO, LabServer
-from tests.browser.tune_notebook import SETUP, wait_until
+from tests.browser.tune_notebook import SETUP, run_all_cells, wait_until
 from tests.server.stores import finished_run, interrupted_run
 
 pytestmark = pytest.mark.browser
@@ -160,13 +159,7 @@ def test_sidebar_lists_the_running_kernels_experiments(page, lab_server: LabServ
         setup, tune_cell("mem"), "exp_mem.wait();", tune_cell("kept", f"--store {elsewhere}"),
         KERNEL_TRUTH)]
     (lab_server.root_dir / "kernels.ipynb").write_text(nbformat.writes(nb))
-    page.goto(lab_server.url("lab/tree/kernels.ipynb"))
-    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
-    page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle$")).wait_for(
-        timeout=60_000)
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-item:not(.lm-mod-disabled) .lm-Menu-itemLabel",
-                 has_text=re.compile(r"^Run All Cells$")).click()
+    run_all_cells(page, lab_server, "kernels.ipynb")
     page.locator('.jp-SideBar [data-id="nbtune-experiments"]').click()
     panel = page.locator("#nbtune-experiments")
     # live: the memory-only run shows while it runs, under its notebook's kernel
