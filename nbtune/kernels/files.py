@@ -54,7 +54,7 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
     A reader polling every few seconds never sees half a file.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # as Jupyter makes it
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
     try:
         with os.fdopen(fd, "w") as f:

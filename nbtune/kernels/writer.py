@@ -117,7 +117,10 @@ class _Entry:
         self.store = store_location(getattr(exp, "store", None))
         self.summary: dict[str, Any] | None = None
         self.detail: dict[str, Any] | None = None
-        self._exp = weakref.ref(exp)  # the file never keeps an experiment alive
+        self._exp = weakref.ref(exp)
+        # held while it runs (a running experiment is listed even if the user drops it),
+        # weakly once it ended: the file never keeps a finished experiment in memory
+        self._hold = None if exp.engine.done else exp
         self._last = -float("inf")
         self._wait = owner.interval
         self.unsubscribe = exp.engine.subscribe(self)
@@ -139,6 +142,8 @@ class _Entry:
         if not exp.engine.done and mono - self._last < self._wait:
             return
         self._last = mono
+        if exp.engine.done:
+            self._hold = None
         try:
             self.refresh()
             self.owner.write()

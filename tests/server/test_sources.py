@@ -4,6 +4,7 @@ child process stand in for the kernels: what the reader checks is that their pid
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -110,3 +111,18 @@ def test_a_dead_kernels_file_and_experiments_go(tmp_path: Path) -> None:
     assert by_source(sources.read()) == {}
     assert not kernel_file(child.pid, rt).exists()
     assert not (tmp_path / "none.db").exists()
+
+
+def test_a_database_password_is_never_shown(tmp_path: Path) -> None:
+    """A kernel's store on a database server: the server must open it (the kernel file, mode
+    0600, has the URL whole) but shows it, and any error opening it, without the password."""
+    rt = tmp_path / "runtime"
+    url = "postgresql+psycopg://me:s3cret-pw@127.0.0.1:1/nbtune"
+    write_json(kernel_file(os.getpid(), rt), {
+        "version": 1, "pid": os.getpid(), "started": process_started(os.getpid()),
+        "notebook": None, "stores": [url], "experiments": [{"name": "db", "store": url,
+                                                            "summary": None, "detail": None}]})
+    reply = Sources(str(tmp_path / "none.db"), rt, tmp_path).read()
+    source = next(s for s in reply["sources"] if not s["configured"])
+    assert source["error"]  # nothing listens there: an error on its own line
+    assert "s3cret-pw" not in json.dumps(reply) and "127.0.0.1" in source["location"]
