@@ -41,6 +41,8 @@ export interface ISource {
   kind: 'store' | 'kernel';
   /** a store's path or URL (password hidden), or a kernel's notebook */
   location: string;
+  /** the location as shown: a path relative to the server's root when under it */
+  shown?: string;
   available: boolean;
   error: string | null;
   /** store: it is the server's configured store */
@@ -88,7 +90,7 @@ export function sourceLabel(source: ISource): string {
       : `kernel ${source.pid} · in memory`;
   }
   const users = source.used_by?.length ? ` · used by ${source.used_by.join(', ')}` : '';
-  return `store ${source.location}${users}`;
+  return `store ${source.shown ?? source.location}${users}`;
 }
 
 export const ENDPOINT = 'nbtune/api/experiments';

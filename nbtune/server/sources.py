@@ -76,10 +76,11 @@ class Sources:
                 self._readers.pop(oldest).close()
             return reader
 
-    def _notebook(self, path: str | None) -> str | None:
-        """A kernel's notebook relative to the server's root when under it."""
-        if not path:
-            return None
+    def _shown(self, path: str | None) -> str | None:
+        """A path (a kernel's notebook, a store's file) relative to the server's root when
+        under it: what the sidebar shows (its header lines are narrow)."""
+        if not path or "://" in path:
+            return path
         try:
             return str(Path(path).resolve().relative_to(self.root_dir))
         except ValueError:
@@ -92,7 +93,7 @@ class Sources:
         for k in kernels:
             for loc in k.get("stores") or []:
                 self._reader(loc)  # a store in use is listed from now on
-                users.setdefault(loc, []).append(self._notebook(k.get("notebook"))
+                users.setdefault(loc, []).append(self._shown(k.get("notebook"))
                                                  or f"kernel {k['pid']}")
         with self._lock:
             readers = list(self._readers.values())
@@ -102,7 +103,8 @@ class Sources:
             configured = reader.location == self.configured
             source: dict[str, Any] = {
                 "id": store_id(reader.location), "kind": "store", "configured": configured,
-                "location": display_location(reader.location), "available": False,
+                "location": display_location(reader.location),
+                "shown": self._shown(display_location(reader.location)), "available": False,
                 "error": None, "used_by": users.get(reader.location, [])}
             try:
                 listed = reader.read()
@@ -129,8 +131,9 @@ class Sources:
             if not memory:
                 continue
             source = {"id": kernel_id(k["pid"]), "kind": "kernel", "pid": k["pid"],
-                      "notebook": self._notebook(k.get("notebook")), "kernel": k.get("kernel"),
-                      "location": self._notebook(k.get("notebook")) or f"kernel {k['pid']}",
+                      "notebook": self._shown(k.get("notebook")), "kernel": k.get("kernel"),
+                      "location": k.get("notebook") or f"kernel {k['pid']}",
+                      "shown": self._shown(k.get("notebook")) or f"kernel {k['pid']}",
                       "available": True, "error": None}
             sources.append(source)
             experiments.extend({**e["summary"], "source": source["id"]} for e in memory)

@@ -53,6 +53,8 @@ def test_union_of_configured_store_kernel_stores_and_memory(kernel_env: Path,
     assert [s["id"] for s in reply["sources"]] == [
         store_id(configured), store_id(other), kernel_id(os.getpid())]
     assert reply["sources"][1]["used_by"] == ["nb/tuning.ipynb"]  # relative to the root
+    assert reply["sources"][0]["shown"] == "nbtune-store/nbtune.db"
+    assert reply["sources"][1]["shown"] == other  # outside the root: whole
     assert reply["sources"][2]["notebook"] == "nb/tuning.ipynb"
     assert by_source(reply) == {store_id(configured): ["same"], store_id(other): ["same"],
                                 kernel_id(os.getpid()): ["in-memory"]}
