@@ -23,8 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from sim_speed import workload  # benchmarks/ is this script's directory
+
 import nbtune
-from nbtune import SimRuntime, SyntheticWorkload, loguniform, uniform
+from nbtune import SimRuntime
 from nbtune.kernels import writer
 from nbtune.kernels.files import kernel_file
 
@@ -37,9 +39,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args(argv)
 
-    space = {"lr": loguniform(1e-4, 1e-1), "wd": uniform(0, 0.1), "dropout": uniform(0, 0.5)}
-    wl = SyntheticWorkload(space, unit_time=lambda c: 20.0 + 200.0 * c["dropout"],
-                           launch_overhead=5.0, max_budget_hint=a.max_budget, seed=0)
+    _, wl = workload(a.max_budget, 0)  # sim_speed's job, as store_overhead times it
     kw = dict(algorithm="hyperband", metric="loss", max_budget=a.max_budget,
               num_trials=a.trials, seed=0)
     cpu: dict[str, list[float]] = {"off": [], "on": []}
