@@ -12,6 +12,7 @@ from typing import Any
 
 from nbtune.core.tolerance import EPS
 from nbtune.core.trial import TrialState
+from nbtune.engine import fusion_units
 from nbtune.engine.state import InvariantError
 
 #: the :class:`~nbtune.engine.engine.Engine` these functions work on (not imported:
@@ -45,3 +46,4 @@ def check(eng: Engine) -> None:
             raise InvariantError(f"pending trial {t.trial_id} is not queued")
     if eng.max_concurrent is not None and len(running) > eng.max_concurrent:
         raise InvariantError(f"{len(running)} trials run, cap is {eng.max_concurrent}")
+    fusion_units.check(eng)
