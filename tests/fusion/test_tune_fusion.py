@@ -1,0 +1,93 @@
+"""``nbtune.tune(..., fusion=F)`` on a real LocalCluster: fused units through the engine.
+
+The same training function (nbtune.examples.fusion_digits) and the same seed give the same
+trials with fusion on and off; fused, the members of a unit train as one model in one
+process and report as ordinary trials, each with its unit's id in ``group``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from nbtune.core.space import choice, loguniform
+from tests.dask_cluster import client  # noqa: F401  (the module's LocalCluster)
+
+pytestmark = pytest.mark.integration
+
+SPACE = {"lr": loguniform(1e-3, 0.3), "momentum": choice([0.0, 0.9]), "seed": choice([0, 1, 2])}
+
+
+def _tune(client, fusion, tmp_path, **kw):  # noqa: F811
+    import nbtune
+    from nbtune.examples.fusion_digits import train
+    from nbtune.runtimes.dask import DaskRuntime
+
+    rt = DaskRuntime(client, preload=("torch",), warm_processes=1, dashboard_address=None,
+                     checkpoint_dir=tmp_path / f"f{fusion}")
+    exp = nbtune.tune(train, SPACE, metric="loss", mode="min", max_budget=3, runtime=rt,
+                      seed=0, fusion=fusion, validate=True, **kw)
+    try:
+        assert exp.wait(120)
+    finally:
+        rt.close()
+    return exp
+
+
+def _configs(df):
+    return [{k.split("/", 1)[1]: v for k, v in r.items() if k.startswith("config/")}
+            for r in df.to_dict("records")]
+
+
+def _curves(exp):
+    return {(r["trial_id"], r["budget"]): r["loss"]
+            for r in exp.learning_curves().to_dict("records")}
+
+
+def test_fused_and_unfused_random_search_give_the_same_trials(client, tmp_path):  # noqa: F811
+    off = _tune(client, False, tmp_path, algorithm="random", num_trials=6)
+    on = _tune(client, 4, tmp_path, algorithm="random", num_trials=6)
+    a, b = off.results(), on.results()
+    assert _configs(a) == _configs(b)
+    assert (a["state"] == "completed").all() and (b["state"] == "completed").all(), b
+    assert (a["last"] - b["last"]).abs().max() <= 1e-4
+    assert "group" not in a.columns
+    groups = b.groupby("group")["trial_id"].apply(list)
+    assert len(groups) >= 2 and all(1 <= len(g) <= 4 for g in groups)  # one unit per worker
+    assert sorted(t for g in groups for t in g) == list(range(6))
+    # every step each member reported is the step it reports alone
+    ca, cb = _curves(off), _curves(on)
+    assert set(ca) == set(cb) and max(abs(ca[k] - cb[k]) for k in ca) <= 1e-4
+
+
+def test_asha_stops_members_one_by_one_and_the_others_train_on(client, tmp_path):  # noqa: F811
+    on = _tune(client, 8, tmp_path, algorithm="asha", num_trials=8, eta=2, min_budget=1)
+    df = on.results()
+    assert df["group"].notna().all()
+    stopped = df[df["state"] == "stopped"]
+    done = df[df["state"] == "completed"]
+    assert len(stopped) >= 1 and len(done) >= 1, df
+    assert (stopped["budget_used"] < 3).all() and (done["budget_used"] == 3).all()
+    # a unit lost members to ASHA and its other members went on to the end
+    mixed = [g for g, rows in df.groupby("group")
+             if set(rows["state"]) >= {"stopped", "completed"}]
+    assert mixed, df
+    # what every member reported is what it reports trained alone (fusion changes nothing)
+    off = _tune(client, False, tmp_path, algorithm="random", num_trials=8)
+    assert _configs(off.results()) == _configs(df)
+    ca, cb = _curves(off), _curves(on)
+    assert cb and all(abs(ca[k] - v) <= 1e-4 for k, v in cb.items())
+
+
+def test_fusion_arguments_are_checked_before_anything_runs():
+    import nbtune
+    from nbtune.examples.digits import train as plain_train
+    from nbtune.examples.fusion_digits import train
+
+    kw = dict(metric="loss", max_budget=3, num_trials=2, runtime="dask")
+    for bad in (0, -2, 2.5, "yes"):
+        with pytest.raises(ValueError, match="fusion must be"):
+            nbtune.tune(train, SPACE, fusion=bad, **kw)
+    with pytest.raises(ValueError, match="does not use the fusion trial API"):
+        nbtune.tune(plain_train, SPACE, fusion=True, **kw)
+    with pytest.raises(ValueError, match="shape_keys"):
+        nbtune.tune(train, SPACE, fusion=2, shape_keys=["width"], **kw)
