@@ -17,20 +17,31 @@ pytestmark = pytest.mark.integration
 SPACE = {"lr": loguniform(1e-3, 0.3), "momentum": choice([0.0, 0.9]), "seed": choice([0, 1, 2])}
 
 
-def _tune(client, fusion, tmp_path, **kw):  # noqa: F811
-    import nbtune
-    from nbtune.examples.fusion_digits import train
+@pytest.fixture(scope="module")
+def runtime(client, tmp_path_factory):  # noqa: F811
+    """One runtime for the module: its warm trial processes serve every experiment."""
     from nbtune.runtimes.dask import DaskRuntime
 
     rt = DaskRuntime(client, preload=("torch",), warm_processes=1, dashboard_address=None,
-                     checkpoint_dir=tmp_path / f"f{fusion}")
+                     checkpoint_dir=tmp_path_factory.mktemp("ckpt"))
+    yield rt
+    rt.close()
+
+
+def _tune(rt, fusion, **kw):
+    import nbtune
+    from nbtune.examples.fusion_digits import train
+
     exp = nbtune.tune(train, SPACE, metric="loss", mode="min", max_budget=3, runtime=rt,
                       seed=0, fusion=fusion, validate=True, **kw)
-    try:
-        assert exp.wait(120)
-    finally:
-        rt.close()
+    assert exp.wait(120)
     return exp
+
+
+@pytest.fixture(scope="module")
+def unfused(runtime):
+    """The reference: 8 trials of random search, each alone (fusion off)."""
+    return _tune(runtime, False, algorithm="random", num_trials=8)
 
 
 def _configs(df):
@@ -43,25 +54,25 @@ def _curves(exp):
             for r in exp.learning_curves().to_dict("records")}
 
 
-def test_fused_and_unfused_random_search_give_the_same_trials(client, tmp_path):  # noqa: F811
-    off = _tune(client, False, tmp_path, algorithm="random", num_trials=6)
-    on = _tune(client, 4, tmp_path, algorithm="random", num_trials=6)
-    a, b = off.results(), on.results()
+def test_fused_and_unfused_random_search_give_the_same_trials(runtime, unfused):
+    on = _tune(runtime, 4, algorithm="random", num_trials=8)
+    a, b = unfused.results(), on.results()
     assert _configs(a) == _configs(b)
     assert (a["state"] == "completed").all() and (b["state"] == "completed").all(), b
     assert (a["last"] - b["last"]).abs().max() <= 1e-4
     assert "group" not in a.columns
     groups = b.groupby("group")["trial_id"].apply(list)
     assert len(groups) >= 2 and all(1 <= len(g) <= 4 for g in groups)  # one unit per worker
-    assert sorted(t for g in groups for t in g) == list(range(6))
+    assert sorted(t for g in groups for t in g) == list(range(8))
     # every step each member reported is the step it reports alone
-    ca, cb = _curves(off), _curves(on)
+    ca, cb = _curves(unfused), _curves(on)
     assert set(ca) == set(cb) and max(abs(ca[k] - cb[k]) for k in ca) <= 1e-4
 
 
-def test_asha_stops_members_one_by_one_and_the_others_train_on(client, tmp_path):  # noqa: F811
-    on = _tune(client, 8, tmp_path, algorithm="asha", num_trials=8, eta=2, min_budget=1)
+def test_asha_stops_members_one_by_one_and_the_others_train_on(runtime, unfused):
+    on = _tune(runtime, 8, algorithm="asha", num_trials=8, eta=2, min_budget=1)
     df = on.results()
+    assert _configs(unfused.results()) == _configs(df)
     assert df["group"].notna().all()
     stopped = df[df["state"] == "stopped"]
     done = df[df["state"] == "completed"]
@@ -72,9 +83,7 @@ def test_asha_stops_members_one_by_one_and_the_others_train_on(client, tmp_path)
              if set(rows["state"]) >= {"stopped", "completed"}]
     assert mixed, df
     # what every member reported is what it reports trained alone (fusion changes nothing)
-    off = _tune(client, False, tmp_path, algorithm="random", num_trials=8)
-    assert _configs(off.results()) == _configs(df)
-    ca, cb = _curves(off), _curves(on)
+    ca, cb = _curves(unfused), _curves(on)
     assert cb and all(abs(ca[k] - v) <= 1e-4 for k, v in cb.items())
 
 
