@@ -28,12 +28,13 @@ def runtime(client, tmp_path_factory):  # noqa: F811
     rt.close()
 
 
-def _tune(rt, fusion, **kw):
+def _tune(rt, fusion, train=None, space=SPACE, max_budget=3, **kw):
     import nbtune
-    from nbtune.examples.fusion_digits import train
+    from nbtune.examples import fusion_digits
 
-    exp = nbtune.tune(train, SPACE, metric="loss", mode="min", max_budget=3, runtime=rt,
-                      seed=0, fusion=fusion, validate=True, **kw)
+    exp = nbtune.tune(train or fusion_digits.train, space, metric="loss", mode="min",
+                      max_budget=max_budget, runtime=rt, seed=0, fusion=fusion, validate=True,
+                      **kw)
     assert exp.wait(120)
     return exp
 
@@ -85,6 +86,29 @@ def test_asha_stops_members_one_by_one_and_the_others_train_on(runtime, unfused)
     # what every member reported is what it reports trained alone (fusion changes nothing)
     ca, cb = _curves(unfused), _curves(on)
     assert cb and all(abs(ca[k] - v) <= 1e-4 for k, v in cb.items())
+
+
+def test_sha_pauses_members_and_fuses_the_promoted_again_from_their_checkpoints(runtime):
+    """SHA pauses every member at its rung (each saves its own checkpoint); the promoted
+    ones come back as a new unit, restored slot by slot, and end where uninterrupted
+    training of the same configs ends."""
+    from nbtune.fusion.trial import run_group
+    from tests.fusion.test_trial import Recorder, ckpt_train
+
+    space = {"seed": choice([0, 1, 2, 3]), "hidden": choice([16]), "lr": choice([0.3, 0.03]),
+             "momentum": choice([0.0, 0.9])}
+    on = _tune(runtime, 4, train=ckpt_train, space=space, max_budget=4, algorithm="sha",
+               min_budget=2, eta=2, num_trials=4)
+    df = on.results()
+    done = df[df["state"] == "completed"]
+    assert 1 <= len(done) < len(df), df
+    first = set(df["group"])  # the last unit each trial ran in
+    assert all(g is not None for g in first) and len(set(done["group"])) <= len(done)
+    assert set(done["group"]).isdisjoint(df[df["state"] != "completed"]["group"])
+    for row, cfg in zip(done.to_dict("records"), _configs(done), strict=True):
+        rec = Recorder()
+        run_group(ckpt_train, [cfg], [rec], budget=4)
+        assert rec.rows[-1][1]["loss"] == pytest.approx(row["last"], abs=1e-4)
 
 
 def test_fusion_arguments_are_checked_before_anything_runs():
