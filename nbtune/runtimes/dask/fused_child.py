@@ -47,15 +47,15 @@ class MemberChannel:
 
 def run_fused(fn: Any, job: dict[str, Any], channel: Any) -> Any:
     """Run ``fn(config, FusionTrial)`` for the job's members; returns the FusionTrial."""
-    from nbtune.fusion.trial import FusionTrial
+    from nbtune.fusion.trial import FusionTrial, resume_step
     from nbtune.runtimes.dask.trial_api import Trial
 
     members = job["members"]
     hub = _Hub(channel, [int(m["trial_id"]) for m in members])
     trials = [Trial({**job, **m, "hold": False}, MemberChannel(hub, int(m["trial_id"])))
               for m in members]
-    start = int(math.floor(float(job["start_step"]) + 1e-9))
     budget = int(math.floor(float(job["budget"]) + 1e-9))
-    fused = FusionTrial([t.config for t in trials], trials, budget, start_step=start)
+    fused = FusionTrial([t.config for t in trials], trials, budget,
+                        start_step=resume_step(trials))
     fn(fused.config, fused)
     return fused
