@@ -220,8 +220,10 @@ def tune(
         alloc = executor.allocator
     # no workload model in the hints: the runtime's profiler measures what allocators read
     engine = Engine(algo, alloc, validate=validate, max_failures=max_failures)
-    if f_max:
-        fusion_units.enable(engine, f_max, keys)
+    if f_max:  # elastic split (Hydro §5.3) through per-member checkpoints, if it saves any
+        from nbtune.runtimes.dask.trial_api import uses_checkpoints
+
+        fusion_units.enable(engine, f_max, keys, elastic=uses_checkpoints(trainable))
     if st is not None and getattr(rt, "profiler", None) is None:
         from nbtune.runtimes.profiler import Profiler
         from nbtune.store import SqlProfileStore

@@ -15,9 +15,12 @@ member frees no worker while others train on in the same process). Each member's
 carries the unit id and the member ids, so the runtime starts one process for them.
 Algorithms see members as ordinary trials: a stop ends one member, the rest go on.
 
+Elastic split (§5.3, :func:`split_idle`, when the loop checkpoints): when workers are idle
+and nothing is queued, the biggest running unit gives half its members away; they resume
+from their checkpoints as a new unit on the idle workers. A unit is never resized.
+
 Pure, like the engine: no clock, no I/O. Specs that restore another trial's checkpoint
-(PBT) are not fused; a fused unit is never resized (the elastic split of §5.3 is how a
-unit would get more workers).
+(PBT) are not fused.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbtune.allocators.base import Allocation
+from nbtune.core.commands import Command, Pause
 from nbtune.core.resources import Placement
 from nbtune.core.trial import TrialSpec
 from nbtune.engine.errors import EngineError
@@ -38,7 +42,7 @@ from nbtune.fusion.planner import group_trials, split_group
 #: the engine imports this module)
 Engine = Any
 
-__all__ = ["FusionBinder", "UnitView", "enable", "capacity", "allocate", "check"]
+__all__ = ["FusionBinder", "UnitView", "enable", "capacity", "allocate", "split_idle", "check"]
 
 _START, _BUDGET = "__nbtune_start", "__nbtune_budget"  # budget keys added to the shape keys
 
@@ -49,6 +53,8 @@ class FusionBinder:
 
     f_max: int
     shape_keys: tuple[str, ...] = ()
+    #: split running units onto idle workers (§5.3): only when the loop checkpoints
+    elastic: bool = False
     #: unit id -> its member trial ids (at launch) and its whole placement
     members: dict[int, tuple[int, ...]] = field(default_factory=dict)
     placements: dict[int, Placement] = field(default_factory=dict)
@@ -104,11 +110,13 @@ class UnitView:
         return getattr(self._eng, name)
 
 
-def enable(eng: Engine, f_max: int, shape_keys: Sequence[str] = ()) -> FusionBinder:
-    """Turn fusion on for ``eng`` (before it starts): units of up to ``f_max`` members."""
+def enable(eng: Engine, f_max: int, shape_keys: Sequence[str] = (),
+           elastic: bool = False) -> FusionBinder:
+    """Turn fusion on for ``eng`` (before it starts): units of up to ``f_max`` members;
+    ``elastic`` splits running units onto idle workers (the loop must checkpoint)."""
     if eng.started:
         raise EngineError("fusion must be enabled before the experiment starts")
-    eng.fusion = FusionBinder(f_max, tuple(shape_keys))
+    eng.fusion = FusionBinder(f_max, tuple(shape_keys), elastic)
     return eng.fusion
 
 
@@ -153,6 +161,33 @@ def allocate(eng: Engine) -> Allocation:
             b.launching[s.trial_id] = uid
     resize = {tid: p for tid, p in alloc.resize.items() if eng.trials[tid].unit is None}
     return Allocation(launch=launch, resize=resize)
+
+
+def split_idle(eng: Engine, cmds: list[Command]) -> bool:
+    """Elastic split (Hydro §5.3): idle workers and nothing queued, so the running unit
+    with the most members gives its second half away.
+
+    The half is paused (each member leaves the fused model; its checkpoint at its last
+    reported step is where it resumes) and requeued at the front; the caller places it
+    again, where the idle workers are. Units of one member are left alone (a lone trial
+    gets more workers through the allocator, by data parallelism, if at all). Returns
+    True when members were requeued.
+    """
+    b: FusionBinder = eng.fusion
+    if not (b.elastic and eng.ledger.idle) or eng._pending or eng.paused or eng.stopped:
+        return False
+    units: dict[int, list[int]] = {}
+    for tid in eng.running:
+        u = eng.trials[tid].unit
+        if u is not None:
+            units.setdefault(u, []).append(tid)
+    biggest = max(units.values(), key=len, default=[])
+    if len(biggest) < 2:
+        return False
+    for tid in reversed(biggest[(len(biggest) + 1) // 2:]):  # front of the queue, in order
+        cmds.append(Pause(tid))
+        eng._requeue(tid, failed=False, front=True)
+    return True
 
 
 def check(eng: Engine) -> None:

@@ -89,6 +89,8 @@ def schedule(eng: Engine, cmds: list[Command]) -> None:
     # called even with an empty queue: freed GPUs may be worth giving to running trials
     if fused:
         apply_allocation(eng, fusion_units.allocate(eng), cmds)
+        if fusion_units.split_idle(eng, cmds):  # idle workers take half a running unit
+            apply_allocation(eng, fusion_units.allocate(eng), cmds)
     else:
         apply_allocation(eng, eng.allocator.allocate(eng), cmds)
     if eng._spec and eng._pending and barrier_fill.yield_to_pending(eng, cmds):

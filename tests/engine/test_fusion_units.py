@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nbtune.core import events as ev
-from nbtune.core.commands import Finish, Launch, Stop
+from nbtune.core.commands import Finish, Launch, Pause, Stop
 from nbtune.core.resources import ClusterSpec
 from nbtune.core.space import choice, uniform
 from nbtune.core.trial import TrialState
@@ -111,12 +111,14 @@ def test_f_one_runs_every_trial_alone_and_bad_f_is_refused():
 
 
 @settings(max_examples=30, deadline=None)
-@given(n=st.integers(1, 24), gpus=st.integers(1, 4), f=st.integers(1, 8), seed=st.integers(0, 99))
-def test_every_trial_runs_once_in_units_of_at_most_f_with_equal_shape_keys(n, gpus, f, seed):
-    """Run to the end (validate=True checks the unit invariants after every event)."""
+@given(n=st.integers(1, 24), gpus=st.integers(1, 4), f=st.integers(1, 8), seed=st.integers(0, 99),
+       elastic=st.booleans())
+def test_every_trial_runs_in_units_of_at_most_f_with_equal_shape_keys(n, gpus, f, seed, elastic):
+    """Run to the end (validate=True checks the unit invariants after every event); with
+    elastic splits a trial may be relaunched in another unit, never alone twice at once."""
     algo = OneShot(SPACE, metric="loss", max_budget=2, num_trials=n, seed=seed)
     eng = Engine(algo, validate=True)
-    enable(eng, f, ("width",))
+    enable(eng, f, ("width",), elastic=elastic)
     cmds = eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(gpus)))
     seen: dict[int, int] = {}
     now = 0.0
@@ -126,15 +128,47 @@ def test_every_trial_runs_once_in_units_of_at_most_f_with_equal_shape_keys(n, gp
             assert len(ls) <= f
             assert len({eng.trials[c.trial_id].config["width"] for c in ls}) == 1
             for c in ls:
-                assert c.trial_id not in seen
+                assert elastic or c.trial_id not in seen
                 seen[c.trial_id] = uid
                 running.append(c.trial_id)
         if any(isinstance(c, Finish) for c in cmds) or not running:
             break
         now += 1.0
         tid = running.pop(0)
+        if eng.trials[tid].state is not TrialState.RUNNING:
+            continue  # paused by a split: its relaunch comes as a new Launch
         eng.handle(ev.TrialReported(now, tid, 1, {"loss": 0.5}))
         cmds = eng.handle(ev.TrialReported(now, tid, 2, {"loss": 0.4}))
     assert sorted(seen) == list(range(n))
     assert all(t.state is TrialState.COMPLETED for t in eng.trials.values())
     assert eng.done
+
+
+def test_idle_workers_take_half_of_a_running_unit_when_the_loop_checkpoints():
+    """Elastic split (Hydro §5.3): a worker falls idle, nothing is queued, so the biggest
+    running unit pauses its second half, which is relaunched as a new unit there."""
+    for elastic in (False, True):
+        algo = OneShot({"x": uniform(0, 1)}, metric="loss", max_budget=3, num_trials=8, seed=0)
+        eng = Engine(algo, validate=True)
+        enable(eng, 4, (), elastic=elastic)
+        units = units_of(eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(2))))
+        (ua, a), (ub, b) = sorted(units.items())
+        assert len(a) == len(b) == 4 and not eng.pending
+        for c in b:
+            eng.handle(ev.TrialReported(1.0, c.trial_id, 1, {"loss": 0.5}))
+        gpu_a = a[0].placement[0][0]
+        for c in a[:-1]:
+            assert eng.handle(ev.TrialStopRequested(2.0, c.trial_id)) == [Stop(c.trial_id)]
+        out = eng.handle(ev.TrialStopRequested(2.0, a[-1].trial_id))
+        moved = [c.trial_id for c in b[2:]]
+        if not elastic:
+            assert out == [Stop(a[-1].trial_id)] and gpu_a in eng.idle_gpus
+            continue
+        assert sorted(c.trial_id for c in out if isinstance(c, Pause)) == moved
+        new = units_of(out)
+        assert len(new) == 1
+        (uid, ls), = new.items()
+        assert uid not in (ua, ub) and [c.trial_id for c in ls] == moved
+        assert all(c.placement == ((gpu_a, 0.5),) and c.start_budget == 1 for c in ls)
+        assert all(eng.trials[t].state is TrialState.RUNNING for t in moved)
+        assert not eng.idle_gpus

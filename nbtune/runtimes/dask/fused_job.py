@@ -109,12 +109,22 @@ class FusedDriver(RunDriver):
                         and trials[c.trial_id].unit == c.unit]
             if not launches:
                 continue  # every member stopped or paused while it waited
-            if any(c.trial_id in self._fusion.live or c.trial_id in self._runs
-                   for c in launches):
+            if any(self._busy(c.trial_id) for c in launches):
                 still.append(launches)
             else:
                 self._start_unit(launches)
         self._fusion.waiting = still
+
+    def _busy(self, tid: int) -> bool:
+        """A trial's previous process still trains it: its own run, or a fused run it has
+        not been told to leave. A member told to leave may start again at once: it resumes
+        from a checkpoint already written (files are replaced atomically), and what its old
+        process still reports is not counted."""
+        if tid in self._runs:
+            return True
+        rid = self._fusion.live.get(tid)
+        unit = self._fusion.units.get(rid) if rid is not None else None
+        return unit is not None and unit.members[tid].cancelled is None
 
     def _start_unit(self, launches: list[Launch]) -> None:
         assert self._engine is not None and self.inventory is not None
