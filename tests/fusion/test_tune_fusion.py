@@ -111,6 +111,40 @@ def test_sha_pauses_members_and_fuses_the_promoted_again_from_their_checkpoints(
         assert rec.rows[-1][1]["loss"] == pytest.approx(row["last"], abs=1e-4)
 
 
+def test_an_idle_worker_takes_half_of_a_running_unit_from_its_checkpoints(runtime):
+    """Elastic split (Hydro §5.3): both members of one unit are stopped, its worker falls
+    idle, and the other unit's second member moves there, resuming from its checkpoint;
+    every trial that completes ends where uninterrupted training ends."""
+    import nbtune
+    from nbtune.core.commands import Launch
+    from nbtune.fusion.trial import run_group
+    from tests.dask_cluster import wait_for_budget
+    from tests.fusion.test_trial import Recorder, ckpt_train
+
+    space = {"seed": choice([0, 1, 2, 3]), "hidden": choice([16]), "lr": choice([0.3, 0.03]),
+             "momentum": choice([0.0, 0.9])}
+    exp = nbtune.tune(ckpt_train, space, algorithm="random", metric="loss", mode="min",
+                      max_budget=20, num_trials=4, runtime=runtime, seed=0, fusion=4,
+                      validate=True)
+    launches: list[Launch] = []
+    exp.engine.subscribe(lambda events, cmds: launches.extend(
+        c for c in cmds if isinstance(c, Launch)))
+    wait_for_budget(exp.engine, 0, 1, timeout=60)
+    stopped = exp.engine.fusion.members[exp.engine.trials[0].unit]
+    for tid in stopped:
+        exp.stop_trial(tid)
+    assert exp.wait(120)
+    df = exp.results()
+    moved = [c for c in launches if c.unit is not None and c.start_budget > 0]
+    assert moved and all(c.trial_id not in stopped for c in moved), launches
+    done = df[df["state"] == "completed"]
+    assert sorted(done["trial_id"]) == sorted(set(range(4)) - set(stopped)), df
+    for row, cfg in zip(done.to_dict("records"), _configs(done), strict=True):
+        rec = Recorder()
+        run_group(ckpt_train, [cfg], [rec], budget=20)
+        assert rec.rows[-1][1]["loss"] == pytest.approx(row["last"], abs=1e-4)
+
+
 def test_fusion_arguments_are_checked_before_anything_runs():
     import nbtune
     from nbtune.examples.digits import train as plain_train
