@@ -55,9 +55,10 @@ def _curves(exp):
             for r in exp.learning_curves().to_dict("records")}
 
 
-def test_fused_and_unfused_random_search_give_the_same_trials(runtime, unfused):
-    on = _tune(runtime, 4, algorithm="random", num_trials=8)
+def test_fused_and_unfused_random_search_give_the_same_trials(runtime, unfused, tmp_path):
+    on = _tune(runtime, 4, algorithm="random", num_trials=8, store=tmp_path / "s.db")
     a, b = unfused.results(), on.results()
+    assert list(on.store.results(on.name)["group"]) == list(b["group"])  # stored too
     assert _configs(a) == _configs(b)
     assert (a["state"] == "completed").all() and (b["state"] == "completed").all(), b
     assert (a["last"] - b["last"]).abs().max() <= 1e-4
@@ -129,7 +130,8 @@ def test_an_idle_worker_takes_half_of_a_running_unit_from_its_checkpoints(runtim
     launches: list[Launch] = []
     exp.engine.subscribe(lambda events, cmds: launches.extend(
         c for c in cmds if isinstance(c, Launch)))
-    wait_for_budget(exp.engine, 0, 1, timeout=60)
+    for tid in range(4):  # every member has a checkpoint to move with
+        wait_for_budget(exp.engine, tid, 1, timeout=60)
     stopped = exp.engine.fusion.members[exp.engine.trials[0].unit]
     for tid in stopped:
         exp.stop_trial(tid)
