@@ -44,6 +44,8 @@ def check(eng: Engine) -> None:
             raise InvariantError(f"trial {t.trial_id} exceeds max_budget {eng.max_budget}")
         if t.state is TrialState.PENDING and t.trial_id not in pend:
             raise InvariantError(f"pending trial {t.trial_id} is not queued")
-    if eng.max_concurrent is not None and len(running) > eng.max_concurrent:
-        raise InvariantError(f"{len(running)} trials run, cap is {eng.max_concurrent}")
+    # under fusion the cap counts what the allocator places: fused units
+    n = len(running) if eng.fusion is None else len(eng.fusion.running(eng))
+    if eng.max_concurrent is not None and n > eng.max_concurrent:
+        raise InvariantError(f"{n} trials (or fused units) run, cap is {eng.max_concurrent}")
     fusion_units.check(eng)

@@ -172,3 +172,12 @@ def test_idle_workers_take_half_of_a_running_unit_when_the_loop_checkpoints():
         assert all(c.placement == ((gpu_a, 0.5),) and c.start_budget == 1 for c in ls)
         assert all(eng.trials[t].state is TrialState.RUNNING for t in moved)
         assert not eng.idle_gpus
+
+
+def test_a_concurrency_cap_counts_fused_units():
+    algo = OneShot(SPACE, metric="loss", max_budget=3, num_trials=12, seed=0)
+    eng = Engine(algo, validate=True)
+    enable(eng, 4, ("width",))
+    eng.handle(ev.ConcurrencyChanged(0.0, 2))
+    units = units_of(eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(4))))
+    assert len(units) == 2 and sum(len(ls) for ls in units.values()) > 2
