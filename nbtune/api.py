@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nbtune.allocators import FifoAllocator, make_allocator
 from nbtune.build import build_experiment, check_mode, make_runtime
+from nbtune.core.code_names import names_used
 from nbtune.core.space import validate_space
+from nbtune.engine import fusion_units
 from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment
 from nbtune.runtimes.base import Runtime, check_trainable
@@ -41,6 +43,40 @@ def _check_numbers(max_failures: Any, trial_timeout: Any) -> None:
             trial_timeout, int | float) or not trial_timeout > 0):
         raise ValueError(f"trial_timeout must be a number of seconds > 0 or None, "
                          f"got {trial_timeout!r}")
+
+
+#: the fusion limit ``fusion=True`` gives (the memory-measured F_max is not wired in yet)
+DEFAULT_FUSION = 16
+_FUSION_NAMES = {"as_fusion_trial", "FusionTrial", "run_group"}
+
+
+def _check_fusion(fusion: Any, shape_keys: Sequence[str] | None, trainable: Any,
+                  space: Mapping[str, Any]) -> tuple[int, tuple[str, ...]]:
+    """``(F, shape keys)``, F = 0 when fusion is off; bad values and a training function
+    that does not build its model through the fusion trial API fail before anything runs."""
+    if fusion is False or fusion is None:
+        return 0, ()
+    f = DEFAULT_FUSION if fusion is True else fusion
+    if isinstance(f, bool) or not isinstance(f, int) or f < 1:
+        raise ValueError(f"fusion must be True, False or a number of trials per fused model "
+                         f"F >= 1, got {fusion!r}")
+    if isinstance(trainable, WorkloadModel) or not callable(trainable):
+        raise ValueError("fusion needs a training function train(config, trial) (it fuses "
+                         "real models); a workload model has none")
+    names = names_used(trainable)
+    if not (names & _FUSION_NAMES or {"model", "optimizer", "loss"} <= names):
+        raise ValueError(
+            f"fusion: {getattr(trainable, '__name__', trainable)!r} does not use the fusion "
+            "trial API; build the model, optimizer and loss through the trial "
+            "(trial = as_fusion_trial(trial); model = trial.model(make_model); opt = "
+            "trial.optimizer(torch.optim.SGD, model, lr='lr'); trial.loss(...)), see "
+            "docs/fusion.rst")
+    keys = tuple(shape_keys) if shape_keys is not None else tuple(
+        k for k in ("batch_size",) if k in space)
+    unknown = [k for k in keys if k not in space]
+    if unknown:
+        raise ValueError(f"shape_keys {unknown} are not in the search space {sorted(space)}")
+    return f, keys
 
 
 def _auto_type(algorithm: Any, trainable: Any,
@@ -83,6 +119,8 @@ def tune(
     eager_fraction: float = 0.5,
     plan: Any = None,
     trial_timeout: float | None = None,
+    fusion: bool | int = False,
+    shape_keys: Sequence[str] | None = None,
     gpus_per_trial: float | None = None,
     **algorithm_options: Any,
 ) -> Experiment:
@@ -120,6 +158,15 @@ def tune(
     saying so (a hung data loader must not hold a GPU for ever); the other
     trials go on.
 
+    ``fusion=F`` (or ``True``: F = 16) fuses trials, Hydro-style (docs/fusion.rst): pending
+    trials whose ``shape_keys`` values agree (default: ``batch_size`` when the space has
+    it; keys that change parameter shapes must be listed) train as one fused model of up to
+    F members in one process on one worker. Each member is an ordinary trial (results gain
+    a ``group`` column, the fused unit's id); an algorithm stops or pauses members one by
+    one. Needs a training function written against the fusion trial API
+    (``trial.model``/``optimizer``/``loss``, e.g. through ``as_fusion_trial``) and the Dask
+    runtime.
+
     ``gpus_per_trial`` is Ray Tune's fixed per-trial request: ``k`` whole GPUs
     (one DDP trial over k workers) or a fraction of one (packed), FIFO order;
     leave it out and nbtune's allocator sizes trials from measurements.
@@ -138,6 +185,7 @@ def tune(
                                                       allocator_options, plan)
     check_mode(metric, mode)  # accuracy minimised by mistake: say so before anything runs
     _check_numbers(max_failures, trial_timeout)
+    f_max, keys = _check_fusion(fusion, shape_keys, trainable, space)
     if seed is None and store is not None and store is not False and isinstance(algorithm,
                                                                               str | type):
         seed = secrets.randbelow(2**31)  # resume replays the same draws: fix the seed now
@@ -158,6 +206,9 @@ def tune(
             st.ensure_new(name)  # a clash fails before anything runs, with the resume hint
     rt = make_runtime(runtime, trainable=trainable)
     check_trainable(trainable, rt)  # before the store records anything
+    if f_max and rt.name != "dask":
+        raise ValueError(f"fusion runs fused trials on the Dask runtime; runtime {rt.name!r} "
+                         "cannot (use runtime='dask')")
     if trial_timeout is not None or isinstance(runtime, str):  # the shared runtime: reset
         if trial_timeout is not None and not hasattr(rt, "trial_timeout"):
             raise ValueError(f"trial_timeout needs a runtime that runs training functions "
@@ -181,6 +232,10 @@ def tune(
         alloc = executor.allocator
     # no workload model in the hints: the runtime's profiler measures what allocators read
     engine = Engine(algo, alloc, validate=validate, max_failures=max_failures)
+    if f_max:  # elastic split (Hydro §5.3) through per-member checkpoints, if it saves any
+        from nbtune.runtimes.dask.trial_api import uses_checkpoints
+
+        fusion_units.enable(engine, f_max, keys, elastic=uses_checkpoints(trainable))
     if st is not None and getattr(rt, "profiler", None) is None:
         from nbtune.runtimes.profiler import Profiler
         from nbtune.store import SqlProfileStore

@@ -177,8 +177,12 @@ class Experiment:
         return self.engine.mode
 
     def results(self) -> pd.DataFrame:
-        """One row per trial: id, config columns, state, best metric, budget, GPU-seconds, times."""
+        """One row per trial: id, config columns, state, best metric, budget, GPU-seconds, times.
+
+        With ``tune(..., fusion=F)`` a ``group`` column gives the fused unit each trial
+        last ran in (members of one fused model share it)."""
         rows = []
+        fused = getattr(self.engine, "fusion", None) is not None
         now = self.engine.time
         for t in self.engine.trials.values():
             gpu_s = t.gpu_seconds_at(now)
@@ -194,9 +198,10 @@ class Experiment:
                 "end": t.end_time,
                 "failures": t.failures,
                 "error": t.error,
+                **({"group": t.unit} if fused else {}),
             })
         cols = ["trial_id", "state", self.metric, "last", "budget_used", "gpu_seconds", "start",
-                "end", "failures", "error"]
+                "end", "failures", "error", *(["group"] if fused else [])]
         df = pd.DataFrame(rows)
         if df.empty:
             return pd.DataFrame(columns=cols)

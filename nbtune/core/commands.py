@@ -22,6 +22,9 @@ class Launch(Command):
     ``start_budget`` is how much it has done already; the runtime restores the
     checkpoint of ``restore_from`` (the trial itself unless PBT hands one over).
     The runtime checkpoints and releases the placement once ``budget`` is reached.
+    ``unit`` names the fused unit the trial runs in (``tune(..., fusion=F)``): every
+    member of ``members`` gets a Launch with the same ``unit`` in the same batch, and the
+    runtime runs them as one fused model in one process group.
     """
 
     trial_id: int
@@ -30,6 +33,8 @@ class Launch(Command):
     budget: float
     placement: Placement
     restore_from: int | None = None
+    unit: int | None = None
+    members: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

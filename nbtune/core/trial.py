@@ -116,6 +116,8 @@ class Trial:
     last_mark: tuple[float, float] | None = None
     #: last measured (seconds per budget unit, width it ran at)
     unit_time: tuple[float, float] | None = None
+    #: the fused unit (``tune(..., fusion=F)``) it last ran in; None when it ran alone
+    unit: int | None = None
 
     def gpu_seconds_at(self, now: float) -> float:
         """GPU-seconds used by ``now``: the closed segments plus the open one at the current share.

@@ -1,11 +1,11 @@
 """The engine: a pure state machine, ``handle(*events) -> list[Command]``.
 
-Shaped like dask's ``worker_state_machine``: runtimes feed it facts (events
-stamped with their own time) and carry out the commands it returns. It asks
-the algorithm for TrialGroups and decisions and the allocator for placements;
-it never reads a clock and never does I/O, so the simulator and the Dask
-runtime drive the very same object (barrier filling too: ``.barrier_fill``).
-``validate=True`` re-checks every invariant after each call.
+Shaped like dask's ``worker_state_machine``: runtimes feed it facts (events stamped with
+their own time) and carry out the commands it returns. It asks the algorithm for
+TrialGroups and decisions and the allocator for placements; it never reads a clock and
+never does I/O, so the simulator and the Dask runtime drive the very same object (barrier
+filling too: ``.barrier_fill``; fused units: ``.fusion_units``). ``validate=True``
+re-checks every invariant after each call.
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ class Engine:
     #: a second ``ExperimentStarted`` means "the runtime restarted" (resume), not an error
     restartable = False
     restarts = 0
+    fusion: Any = None  # a fusion_units.FusionBinder once tune(fusion=F) enabled it
 
     def restart(self, e: ev.ExperimentStarted, cmds: list[Command]) -> None:
         """A new runtime took over: requeue the running trials first (from their checkpoints,

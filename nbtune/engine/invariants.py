@@ -12,6 +12,7 @@ from typing import Any
 
 from nbtune.core.tolerance import EPS
 from nbtune.core.trial import TrialState
+from nbtune.engine import fusion_units
 from nbtune.engine.state import InvariantError
 
 #: the :class:`~nbtune.engine.engine.Engine` these functions work on (not imported:
@@ -46,5 +47,8 @@ def check(eng: Engine) -> None:
                                  "or out of order")
         if t.state is TrialState.PENDING and t.trial_id not in pend:
             raise InvariantError(f"pending trial {t.trial_id} is not queued")
-    if eng.max_concurrent is not None and len(running) > eng.max_concurrent:
-        raise InvariantError(f"{len(running)} trials run, cap is {eng.max_concurrent}")
+    # under fusion the cap counts what the allocator places: fused units
+    n = len(running) if eng.fusion is None else len(eng.fusion.running(eng))
+    if eng.max_concurrent is not None and n > eng.max_concurrent:
+        raise InvariantError(f"{n} trials (or fused units) run, cap is {eng.max_concurrent}")
+    fusion_units.check(eng)

@@ -19,7 +19,7 @@ from nbtune.core.commands import Command, Launch, Resize
 from nbtune.core.resources import Placement
 from nbtune.core.tolerance import EPS
 from nbtune.core.trial import Trial, TrialSpec, TrialState
-from nbtune.engine import barrier_fill
+from nbtune.engine import barrier_fill, fusion_units
 from nbtune.engine.errors import EngineError
 
 #: the :class:`~nbtune.engine.engine.Engine` these functions work on (not imported:
@@ -72,8 +72,10 @@ def schedule(eng: Engine, cmds: list[Command]) -> None:
     if eng.paused or eng.stopped:
         return
     closed = False
+    fused = eng.fusion is not None  # units of trials: see .fusion_units
     for _ in range(4):
-        room = eng.allocator.capacity(eng) - len(eng._pending)
+        room = (fusion_units.capacity(eng) if fused else eng.allocator.capacity(eng)) \
+            - len(eng._pending)
         if room <= 0 or eng.algorithm.finished:
             break
         groups = eng.algorithm.ask(room)
@@ -85,11 +87,17 @@ def schedule(eng: Engine, cmds: list[Command]) -> None:
             for spec in g.specs:
                 closed = admit(eng, spec, cmds) or closed
     # called even with an empty queue: freed GPUs may be worth giving to running trials
-    apply_allocation(eng, eng.allocator.allocate(eng), cmds)
+    if fused:
+        apply_allocation(eng, fusion_units.allocate(eng), cmds)
+        if fusion_units.split_idle(eng, cmds):  # idle workers take half a running unit
+            apply_allocation(eng, fusion_units.allocate(eng), cmds)
+    else:
+        apply_allocation(eng, eng.allocator.allocate(eng), cmds)
     if eng._spec and eng._pending and barrier_fill.yield_to_pending(eng, cmds):
         apply_allocation(eng, eng.allocator.allocate(eng), cmds)  # real work takes their GPUs
     retire(eng)
-    barrier_fill.fill(eng, cmds, launch)
+    if not fused:  # a speculative run is one trial alone: not with fused units
+        barrier_fill.fill(eng, cmds, launch)
     if closed and not eng.ledger.placements and not eng.done:
         schedule(eng, cmds)  # a promotion closed a speculated segment: the algorithm has more
         return
@@ -153,7 +161,9 @@ def launch(eng: Engine, spec: TrialSpec, placement: Placement, cmds: list[Comman
     if t.start_time is None:
         t.start_time = eng.time
     t.last_mark = (eng.time, t.budget_used)
+    unit = eng.fusion.launching.pop(t.trial_id, None) if eng.fusion is not None else None
+    t.unit = unit
     cmds.append(
         Launch(t.trial_id, t.config, t.budget_used, t.target_budget, placement,
-               spec.restore_from)
+               spec.restore_from, unit, () if unit is None else eng.fusion.members[unit])
     )

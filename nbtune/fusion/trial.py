@@ -151,9 +151,29 @@ def as_fusion_trial(trial: Any) -> FusionTrial:
     """
     if isinstance(trial, FusionTrial):
         return trial
-    start = int(math.floor(float(trial.start_step) + 1e-9))
     budget = int(math.floor(float(trial.budget) + 1e-9))
-    return FusionTrial([trial.config], [trial], budget, start_step=start)
+    return FusionTrial([trial.config], [trial], budget, start_step=resume_step([trial]))
+
+
+def resume_step(members: Sequence[Any]) -> int:
+    """The step a (re)launched loop goes on after: its members' common checkpoint's step.
+
+    A runtime trial (``restore_path``, ``restore_step``, ``start_step``) relaunched with no
+    checkpoint to restore (a loop that keeps none, paused or resized or requeued after a
+    lost worker) starts again from step 0: its weights are fresh, so going on at
+    ``start_step`` would train a new model from the middle. The steps it had already done
+    are reported again and counted as recomputed. Members whose checkpoints are at
+    different steps, or some of which have none, all start fresh (their slots could not be
+    fused at one step). Members without ``restore_path`` go on at ``start_step``.
+    """
+    if not all(hasattr(m, "restore_path") for m in members):
+        return int(math.floor(min(float(m.start_step) for m in members) + 1e-9))
+    steps = {float(m.restore_step) if m.restore_path else None for m in members}
+    if len(steps) == 1 and None not in steps:
+        return int(math.floor(steps.pop() + 1e-9))
+    for m in members:
+        m.restore_path = None
+    return 0
 
 
 def run_group(train: Callable[[Mapping[str, Any], FusionTrial], object],

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Engine, delete, insert, inspect, select
+from sqlalchemy import Engine, delete, insert, inspect, select, text
 from sqlalchemy.engine import Connection
 
 from nbtune.store.batch import now_utc
@@ -35,8 +35,14 @@ def _v1_to_v2(conn: Connection) -> None:
         index.create(conn, checkfirst=True)
 
 
+def _v2_to_v3(conn: Connection) -> None:
+    """Version 3 added ``trials.unit``: the fused unit a trial ran in (``fusion=F``)."""
+    if "unit" not in {c["name"] for c in inspect(conn).get_columns("trials")}:
+        conn.execute(text("ALTER TABLE trials ADD COLUMN unit INTEGER"))
+
+
 #: ``MIGRATIONS[v](conn)`` turns a version-``v`` database into version ``v + 1``
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def stored_version(conn: Connection) -> int | None:

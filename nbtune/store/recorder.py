@@ -213,6 +213,7 @@ class Recorder:
                 "budget_used": float(t.budget_used), "target_budget": float(t.target_budget),
                 "gpu_seconds": float(gpu_s), "start": t.start_time, "end": t.end_time,
                 "failures": int(t.failures), "error": t.error, "group_id": t.group_id,
+                "unit": t.unit,
             }
             if self.checkpoints is not None:
                 self._checkpoint(out, tid)

@@ -32,7 +32,7 @@ __all__ = [
 
 #: bumped when a table changes shape (with a step in :mod:`nbtune.store.migrations`); the
 #: store's version is in ``schema_info``, each experiment's in ``experiments.schema_version``
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class Base(DeclarativeBase):
@@ -121,6 +121,8 @@ class TrialRow(Base):
     failures: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     group_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: the fused unit it last ran in (``tune(..., fusion=F)``), shown as ``group``
+    unit: Mapped[int | None] = mapped_column(Integer, nullable=True)
     checkpoint: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 

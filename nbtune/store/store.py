@@ -278,12 +278,14 @@ class Store:
                 "end", "failures", "error"]
         if not rows:
             return pd.DataFrame(columns=cols)
+        fused = any(r.unit is not None for r in rows)  # tune(fusion=F): the fused unit
         return pd.DataFrame([{
             "trial_id": r.trial_id,
             **{f"config/{k}": v for k, v in from_jsonable(r.config).items()},
             "state": r.state, exp.metric: r.best, "last": r.last, "budget_used": r.budget_used,
             "gpu_seconds": r.gpu_seconds, "start": r.start, "end": r.end,
             "failures": r.failures, "error": r.error,
+            **({"group": r.unit} if fused else {}),
         } for r in rows])
 
     def learning_curves(self, name: str) -> pd.DataFrame:

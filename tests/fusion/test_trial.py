@@ -169,3 +169,33 @@ def test_sha_pauses_and_promotes_through_member_checkpoints_on_dask(tmp_path):
         rec = Recorder()
         run_group(ckpt_train, [cfg], [rec], budget=4)
         assert rec.rows[-1][1]["loss"] == pytest.approx(row["last"], abs=1e-4)
+
+
+class Inbox:
+    """The channel of a runtime trial, kept in memory (what the trial process would send)."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, msg):
+        self.sent.append(msg)
+
+    def poll_control(self):
+        return []
+
+
+def test_a_relaunch_with_no_checkpoint_trains_again_from_the_start():
+    """A trial relaunched at step 2 with nothing to restore (its loop keeps no checkpoint:
+    paused, resized or requeued) must not train a fresh model from step 3: it recomputes
+    steps 1-2 and reports step 3 as an uninterrupted run does."""
+    from nbtune.runtimes.dask.trial_api import Trial
+
+    full = Recorder()
+    run_group(train, [CONFIGS[1]], [full], budget=3)
+    inbox = Inbox()
+    job = {"trial_id": 7, "config": CONFIGS[1], "start_step": 2.0, "budget": 3.0,
+           "checkpoint_dir": "/nonexistent", "max_budget": 3.0, "metric": "loss"}
+    train(CONFIGS[1], Trial(job, inbox))
+    assert [m["k"] for m in inbox.sent] == ["recomputed", "recomputed", "report"]
+    assert inbox.sent[-1]["step"] == 3
+    assert inbox.sent[-1]["metrics"]["loss"] == pytest.approx(full.rows[-1][1]["loss"], abs=1e-6)

@@ -154,6 +154,23 @@ def test_store_of_schema_version_1_is_migrated_and_keeps_its_experiments(tmp_pat
     again.close()
 
 
+def test_store_of_schema_version_2_gains_the_fused_unit_column(tmp_path):
+    db = tmp_path / "v2.db"
+    Store(db).close()
+    con = sqlite3.connect(db)
+    con.execute("ALTER TABLE trials DROP COLUMN unit")
+    con.execute("UPDATE schema_info SET version = 2")
+    con.commit()
+    con.close()
+    store = Store(db)
+    assert store.opened_version == 2
+    store.close()
+    con = sqlite3.connect(db)
+    assert "unit" in {r[1] for r in con.execute("PRAGMA table_info(trials)")}
+    assert con.execute("SELECT version FROM schema_info").fetchall() == [(SCHEMA_VERSION,)]
+    con.close()
+
+
 def test_store_of_a_newer_schema_is_refused_with_what_to_do(tmp_path):
     db = tmp_path / "new.db"
     Store(db).close()

@@ -135,7 +135,11 @@ def run_job(job: dict[str, Any], channel: PipeChannel) -> dict[str, Any]:
             grouped = True
         channel.send({"k": "started", "pid": os.getpid()})
         trial_api._CURRENT.append(trial)
-        if _takes_trial(fn):
+        if job.get("members"):  # a fused unit: one call for all its member trials
+            from nbtune.runtimes.dask.fused_child import run_fused
+
+            run_fused(fn, job, channel)
+        elif _takes_trial(fn):
             fn(trial.config, trial)
         else:  # Ray-style train(config) reporting through nbtune.report(...)
             fn(trial.config)

@@ -330,14 +330,14 @@ class RunDriver:
                         self._engine.running[c.trial_id], c.restore_from)
 
     def _start_run(self, tid: int, config: dict[str, Any], start: float, budget: float,
-                   placement: Placement, restore_from: int | None) -> None:
+                   placement: Placement, restore_from: int | None, **extra: Any) -> Run | None:
         assert self.inventory is not None and self.checkpoint_dir is not None
         slots = [self.inventory.slots.get(g) for g, _ in placement]
         if any(s is None for s in slots):
             missing = [g for (g, _), s in zip(placement, slots, strict=True) if s is None]
             self._local.append(ev.TrialFailed(self._clock.now(), tid, worker_lost=True,
                                               error=f"GPU(s) {missing} left the cluster"))
-            return
+            return None
         found = self._restore_point(tid, start, restore_from)
         run_id = next(self._run_ids)
         run = Run(tid, run_id, f"{self._topic}-{tid}-{run_id}", dict(config), placement,
@@ -362,12 +362,14 @@ class RunDriver:
                 "hold": bool(getattr(self._engine, "algorithm", None)
                              and self._engine.algorithm.waits_at_rungs),
                 "reuse": not self.gpus if self.reuse_processes is None else self.reuse_processes,
+                **extra,  # a fused unit's members (.fused_job)
             }
             run.ranks.append(RunRank(slot.worker))
             jobs.append((slot.worker, job))
         self._runs[tid] = run
         self._by_id[run_id] = run
         self._links.launch(run_id, jobs)
+        return run
 
     def _restore_point(self, tid: int, start: float,
                        restore_from: int | None) -> tuple[float, Path] | None:

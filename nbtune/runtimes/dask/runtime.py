@@ -42,7 +42,7 @@ from nbtune.runtimes.base import check_trainable
 from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.cluster import Inventory, close_cluster, connect, listen_all, unlisten_all
 from nbtune.runtimes.dask.dask_page import Publisher, page_link
-from nbtune.runtimes.dask.driver import RunDriver
+from nbtune.runtimes.dask.fused_job import FusedDriver, FusedState
 from nbtune.runtimes.dask.links import WorkerLinks
 from nbtune.runtimes.dask.membership import Membership, scheduler_item
 from nbtune.runtimes.dask.runs import Run, WallClock, check_timeout
@@ -62,7 +62,7 @@ class DaskRuntimeError(RuntimeError):
     """The driver thread stopped on an error (shown with its cause)."""
 
 
-class DaskRuntime(RunDriver):
+class DaskRuntime(FusedDriver):
     """Run training functions ``train(config, trial)`` on a Dask cluster.
 
     ``cluster``: None (start a local cluster: dask-cuda's ``LocalCUDACluster``
@@ -175,6 +175,7 @@ class DaskRuntime(RunDriver):
         self._by_id: dict[int, Run] = {}
         self._deferred: dict[int, Launch] = {}
         self._clones: dict[int, list[Launch]] = {}
+        self._fusion = FusedState()  # fused units' runs (tune(fusion=F))
         self._finish_at: float | None = None
         self._members: Membership | None = None  # type: ignore[assignment]
         self._topic = f"nbtune-{uuid.uuid4().hex[:12]}"

@@ -43,6 +43,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+from nbtune.core.code_names import names_used
 from nbtune.core.tolerance import EPS
 from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.metrics import check_metric
@@ -333,31 +334,12 @@ def should_stop() -> bool:
 def uses_checkpoints(fn: Any) -> bool:
     """True when ``fn``'s code calls ``.checkpoint(...)``, itself or in what it calls.
 
-    Read from the compiled code's names, not by running it: nested functions
-    and the module-level functions it calls by name (a wrapper around the
-    real loop) are followed a few levels deep. A trial whose loop saves
+    Read from the compiled code's names, not by running it
+    (:func:`nbtune.core.code_names.names_used`). A trial whose loop saves
     checkpoints returns at the end of a segment and resumes from them
     (promotion); one that does not waits in place instead (``_may_hold``).
     """
-    fn = getattr(fn, "__func__", fn)
-    if getattr(fn, "__code__", None) is None and callable(fn):  # an object with __call__
-        fn = type(fn).__call__
-    seen: set[int] = set()
-    todo = [(getattr(fn, "__code__", None), getattr(fn, "__globals__", {}), 0)]
-    while todo:
-        code, glb, depth = todo.pop()
-        if code is None or id(code) in seen:
-            continue
-        seen.add(id(code))
-        if "checkpoint" in code.co_names:
-            return True
-        todo.extend((k, glb, depth) for k in code.co_consts if hasattr(k, "co_names"))
-        if depth < 3:
-            for name in code.co_names:
-                f = getattr(glb.get(name), "__code__", None)
-                if f is not None:
-                    todo.append((f, glb[name].__globals__, depth + 1))
-    return False
+    return "checkpoint" in names_used(fn)
 
 
 def _set_threads(n: int) -> None:

@@ -1,0 +1,61 @@
+"""Trial-process side of a fused unit: one ``train(config, trial)`` call for F members.
+
+The job of a fused run (:mod:`.fused_job`) lists its members. Each gets its own
+:class:`~nbtune.runtimes.dask.trial_api.Trial` (its trial id, config, checkpoint to
+restore) over a :class:`MemberChannel`: what a member sends carries ``"m"`` (its trial id)
+so the driver files it under that trial, and control messages addressed to one member
+(``"m"``) reach only it (a stop for one member slices it out of the fused model, see
+:meth:`nbtune.fusion.trial.FusionTrial.report`); control without ``"m"`` reaches all.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["MemberChannel", "run_fused"]
+
+
+class _Hub:
+    """The process's one pipe, shared by the members: control sorted into per-member boxes."""
+
+    def __init__(self, channel: Any, ids: list[int]) -> None:
+        self.channel = channel
+        self.boxes: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
+
+    def pull(self) -> None:
+        for msg in self.channel.poll_control():
+            to = msg.get("m")
+            for i in ([to] if to in self.boxes else list(self.boxes)):
+                self.boxes[i].append(dict(msg))
+
+
+class MemberChannel:
+    """One member's view of the shared channel (``Trial``'s ``Channel`` protocol)."""
+
+    def __init__(self, hub: _Hub, trial_id: int) -> None:
+        self.hub, self.trial_id = hub, trial_id
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.hub.channel.send({**msg, "m": self.trial_id})
+
+    def poll_control(self) -> list[dict[str, Any]]:
+        self.hub.pull()
+        out, self.hub.boxes[self.trial_id] = self.hub.boxes[self.trial_id], []
+        return out
+
+
+def run_fused(fn: Any, job: dict[str, Any], channel: Any) -> Any:
+    """Run ``fn(config, FusionTrial)`` for the job's members; returns the FusionTrial."""
+    from nbtune.fusion.trial import FusionTrial, resume_step
+    from nbtune.runtimes.dask.trial_api import Trial
+
+    members = job["members"]
+    hub = _Hub(channel, [int(m["trial_id"]) for m in members])
+    trials = [Trial({**job, **m, "hold": False}, MemberChannel(hub, int(m["trial_id"])))
+              for m in members]
+    budget = int(math.floor(float(job["budget"]) + 1e-9))
+    fused = FusionTrial([t.config for t in trials], trials, budget,
+                        start_step=resume_step(trials))
+    fn(fused.config, fused)
+    return fused
