@@ -47,7 +47,7 @@ def arrays(cols: dict[str, list[Any]]) -> dict[str, Any]:
     return out
 
 
-_STRING_COLUMNS = {"state", "error"}
+_STRING_COLUMNS = {"state", "role", "error"}
 _BINARY_FROM = 1000  # rows from which a column goes out as a binary buffer
 
 

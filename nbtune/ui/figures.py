@@ -164,7 +164,8 @@ class Figures:
                 TableColumn(field="metric", title=f"{self.metric} (best)", formatter=num),
                 TableColumn(field="last", title="last", formatter=num),
                 TableColumn(field="budget", title="budget", formatter=num, width=70),
-                TableColumn(field="promotions", title="promoted", width=80, formatter=text)]
+                TableColumn(field="promotions", title="promoted", width=80, formatter=text),
+                TableColumn(field="role", title="role", width=70, formatter=text)]
         for k, is_num in self._config_cols.items():
             cols.append(TableColumn(field=f"config/{k}", title=k,
                                     formatter=num if is_num else text))
@@ -185,6 +186,7 @@ class Figures:
     def _table_cols(self, rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
         cols: dict[str, list[Any]] = {
             "trial_id": [r["trial_id"] for r in rows], "state": [r["state"] for r in rows],
+            "role": [r.get("role", "") for r in rows],
             "metric": [num(r[self.metric]) for r in rows],
             "last": [num(r["last"]) for r in rows], "budget": [r["budget"] for r in rows],
             "promotions": [r["promotions"] for r in rows],

@@ -34,6 +34,7 @@ from typing import Any
 from nbtune.core import events as ev
 from nbtune.core.best import best_index
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
+from nbtune.core.roles import is_target
 from nbtune.core.trial import Trial, TrialState, ended_of_total
 from nbtune.experiment import error_line
 from nbtune.ui.delta import Delta, Points, Progress
@@ -69,6 +70,7 @@ class _Row:
     target: float = 0.0
     promotions: int = 0
     launched: float | None = None  # target budget of the latest launch
+    unit: int | None = None  # the fused unit of the latest launch (tune(..., fusion=F))
     n_results: int = 0
     error: str | None = None
     start: float | None = None
@@ -230,6 +232,7 @@ class DashboardModel:
         for tid, row in self._rows.items():
             launched = row.trial.start_time is not None and row.state is not TrialState.PENDING
             row.launched = row.target if launched else None
+            row.unit = row.trial.unit  # the fused unit it last ran in
             if row.promotions:
                 self._dirty.add(tid)
 
@@ -301,6 +304,9 @@ class DashboardModel:
             row.promotions += 1
             self._dirty.add(c.trial_id)
         row.launched = c.budget
+        if c.unit != row.unit:
+            row.unit = c.unit
+            self._dirty.add(c.trial_id)
 
     # --------------------------------------------------------- pull helpers
     def _reset_buffers(self) -> None:
@@ -348,7 +354,7 @@ class DashboardModel:
 
     def _row_dict(self, tid: int) -> dict[str, Any]:
         r = self._rows[tid]
-        return {"trial_id": tid, "state": self.display_state(tid),
+        return {"trial_id": tid, "state": self.display_state(tid), "role": _role(r),
                 "config": dict(r.config), self.metric: r.best, "last": r.last,
                 "budget": r.budget, "promotions": r.promotions,
                 "start": r.start, "end": r.end, "error": error_line(r.error)}
@@ -367,3 +373,10 @@ class DashboardModel:
         frac = min(settled / total, 1.0)
         eta = now * (1.0 - frac) / frac if frac >= 0.02 and now > 0 else None
         return Progress(settled, total, frac, now, eta, errors, ended=ended)
+
+
+def _role(r: _Row) -> str:
+    """What the table's ``role`` column says: a Hydro target trial, a fused unit's member."""
+    if is_target(r.config):
+        return "target"
+    return "" if r.unit is None else f"unit {r.unit}"

@@ -252,3 +252,31 @@ def test_a_planned_runs_bill_shows_live_in_the_header():
     assert f"${d.cost:,.2f} billed" in summary_html("exp", d)
     plain = DashboardModel(exp.engine).pull()  # no plan: no bill in the header
     assert plain.cost is None and "$" not in summary_html("exp", plain)
+
+
+def test_the_role_column_tells_fused_members_and_target_trials_apart():
+    """A fused unit's members say which unit (issue 10); a Hydro target says so (issue 11)."""
+    import nbtune
+    from nbtune import SimRuntime, SyntheticWorkload, uniform
+    from nbtune.core.space import choice
+    from nbtune.engine.fusion_units import enable
+
+    algo = OneShot({"x": uniform(0, 1), "width": choice([8])}, metric="loss", max_budget=3,
+                   num_trials=6, seed=0)
+    eng = Engine(algo, validate=True)
+    enable(eng, 3, ("width",))
+    model = DashboardModel(eng)  # attached before the start, as a live dashboard is
+    cmds = eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(2)))
+    units = {c.trial_id: c.unit for c in cmds if getattr(c, "unit", None) is not None}
+    rows = model.pull().rows
+    model.close()
+    assert units and {tid: rows[tid]["role"] for tid in units} == {
+        tid: f"unit {u}" for tid, u in units.items()}
+
+    wl = SyntheticWorkload({"lr": uniform(0, 1)}, unit_time=1.0)
+    exp = nbtune.tune(wl, algorithm="random", metric="loss", max_budget=2, num_trials=6,
+                      scaling=2, seed=0, runtime=SimRuntime(cluster=2))
+    roles = {tid: r["role"] for tid, r in DashboardModel(exp.engine).pull().rows.items()}
+    assert {tid for tid, role in roles.items() if role == "target"} == set(
+        exp.engine.algorithm.targets) != set()
+    assert {role for tid, role in roles.items() if tid < 1_000_000} == {""}
