@@ -6,6 +6,7 @@ from typing import Any
 
 from nbtune.allocators.auto import AutoAllocator
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.bubble_windows import BubblesAllocator, bubbles_over
 from nbtune.allocators.fifo import FifoAllocator
 from nbtune.allocators.fluid import DynamicFluidAllocator, StaticFluidAllocator
 from nbtune.allocators.fluid_knapsack import FluidKnapsackAllocator
@@ -20,7 +21,7 @@ from nbtune.allocators.knapsack import (
 __all__ = ["Allocation", "BaseAllocator", "SchedulingView", "FifoAllocator", "ALLOCATORS",
            "make_allocator", "StaticFluidAllocator", "DynamicFluidAllocator",
            "KnapsackAllocator", "KnapsackFF", "KnapsackFFD", "KnapsackWF", "KnapsackWFD",
-           "FluidKnapsackAllocator", "AutoAllocator"]
+           "FluidKnapsackAllocator", "AutoAllocator", "BubblesAllocator"]
 
 ALLOCATORS: dict[str, type[BaseAllocator]] = {"fifo": FifoAllocator}
 # Fluid = StaticFluid + DynamicFluid: "waterfill" is the dynamic one (it includes static)
@@ -32,6 +33,11 @@ ALLOCATORS.update({"knapsack-ff": KnapsackFF, "knapsack-ffd": KnapsackFFD,
                    "fluid+knapsack": FluidKnapsackAllocator})
 # FIFO until the runtime's profiler measures that packing or scaling pays (nbtune.allocators.auto)
 ALLOCATORS["auto"] = AutoAllocator
+# shortest remaining work into the shortest idle window, over FIFO or any allocator above
+# (nbtune.allocators.bubble_windows): "bubbles", "bubbles+waterfill", "bubbles+knapsack-wfd", ...
+_BASES = list(ALLOCATORS)
+ALLOCATORS["bubbles"] = BubblesAllocator
+ALLOCATORS.update({f"bubbles+{name}": bubbles_over(name) for name in _BASES})
 
 
 def make_allocator(spec: str | BaseAllocator, **options: Any) -> BaseAllocator:

@@ -70,6 +70,7 @@ class Engine:
         self._held: dict[int, Placement] = {}
         self._paused_on: dict[int, Placement] = {}
         self._spec: dict[int, barrier_fill.Speculation] = {}
+        self.fill_log: list[barrier_fill.FillRecord] = []  # every speculative launch, in order
         self._outbox: list[Command] = []
         self._subscribers: list[Subscriber] = []
         self._handlers: dict[type, Callable[[Any, list[Command]], None]] = {
@@ -268,8 +269,7 @@ class Engine:
             cmds.append(Stop(e.trial_id))  # ended before its process said it waits
 
     def _on_recomputed(self, e: ev.TrialRecomputed, cmds: list[Command]) -> None:
-        t = self.trials.get(e.trial_id)
-        if t is not None:
+        if (t := self.trials.get(e.trial_id)) is not None:
             t.recomputed += 1.0
 
     def _on_failed(self, e: ev.TrialFailed, cmds: list[Command]) -> None:
