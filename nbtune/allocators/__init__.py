@@ -6,7 +6,7 @@ from typing import Any
 
 from nbtune.allocators.auto import AutoAllocator
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
-from nbtune.allocators.bubble_windows import BubblesAllocator, bubbles_over
+from nbtune.allocators.bubble_windows import BubblesAllocator, bubbles_over, use_registry
 from nbtune.allocators.fifo import FifoAllocator
 from nbtune.allocators.fluid import DynamicFluidAllocator, StaticFluidAllocator
 from nbtune.allocators.fluid_knapsack import FluidKnapsackAllocator
@@ -51,3 +51,6 @@ def make_allocator(spec: str | BaseAllocator, **options: Any) -> BaseAllocator:
             f"unknown allocator {spec!r}; choose one of {sorted(ALLOCATORS)}"
         ) from None
     return cls(**options)
+
+
+use_registry(make_allocator)  # BubblesAllocator(base="waterfill") builds its base by name

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
@@ -48,7 +48,7 @@ from nbtune.allocators.bubbles import IdleWindow, straggler_gaps
 from nbtune.core.resources import Placement
 from nbtune.core.tolerance import EPS
 
-__all__ = ["BubblesAllocator", "bubbles_over", "best_fit", "barrier_windows", "published_windows", "ledger_idle_windows",
+__all__ = ["BubblesAllocator", "bubbles_over", "best_fit", "use_registry", "barrier_windows", "published_windows", "ledger_idle_windows",
            "remaining_work"]
 
 
@@ -75,6 +75,17 @@ def ledger_idle_windows(log: Iterable[Any], gpu_ids: Sequence[int], until: float
         if until > t + EPS:
             out.append(IdleWindow(g, t, until, "idle"))
     return [w for w in out if w.end > w.start + EPS]
+
+
+#: builds an allocator from its registry name: ``nbtune.allocators.make_allocator``, handed in
+#: by the registry (it imports this module, so importing it back would be a cycle)
+_make: Callable[..., BaseAllocator] | None = None
+
+
+def use_registry(make: Callable[..., BaseAllocator]) -> None:
+    """Called once by :mod:`nbtune.allocators`: how a base named by a string is built."""
+    global _make
+    _make = make
 
 
 def _unit_seconds(view: SchedulingView, tid: int) -> float | None:
@@ -166,9 +177,13 @@ class BubblesAllocator(BaseAllocator):
     default_base = "fifo"
 
     def __init__(self, base: str | BaseAllocator | None = None, **base_options: Any) -> None:
-        from nbtune.allocators import make_allocator  # the registry imports this module
-
-        self.base = make_allocator(self.default_base if base is None else base, **base_options)
+        spec = self.default_base if base is None else base
+        if isinstance(spec, BaseAllocator):
+            self.base = spec
+        elif _make is None:  # pragma: no cover - nbtune.allocators sets it on import
+            raise RuntimeError("import nbtune.allocators to build allocators by name")
+        else:
+            self.base = _make(spec, **base_options)
         if base is not None:
             self.name = f"bubbles+{base if isinstance(base, str) else self.base.name}"
 
