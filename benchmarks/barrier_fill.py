@@ -9,13 +9,20 @@ are those of the run without filling; only when the work runs changes.
 
 Workload: a real PyTorch MLP on scikit-learn's breast-cancer data, one epoch
 per budget unit, checkpointing every epoch. Its ``batch`` hyperparameter sets
-how many optimizer steps an epoch takes (8 → 57 steps per pass, 64 → 8; 16 passes), so epoch
-times differ ~6x between configurations: the stragglers that make barriers.
+how long an epoch takes, so epoch times differ up to 8x between
+configurations: the stragglers that make barriers. ``NBTUNE_BENCH_WORK=io``
+(default): one pass of training (8 → 57 optimizer steps, 64 → 8) after a
+wait for the epoch's data of 0.25 s × 8/batch, so the stragglers' time is
+off the CPU and the machine's other load barely moves the makespan;
+``NBTUNE_BENCH_WORK=cpu``: 16 passes, no wait (all CPU: on a shared 2-core
+machine the makespan then follows the other sessions' load).
 SyncBOHB (η = 3, budgets 1–9, ``pipeline_brackets=False``: Fluid's §6.2
 setting), its first two brackets (14 configurations), on a real 2-worker
 LocalCluster (one thread each, each worker one CPU "GPU"), FIFO placement.
-Off and on run alternately, each pair with the same seed (so the same
-configurations); figures are medians over the rounds.
+Off and on run alternately, every run with the same seed (so the same
+configurations); figures are medians over the rounds. Filling here is both
+kinds the engine does: speculative continuation of a rung's likely
+promotions, and the next bracket started in the last rung's tail.
 
 Goal: makespan reduction > 0 (median) and, in every pair, the same
 configurations and bit-identical results (every report of every trial).
@@ -37,7 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 ROUNDS = int(os.environ.get("NBTUNE_BENCH_ROUNDS", "3"))
 TRIALS = int(os.environ.get("NBTUNE_BENCH_TRIALS", "14"))
 ALLOCATOR = os.environ.get("NBTUNE_BENCH_ALLOCATOR", "fifo")
-PASSES = 16  # passes over the training split per epoch (per budget unit)
+SEED = int(os.environ.get("NBTUNE_BENCH_SEED", "100"))
+#: "io": an epoch is one pass of real training plus a wait for its data that grows as the
+#: batch shrinks (the stragglers' time is off the CPU, so the shared machine's load barely
+#: moves it); "cpu": 16 passes of real training, no wait (the stragglers' time is CPU time)
+WORK = os.environ.get("NBTUNE_BENCH_WORK", "io")
+PASSES = 16 if WORK == "cpu" else 1
+LOAD_S = 0.0 if WORK == "cpu" else 0.25  # seconds of data wait per epoch at batch 8
 
 
 def train_mlp(config, trial):
@@ -66,6 +79,7 @@ def train_mlp(config, trial):
         opt.load_state_dict(state["opt"])
         start = state["epoch"]
     for epoch in range(start + 1, 10):
+        time.sleep(LOAD_S * 8 / bs)  # waiting for this epoch's data (0 in "cpu" mode)
         for _ in range(PASSES):
             for i in range(0, ntr, bs):
                 opt.zero_grad()
@@ -103,6 +117,17 @@ def fill_seconds(engine) -> float:
     return total
 
 
+def tail_overlap(engine) -> float:
+    """Seconds each bracket started before the previous one ended (the tail filled), summed."""
+    of = engine.algorithm._bracket_of
+    span: dict[int, tuple[float, float]] = {}
+    for t in engine.trials.values():
+        b = of[t.trial_id].index
+        lo, hi = span.get(b, (float("inf"), 0.0))
+        span[b] = (min(lo, t.start_time), max(hi, t.end_time or engine.time))
+    return sum(max(span[b - 1][1] - span[b][0], 0.0) for b in span if b - 1 in span)
+
+
 def one_run(client, fill: bool, seed: int, ckpt: Path) -> dict:
     import nbtune
     from nbtune.allocators.bubble_windows import ledger_idle_windows
@@ -124,7 +149,7 @@ def one_run(client, fill: bool, seed: int, ckpt: Path) -> dict:
     return {"wall": wall, "makespan": exp.makespan, "outcome": outcome(exp),
             "fill_launches": len(eng.fill_log), "fill_seconds": fill_seconds(eng),
             "adopted": outcomes.count("adopted"), "retired": outcomes.count("retired"),
-            "yielded": outcomes.count("yielded"),
+            "yielded": outcomes.count("yielded"), "tail_overlap": tail_overlap(eng),
             "idle_seconds": sum(w.end - w.start for w in idle),
             "errors": sum(t.state.value == "error" for t in eng.trials.values())}
 
@@ -145,13 +170,14 @@ def main() -> None:
             order = (False, True) if r % 2 == 0 else (True, False)
             pair = {}
             for fill in order:
-                res = one_run(client, fill, 100 + r, tmp / f"ckpt-{fill}-{r}")
+                res = one_run(client, fill, SEED, tmp / f"ckpt-{fill}-{r}")
                 pair[fill] = res
                 runs[fill].append(res)
                 print(f"round {r} fill={fill!s:5s} makespan {res['makespan']:6.2f} s  "
                       f"wall {res['wall']:6.2f} s  fill launches {res['fill_launches']:3d}  "
                       f"fill {res['fill_seconds']:5.2f} s (adopted {res['adopted']}, retired "
-                      f"{res['retired']}, yielded {res['yielded']})  idle "
+                      f"{res['retired']}, yielded {res['yielded']})  next bracket early "
+                      f"{res['tail_overlap']:5.2f} s  idle "
                       f"{res['idle_seconds']:5.2f} s  errors {res['errors']}  "
                       f"load {os.getloadavg()[0]:.1f}", flush=True)
             identical.append(pair[False]["outcome"] == pair[True]["outcome"])
@@ -166,13 +192,14 @@ def main() -> None:
           f"pairs; errors {errors}")
     figures = {"makespan_off_s": med[False], "makespan_on_s": med[True],
                "reduction_pct": reduction, "identical_pairs": sum(identical),
-               "pairs": len(identical), "errors": errors, "rounds": ROUNDS, "trials": TRIALS,
+               "pairs": len(identical), "errors": errors, "rounds": ROUNDS, "trials": TRIALS, "seed": SEED, "work": WORK,
                "allocator": ALLOCATOR,
                "makespans_off": [x["makespan"] for x in runs[False]],
                "makespans_on": [x["makespan"] for x in runs[True]],
                "fill_launches_on": [x["fill_launches"] for x in runs[True]],
                "fill_seconds_on": [x["fill_seconds"] for x in runs[True]],
                "idle_worker_s_on": [x["idle_seconds"] for x in runs[True]],
+               "next_bracket_early_s_on": [x["tail_overlap"] for x in runs[True]],
                "idle_worker_s_off": [x["idle_seconds"] for x in runs[False]],
                "load_avg_end": os.getloadavg()[0]}
     goal = {"reduction_pct_min_exclusive": 0.0, "identical_results": True, "errors": 0}

@@ -17,7 +17,11 @@ already closes its segment at once) and a retired one is stopped, its reports
 dropped: the worker is given back. A speculative run also yields (Pause,
 progress dropped) as soon as real work waits for a GPU, and when its trial is
 requeued for any reason. The policy is pure engine code: the simulator and the
-Dask runtime run exactly this, from the events they feed.
+Dask runtime run exactly this, from the events they feed. Every speculative
+launch is kept in ``engine.fill_log`` (:class:`FillRecord`). The other half
+of filling, the next bracket started in a last rung's tail when brackets run
+one at a time, is the algorithm's (``Hyperband._fill_tail``): those are real
+trials, not speculation.
 """
 
 from __future__ import annotations
