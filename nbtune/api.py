@@ -7,7 +7,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from nbtune.allocators import make_allocator
+from nbtune.allocators import FifoAllocator, make_allocator
 from nbtune.build import build_experiment, check_mode, make_runtime
 from nbtune.core.space import validate_space
 from nbtune.engine.engine import Engine
@@ -83,6 +83,7 @@ def tune(
     eager_fraction: float = 0.5,
     plan: Any = None,
     trial_timeout: float | None = None,
+    gpus_per_trial: float | None = None,
     **algorithm_options: Any,
 ) -> Experiment:
     """Tune ``trainable`` over ``space`` and return the :class:`Experiment`.
@@ -118,6 +119,10 @@ def tune(
     running that long after it started is killed and fails with an error
     saying so (a hung data loader must not hold a GPU for ever); the other
     trials go on.
+
+    ``gpus_per_trial`` is Ray Tune's fixed per-trial request: ``k`` whole GPUs
+    (one DDP trial over k workers) or a fraction of one (packed), FIFO order;
+    leave it out and nbtune's allocator sizes trials from measurements.
     """
     if not callable(trainable) and not isinstance(trainable, WorkloadModel):
         raise TypeError(f"the trainable must be a training function train(config, trial) or a "
@@ -128,6 +133,9 @@ def tune(
             raise ValueError("give a search space: tune(train, {'lr': loguniform(1e-4, 1e-1)}, ...)")
     validate_space(space)
     _check_names(algorithm, allocator)
+    if gpus_per_trial is not None:
+        allocator, allocator_options = _fixed_request(gpus_per_trial, allocator,
+                                                      allocator_options, plan)
     check_mode(metric, mode)  # accuracy minimised by mistake: say so before anything runs
     _check_numbers(max_failures, trial_timeout)
     if seed is None and store is not None and store is not False and isinstance(algorithm,
@@ -160,6 +168,10 @@ def tune(
         from nbtune.surrogate.eager_transfer import EagerTransfer
 
         algo = EagerTransfer(algo, scaling=scaling, fraction=eager_fraction)
+        if alloc is not None:  # §5.2: a target that cannot fill a fast GPU gets an older one
+            from nbtune.allocators.hetero import HeterogeneityAware
+
+            alloc = alloc if isinstance(alloc, HeterogeneityAware) else HeterogeneityAware(alloc)
     executor = None
     if plan is not None:  # RubberBand: the plan's allocator and cluster executor
         from nbtune.planner.executor import PlanExecutor, check_plan_fits  # on demand
@@ -190,6 +202,19 @@ def tune(
     hooks = {} if executor is None else _executor_hooks(executor)
     return build_experiment(name, engine, rt, trainable, store=st, record=record, created=True,
                             **hooks)
+
+
+def _fixed_request(gpus: float, allocator: Any, options: Mapping[str, Any] | None,
+                   plan: Any) -> tuple[str, dict[str, Any]]:
+    """``gpus_per_trial`` is FIFO with a fixed request; an allocator that sizes trials itself
+    (or a plan, which brings its own) cannot honour one, so say which to drop."""
+    if plan is not None or allocator not in ("auto", "fifo"):
+        chosen = "plan=..." if plan is not None else f"allocator={allocator!r}"
+        raise ValueError(f"gpus_per_trial fixes every trial's GPUs (FIFO, as Ray Tune does) but "
+                         f"{chosen} sizes trials itself: drop gpus_per_trial, or use "
+                         "allocator='fifo'")
+    FifoAllocator(gpus_per_trial=gpus)  # a bad value fails here, before anything runs
+    return "fifo", {**dict(options or {}), "gpus_per_trial": float(gpus)}
 
 
 def _executor_hooks(executor: Any) -> dict[str, Any]:

@@ -90,12 +90,12 @@ def rung_budgets(min_budget: float, max_budget: float, eta: float) -> list[float
 
 def ceil_eps(x: float) -> int:
     """ceil that forgives float noise: ceil(27.000000000000004) is 27."""
-    return int(math.ceil(x - 1e-9))
+    return int(math.ceil(x - EPS))
 
 
 def floor_eps(x: float) -> int:
     """floor that forgives float noise: floor(2.9999999999999996) is 3."""
-    return int(math.floor(x + 1e-9))
+    return int(math.floor(x + EPS))
 
 
 def rank_key(loss: float | None) -> float:

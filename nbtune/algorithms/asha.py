@@ -55,7 +55,7 @@ def promotable(results: Mapping[int, float], eta: float) -> list[int]:
 
     The pure promotion rule, for property tests. Ties are broken by trial id.
     """
-    k = int(len(results) // eta + 1e-9)
+    k = int(len(results) // eta + EPS)
     ranked = sorted(results, key=lambda t: (rank_key(results[t]), t))
     return ranked[:k]
 
@@ -167,7 +167,7 @@ class ASHA(BaseAlgorithm):
         """``(trial_id, rung)`` of the next promotion, highest rung first, or None."""
         for k in range(len(self.rungs) - 2, -1, -1):
             ranked = self._ranked[k]
-            top = int(len(ranked) // self.eta + 1e-9)  # the rule of :func:`promotable`
+            top = int(len(ranked) // self.eta + EPS)  # the rule of :func:`promotable`
             promoted, paused = self.promoted[k], self._paused
             for _, t in ranked[:top]:
                 if t not in promoted and t in paused:

@@ -18,6 +18,7 @@ import numpy as np
 
 from nbtune.core.group import TrialGroup
 from nbtune.core.space import validate_space
+from nbtune.core.tolerance import EPS
 from nbtune.core.trial import Decision, TrialSpec, TrialState
 
 __all__ = ["BaseAlgorithm", "AlgorithmError"]
@@ -124,7 +125,7 @@ class BaseAlgorithm:
     @staticmethod
     def log_eta(x: float, eta: float) -> int:
         """floor(log_eta(x)) robust to floating error (log_3(27) must be 3, not 2.9999)."""
-        k = int(math.floor(math.log(x) / math.log(eta) + 1e-9))
+        k = int(math.floor(math.log(x) / math.log(eta) + EPS))
         return max(k, 0)
 
     # ------------------------------------------------------------ the protocol

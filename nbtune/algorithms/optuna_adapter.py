@@ -27,6 +27,7 @@ from nbtune.core.space import (
     RandInt,
     Uniform,
 )
+from nbtune.core.tolerance import EPS
 from nbtune.core.trial import Decision, TrialSpec, TrialState
 
 __all__ = ["OptunaSearch", "OptunaTPE", "OptunaCmaEs", "import_optuna"]
@@ -60,7 +61,7 @@ def _distribution(optuna: Any, name: str, dom: Domain) -> tuple[Any, bool]:
         return d.IntDistribution(int(dom.low), int(dom.high) - 1), False
     if isinstance(dom, QUniform):
         steps = (dom.high - dom.low) / dom.q
-        if abs(steps - round(steps)) < 1e-9:
+        if abs(steps - round(steps)) < EPS:
             return d.FloatDistribution(dom.low, dom.high, step=dom.q), False
         return d.FloatDistribution(dom.low, dom.high), True
     if isinstance(dom, QLogUniform):

@@ -10,6 +10,7 @@ from nbtune.allocators.bubble_windows import BubblesAllocator, bubbles_over, use
 from nbtune.allocators.fifo import FifoAllocator
 from nbtune.allocators.fluid import DynamicFluidAllocator, StaticFluidAllocator
 from nbtune.allocators.fluid_knapsack import FluidKnapsackAllocator
+from nbtune.allocators.hetero import HeterogeneityAware
 from nbtune.allocators.knapsack import (
     KnapsackAllocator,
     KnapsackFF,
@@ -21,7 +22,7 @@ from nbtune.allocators.knapsack import (
 __all__ = ["Allocation", "BaseAllocator", "SchedulingView", "FifoAllocator", "ALLOCATORS",
            "make_allocator", "StaticFluidAllocator", "DynamicFluidAllocator",
            "KnapsackAllocator", "KnapsackFF", "KnapsackFFD", "KnapsackWF", "KnapsackWFD",
-           "FluidKnapsackAllocator", "AutoAllocator", "BubblesAllocator"]
+           "FluidKnapsackAllocator", "AutoAllocator", "HeterogeneityAware", "BubblesAllocator"]
 
 ALLOCATORS: dict[str, type[BaseAllocator]] = {"fifo": FifoAllocator}
 # Fluid = StaticFluid + DynamicFluid: "waterfill" is the dynamic one (it includes static)
@@ -33,6 +34,8 @@ ALLOCATORS.update({"knapsack-ff": KnapsackFF, "knapsack-ffd": KnapsackFFD,
                    "fluid+knapsack": FluidKnapsackAllocator})
 # FIFO until the runtime's profiler measures that packing or scaling pays (nbtune.allocators.auto)
 ALLOCATORS["auto"] = AutoAllocator
+# Hydro §5.2: "auto", with target trials that under-use a fast GPU moved to an older one
+ALLOCATORS["hetero"] = HeterogeneityAware
 # shortest remaining work into the shortest idle window, over FIFO or any allocator above
 # (nbtune.allocators.bubble_windows): "bubbles", "bubbles+waterfill", "bubbles+knapsack-wfd", ...
 _BASES = list(ALLOCATORS)

@@ -1,15 +1,16 @@
 """The allocator protocol: how much GPU each trial gets, and where.
 
 An allocator is pure. The engine hands it a read-only :class:`SchedulingView`
-(cluster, queue of pending specs, running placements, per-GPU load, what the
-trials have measured so far) and applies the :class:`Allocation` it returns:
-``launch`` places pending trials, ``resize`` moves or re-sizes running ones
-(carried out at the trial's next iteration boundary via checkpoint).
+(queue of pending specs, what the trials have measured so far, and through
+:class:`LedgerView` the cluster, running placements and per-GPU load and
+trial count) and applies the :class:`Allocation` it returns: ``launch``
+places pending trials, ``resize`` moves or re-sizes running ones (carried out
+at the trial's next iteration boundary via checkpoint).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -17,7 +18,7 @@ from nbtune.core.group import TrialGroup
 from nbtune.core.resources import ClusterSpec, Placement
 from nbtune.core.trial import Trial, TrialSpec
 
-__all__ = ["Allocation", "SchedulingView", "BaseAllocator"]
+__all__ = ["Allocation", "LedgerView", "SchedulingView", "BaseAllocator"]
 
 
 @dataclass
@@ -29,28 +30,62 @@ class Allocation:
         return bool(self.launch or self.resize)
 
 
-class SchedulingView(Protocol):
+class LedgerView(Protocol):
+    """The engine's resource ledger, read-only: who holds which share of which GPU now.
+
+    The engine owns the one ledger (:class:`nbtune.engine.state.ResourceLedger`)
+    and changes it only as it applies an :class:`Allocation`, releases a
+    trial's GPUs or adopts a new cluster; an allocator reads these numbers
+    and keeps no copy of them that it trusts in a later call. A book an allocator builds for one decision (the
+    Fluid allocators' :class:`~nbtune.allocators.gpu_book.GpuBook`, the
+    knapsacks' :class:`~nbtune.allocators.knapsack.ClusterRoom`) is derived
+    from ``running`` or ``gpu_load`` and holds what-if placements the engine
+    has not applied yet.
+    """
+
+    @property
+    def cluster(self) -> ClusterSpec: ...
+
+    @property
+    def running(self) -> Mapping[int, Placement]:
+        """Every running trial's placement, in the order they were placed (a resize re-places)."""
+        ...
+
+    @property
+    def gpu_load(self) -> Mapping[int, float]:
+        """Sum of the shares placed on each GPU of the cluster (0 = idle)."""
+        ...
+
+    @property
+    def gpu_count(self) -> Mapping[int, int]:
+        """How many shares of running trials each GPU of the cluster holds (0 = idle)."""
+        ...
+
+    @property
+    def idle_gpus(self) -> Set[int]:
+        """The GPUs of the cluster nobody holds (load 0)."""
+        ...
+
+    @property
+    def held(self) -> Mapping[int, Placement]:
+        """Paused trials whose process waits in place, and where: memory held, no compute.
+
+        An allocator counts their memory there and should give a promoted held trial its
+        own placement back (then it goes on in the same process; elsewhere it restarts).
+        """
+        ...
+
+
+class SchedulingView(LedgerView, Protocol):
     """What an allocator may read. The engine implements it; tests may build their own."""
 
     time: float
-    cluster: ClusterSpec
     max_budget: float
     #: the cap a person set on concurrent trials (None: no cap)
     max_concurrent: int | None
 
     @property
     def pending(self) -> Sequence[TrialSpec]: ...
-
-    @property
-    def running(self) -> Mapping[int, Placement]: ...
-
-    @property
-    def gpu_load(self) -> Mapping[int, float]:
-        """Sum of the shares placed on each GPU (0 = idle)."""
-        ...
-
-    @property
-    def idle_gpus(self) -> set[int]: ...
 
     def trial(self, trial_id: int) -> Trial: ...
 

@@ -199,6 +199,10 @@ class _Restricted:
         return {g: v for g, v in self._view.gpu_load.items() if g in self._keep}
 
     @property
+    def gpu_count(self) -> Mapping[int, int]:
+        return {g: n for g, n in self._view.gpu_count.items() if g in self._keep}
+
+    @property
     def idle_gpus(self) -> set[int]:
         return {g for g in self._view.idle_gpus if g in self._keep}
 

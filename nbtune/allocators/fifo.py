@@ -6,17 +6,54 @@ import heapq
 from typing import Any
 
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.core.tolerance import EPS
 
 __all__ = ["FifoAllocator"]
 
 
 class FifoAllocator(BaseAllocator):
-    """Pending trials, in queue order, each get a whole idle GPU (lowest id first)."""
+    """Pending trials, in queue order, each get a whole idle GPU (lowest id first).
+
+    ``gpus_per_trial`` is Ray Tune's per-trial GPU request (``resources={"gpu": k}``):
+    an integer k > 1 gives every trial k idle GPUs (one DDP trial across k workers);
+    a fraction gives every trial that share of one GPU (MPS packing; ``0.5``: two
+    trials per GPU). The request is fixed: the other allocators size trials
+    themselves, so it belongs to FIFO only.
+    """
 
     name = "fifo"
 
+    def __init__(self, gpus_per_trial: float = 1.0) -> None:
+        w = float(gpus_per_trial)
+        if not (w > 0 and (w <= 1 or w.is_integer())):
+            raise ValueError(f"gpus_per_trial must be a fraction of one GPU (0 < x <= 1) or a "
+                             f"whole number of GPUs, got {gpus_per_trial!r}")
+        self.gpus_per_trial = w
+        self._most = 0  # the most GPUs the cluster has had
+
+    def _fits(self, view: SchedulingView) -> None:
+        """A request larger than the cluster ever was is the user's error; one larger than
+        it is now (a worker lost) waits for the worker's replacement."""
+        n = self._most = max(self._most, len(view.cluster.gpus))
+        if self.gpus_per_trial > n:
+            raise ValueError(
+                f"gpus_per_trial={self.gpus_per_trial:g} asks for more GPUs than the cluster has "
+                f"({n}; on CPU each Dask worker stands for one): ask for at most {n} or give the "
+                "cluster more workers")
+
+    def _slots(self, view: SchedulingView) -> list[tuple[int, float]]:
+        """Free places for one trial each: (GPU, share), lowest GPU ids first."""
+        w = self.gpus_per_trial
+        if w >= 1:
+            return [(g, 1.0) for g in sorted(view.idle_gpus)]
+        load = view.gpu_load
+        return [(g.gpu_id, w) for g in view.cluster.gpus
+                for _ in range(int((1.0 - load.get(g.gpu_id, 0.0)) / w + EPS))]
+
     def _room(self, view: SchedulingView) -> int:
-        room = len(view.idle_gpus)
+        self._fits(view)
+        w = self.gpus_per_trial
+        room = len(view.idle_gpus) // int(w) if w >= 1 else len(self._slots(view))
         if view.max_concurrent is not None:
             room = min(room, max(view.max_concurrent - len(view.running), 0))
         return room
@@ -29,7 +66,11 @@ class FifoAllocator(BaseAllocator):
         if k == 0:
             return Allocation()
         pending = view.pending
-        held = getattr(view, "held", None)
+        held = view.held
+        if self.gpus_per_trial != 1.0:
+            slots, per = self._slots(view), max(int(self.gpus_per_trial), 1)
+            return Allocation(launch={pending[i].trial_id: tuple(slots[i * per:(i + 1) * per])
+                                      for i in range(k)})
         if held:
             return Allocation(launch=_home_first([pending[i].trial_id for i in range(k)],
                                                  view.idle_gpus, held))

@@ -165,7 +165,7 @@ class StaticFluidAllocator(BaseAllocator):
         which is where packing's throughput comes from.
         """
         self.adopt_measured(view)
-        count = self._book(view, view.running).count  # trials on each GPU of the cluster
+        count = view.gpu_count  # trials on each GPU of the cluster (the engine's ledger)
         load_of = view.gpu_load.get
         c, frac = self.c, 1.0 / self.c
         fixed = type(self).max_share is BaseAllocator.max_share

@@ -22,6 +22,14 @@ The rules, the tie-breaks and the float arithmetic on loads are exactly those
 of the scan they replace (a load's value depends on the order shares were added,
 so ``HeldBook`` re-adds a GPU's shares in the caller's trial order
 whenever one of them changes, as the rebuild did).
+
+A book is derived from the engine's ledger, not a second one: it starts from
+the placements the :class:`~nbtune.allocators.base.LedgerView` lists as
+``running`` and then holds the what-if placements of one decision, which the
+engine applies to its ledger only if the allocator returns them. It re-adds
+shares instead of copying the view's ``gpu_load``: the ledger adds a share on
+place and subtracts it on release, which on shares such as 1/3 differs from the
+re-added sum in the last bit, and the "fullest GPU" order compares loads exactly.
 """
 
 from __future__ import annotations

@@ -49,7 +49,13 @@ __all__ = [
 
 @dataclass
 class ClusterRoom:
-    """What is left on each GPU (arrays in ``cluster.gpus`` order) once running trials are counted."""
+    """What is left on each GPU (arrays in ``cluster.gpus`` order) once running trials are counted.
+
+    Derived afresh for each decision from the engine's ledger (``compute`` is the
+    ratio less the view's ``gpu_load``) and the running trials' demands (memory,
+    cores: only the knapsack knows them); the allocators then take from it as
+    they place, so it is a what-if copy of one decision, never kept between calls.
+    """
 
     gpu_ids: list[int]
     ratio: np.ndarray  # oversubscription ratio of each GPU

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from nbtune.core.tolerance import EPS
+
 __all__ = [
     "Domain",
     "Uniform",
@@ -181,7 +183,7 @@ class QUniform(Domain):
         return _quantize(self.low + u * (self.high - self.low), self.q, self.low, self.high)
 
     def contains(self, value: Any) -> bool:
-        return self.low - 1e-9 <= float(value) <= self.high + 1e-9
+        return self.low - EPS <= float(value) <= self.high + EPS
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,7 @@ class QLogUniform(Domain):
         return _quantize(math.exp(lo + u * (hi - lo)), self.q, self.low, self.high)
 
     def contains(self, value: Any) -> bool:
-        return self.low - 1e-9 <= float(value) <= self.high + 1e-9
+        return self.low - EPS <= float(value) <= self.high + EPS
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,7 @@ def fill(eng: Engine, cmds: list[Command], launch: Any) -> None:
             return
         tid = spec.trial_id
         t = eng.trials.get(tid)
-        where = eng._paused_on.get(tid)
+        where = eng.ledger.paused_on.get(tid)
         if (t is None or t.state is not TrialState.PAUSED or tid in eng._spec or where is None
                 or spec.budget <= t.budget_used + EPS or spec.budget > eng.max_budget + EPS):
             continue
@@ -119,10 +119,7 @@ def on_report(eng: Engine, e: TrialReported) -> None:
     t.last_mark = (e.time, e.budget)
     sp.reports.append(e)
     if e.budget >= sp.target - EPS:
-        where = eng.ledger.placements.get(t.trial_id)
-        if where is not None:
-            eng._paused_on[t.trial_id] = where
-        eng._release(t)
+        eng._release(t, pause=True)
         t.transition(TrialState.PAUSED)
         sp.done = True
     if sp.promoted is not None:
@@ -188,8 +185,7 @@ def drop(eng: Engine, trial_id: int) -> bool:
     if sp.promoted is None:
         _settle(sp, "yielded")
     t = eng.trials[trial_id]
-    eng._paused_on.pop(trial_id, None)  # its process went on or ended: nothing waits there
-    eng._held.pop(trial_id, None)
+    eng.ledger.forget(trial_id)  # its process went on or ended: nothing waits there
     if sp.promoted is not None:
         t.target_budget = sp.promoted
         return False

@@ -11,7 +11,7 @@ runtime drive the very same object (barrier filling too: ``.barrier_fill``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from typing import Any
 
 from nbtune.algorithms.base import BaseAlgorithm
@@ -66,9 +66,6 @@ class Engine:
         self.events_handled = 0
         self.utilization: list[tuple[float, int, float, float]] = []
         self._dirty = True
-        #: paused trials whose process waits in place (TrialHeld), on the placement it holds
-        self._held: dict[int, Placement] = {}
-        self._paused_on: dict[int, Placement] = {}
         self._spec: dict[int, barrier_fill.Speculation] = {}
         self.fill_log: list[barrier_fill.FillRecord] = []  # every speculative launch, in order
         self._outbox: list[Command] = []
@@ -144,15 +141,19 @@ class Engine:
         return self._pending
 
     @property
-    def running(self) -> Mapping[int, Placement]:
-        return self.ledger.placements
+    def running(self) -> Mapping[int, Placement]:  # LedgerView: the ledger's read-only mappings
+        return self.ledger.running
 
     @property
     def gpu_load(self) -> Mapping[int, float]:
-        return self.ledger.load
+        return self.ledger.gpu_load
 
     @property
-    def idle_gpus(self) -> set[int]:
+    def gpu_count(self) -> Mapping[int, int]:
+        return self.ledger.gpu_count
+
+    @property
+    def idle_gpus(self) -> Set[int]:
         return self.ledger.idle
 
     @property
@@ -166,12 +167,7 @@ class Engine:
 
     @property
     def held(self) -> Mapping[int, Placement]:
-        """Paused trials whose process waits in place, and where: memory held, no compute.
-
-        An allocator counts their memory there and should give a promoted held trial its
-        own placement back (then it goes on in the same process; elsewhere it restarts).
-        """
-        return self._held
+        return self.ledger.held
 
     @property
     def speculating(self) -> Mapping[int, float]:  # trial -> budget: see .barrier_fill
@@ -218,6 +214,8 @@ class Engine:
         if self._spec and tid in self._spec:
             barrier_fill.on_report(self, e)  # speculative: kept from the algorithm until promoted
             return
+        if t.results and e.budget <= t.budget_used + EPS:  # recorded: a relaunch recomputed it
+            return self._on_recomputed(e, cmds)
         b = e.budget
         now = e.time
         prev = t.last_mark
@@ -261,9 +259,7 @@ class Engine:
 
     def _on_held(self, e: ev.TrialHeld, cmds: list[Command]) -> None:
         t = self.trials.get(e.trial_id)
-        where = self._paused_on.get(e.trial_id)
-        if t is not None and t.state is TrialState.PAUSED and where is not None:
-            self._held[e.trial_id] = where
+        if t is not None and t.state is TrialState.PAUSED and self.ledger.hold(e.trial_id):
             self._dirty = True  # an allocator may now prefer its placement
         elif t is not None and t.state.is_terminal:
             cmds.append(Stop(e.trial_id))  # ended before its process said it waits
@@ -318,8 +314,7 @@ class Engine:
         self.max_concurrent = e.max_concurrent
         if e.max_concurrent is not None:
             # the most recently launched give way first
-            excess = list(self.ledger.placements)[e.max_concurrent:]
-            for tid in reversed(excess):
+            for tid in reversed(list(self.ledger.placements)[e.max_concurrent:]):
                 cmds.append(Pause(tid))
                 self._requeue(tid, failed=False, front=True)
         self._dirty = True
@@ -332,26 +327,19 @@ class Engine:
             self.utilization.append((e.time, g, float(u), float(e.gpu_memory_gb.get(g, 0.0))))
 
     # ------------------------------------------------------------ transitions
-    def _release(self, t: Trial) -> None:
-        if t.trial_id in self.ledger.placements:
-            t.gpu_seconds = t.gpu_seconds_at(self.time)
-            self.ledger.release(t.trial_id, self.time)
-            t.share = 0.0
+    def _release(self, t: Trial, *, pause: bool = False) -> None:
+        if self.ledger.release(t, self.time, pause=pause) is not None:  # banks GPU-seconds
             t.last_mark = None
         self._dirty = True
 
     def _pause(self, t: Trial) -> None:
-        where = self.ledger.placements.get(t.trial_id)
-        if where is not None:
-            self._paused_on[t.trial_id] = where
-        self._release(t)
+        self._release(t, pause=True)  # the ledger remembers where it paused
         t.transition(TrialState.PAUSED)
         self.algorithm.on_segment_end(t.trial_id, t.budget_used)
 
     def _end(self, t: Trial, state: TrialState) -> None:
         self._spec.pop(t.trial_id, None)
-        self._paused_on.pop(t.trial_id, None)
-        if self._held.pop(t.trial_id, None) is not None:
+        if self.ledger.forget(t.trial_id):
             self._outbox.append(Stop(t.trial_id))  # its waiting process must end too
         self._release(t)
         t.transition(state)
@@ -377,10 +365,7 @@ class Engine:
                 return
         t.transition(TrialState.PENDING)
         spec = TrialSpec(trial_id, t.config, t.target_budget, None, t.group_id)
-        if front:
-            self._pending.appendleft(spec)
-        else:
-            self._pending.append(spec)
+        (self._pending.appendleft if front else self._pending.append)(spec)
 
     def _drop_pending(self, trial_id: int) -> None:
         self._pending = deque(s for s in self._pending if s.trial_id != trial_id)

@@ -41,6 +41,9 @@ def check(eng: Engine) -> None:
     for t in eng.trials.values():
         if t.budget_used > eng.max_budget + EPS or t.target_budget > eng.max_budget + EPS:
             raise InvariantError(f"trial {t.trial_id} exceeds max_budget {eng.max_budget}")
+        if len(t.results) > 1 and t.results[-1][1] <= t.results[-2][1] + EPS:
+            raise InvariantError(f"trial {t.trial_id} recorded budget {t.results[-1][1]} twice "
+                                 "or out of order")
         if t.state is TrialState.PENDING and t.trial_id not in pend:
             raise InvariantError(f"pending trial {t.trial_id} is not queued")
     if eng.max_concurrent is not None and len(running) > eng.max_concurrent:

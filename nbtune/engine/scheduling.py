@@ -16,7 +16,7 @@ from typing import Any
 
 from nbtune.allocators.base import Allocation
 from nbtune.core.commands import Command, Launch, Resize
-from nbtune.core.resources import Placement, width
+from nbtune.core.resources import Placement
 from nbtune.core.tolerance import EPS
 from nbtune.core.trial import Trial, TrialSpec, TrialState
 from nbtune.engine import barrier_fill
@@ -141,20 +141,15 @@ def apply_allocation(eng: Engine, alloc: Allocation, cmds: list[Command]) -> Non
             raise EngineError(f"allocator resized trial {tid} which is {t.state.value}")
         if placement == eng.ledger.placements.get(tid):
             continue
-        t.gpu_seconds = t.gpu_seconds_at(eng.time)
-        eng.ledger.release(tid, eng.time)
-        eng.ledger.place(tid, placement, eng.time)
-        t.share, t.share_since = width(placement), eng.time
+        eng.ledger.release(t, eng.time)  # banks its GPU-seconds at the old share
+        eng.ledger.place(t, placement, eng.time)
         t.last_mark = (eng.time, t.budget_used)
         cmds.append(Resize(tid, placement))
 
 def launch(eng: Engine, spec: TrialSpec, placement: Placement, cmds: list[Command]) -> None:
     t = eng.trials[spec.trial_id]
     t.transition(TrialState.RUNNING)
-    eng._held.pop(t.trial_id, None)
-    eng._paused_on.pop(t.trial_id, None)
-    eng.ledger.place(t.trial_id, placement, eng.time)
-    t.share, t.share_since = width(placement), eng.time
+    eng.ledger.place(t, placement, eng.time)  # no longer paused (or held) anywhere
     if t.start_time is None:
         t.start_time = eng.time
     t.last_mark = (eng.time, t.budget_used)

@@ -1,15 +1,24 @@
-"""Bookkeeping the engine keeps between events: placements, per-GPU load, the allocation log.
+"""The one resource ledger: placements, per-GPU load and trial count, GPU-seconds, the log.
 
+The engine owns it and is the only writer; allocators read it through the
+read-only :class:`~nbtune.allocators.base.LedgerView` it implements (the
+engine's ``SchedulingView`` hands these same mappings on), and the runtimes,
+the store and the UI read its allocation log. Every change of what a trial
+holds goes through :meth:`ResourceLedger.place` and :meth:`ResourceLedger.release`,
+so a trial's share and its GPU-seconds are accrued here and nowhere else.
 Kept apart from the decision logic in :mod:`nbtune.engine.engine` so the
 invariants checked by ``validate=True`` have one obvious place to look.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
+from types import MappingProxyType
 
-from nbtune.core.resources import ClusterSpec, Placement
+from nbtune.core.resources import ClusterSpec, Placement, width
 from nbtune.core.tolerance import EPS
+from nbtune.core.trial import Trial
 
 __all__ = ["AllocationRecord", "ResourceLedger", "InvariantError"]
 
@@ -30,43 +39,102 @@ class AllocationRecord:
 
 
 class ResourceLedger:
-    """Who holds which share of which GPU, kept incrementally so each event is O(placement)."""
+    """Who holds which share of which GPU, kept incrementally so each event is O(placement).
+
+    ``load`` is kept by adding a share on place and subtracting it on release
+    (a GPU left at ≤ EPS is 0 and idle); allocators that re-sum shares for a
+    what-if book get floats that may differ from it in the last bit, which is
+    why those books re-sum instead of copying ``load`` (see
+    :mod:`nbtune.allocators.gpu_book`).
+    """
 
     def __init__(self) -> None:
         self.cluster: ClusterSpec | None = None
         self.load: dict[int, float] = {}
+        self.count: dict[int, int] = {}  # shares held on each GPU
         self.idle: set[int] = set()
         self.placements: dict[int, Placement] = {}
         self.log: list[AllocationRecord] = []
         self._open: dict[int, list[int]] = {}  # trial -> indices of open records
+        #: paused trials -> the placement they last ran on (a speculation or promotion
+        #: may go on there); ``_held``: those whose process waits in place (memory held)
+        self.paused_on: dict[int, Placement] = {}
+        self._held: dict[int, Placement] = {}
+        self._views = (MappingProxyType(self.placements), MappingProxyType(self.load),
+                       MappingProxyType(self.count), MappingProxyType(self._held))
 
+    # ---------------------------------------------------------- LedgerView (read-only)
+    @property
+    def running(self) -> Mapping[int, Placement]:
+        return self._views[0]
+
+    @property
+    def gpu_load(self) -> Mapping[int, float]:
+        return self._views[1]
+
+    @property
+    def gpu_count(self) -> Mapping[int, int]:
+        return self._views[2]
+
+    @property
+    def idle_gpus(self) -> Set[int]:
+        return self.idle
+
+    @property
+    def held(self) -> Mapping[int, Placement]:
+        return self._views[3]
+
+    # ---------------------------------------------------------- changes (the engine's)
     def set_cluster(self, cluster: ClusterSpec) -> list[int]:
         """Adopt a new cluster; return trials that held a GPU that is gone."""
         self.cluster = cluster
         ids = {g.gpu_id for g in cluster.gpus}
         for g in ids:
             self.load.setdefault(g, 0.0)
+            self.count.setdefault(g, 0)
         lost = [
             tid for tid, pl in self.placements.items() if any(g not in ids for g, _ in pl)
         ]
         for g in list(self.load):
             if g not in ids:
                 del self.load[g]
-        self.idle = {g for g, v in self.load.items() if v <= 1e-12}
+                del self.count[g]
+        self.idle.clear()
+        self.idle.update(g for g, v in self.load.items() if v <= EPS)
         return lost
 
-    def place(self, trial_id: int, placement: Placement, time: float) -> None:
-        self.placements[trial_id] = placement
+    def place(self, trial: Trial, placement: Placement, time: float) -> None:
+        """``trial`` holds ``placement`` from ``time`` on (its share starts accruing GPU-seconds).
+
+        A paused trial placed again no longer waits anywhere else.
+        """
+        tid = trial.trial_id
+        self.forget(tid)
+        self.placements[tid] = placement
         opened = []
         for g, s in placement:
             self.load[g] = self.load[g] + s
+            self.count[g] += 1
             self.idle.discard(g)
-            self.log.append(AllocationRecord(trial_id, g, s, time))
+            self.log.append(AllocationRecord(tid, g, s, time))
             opened.append(len(self.log) - 1)
-        self._open[trial_id] = opened
+        self._open[tid] = opened
+        trial.share, trial.share_since = width(placement), time
 
-    def release(self, trial_id: int, time: float) -> Placement:
-        placement = self.placements.pop(trial_id, ())
+    def release(self, trial: Trial, time: float, *, pause: bool = False) -> Placement | None:
+        """``trial`` gives back what it holds at ``time``; its GPU-seconds so far are banked.
+
+        ``pause``: remember the placement as where the paused trial last ran.
+        Returns the placement it held, or None if it held none (then nothing changes).
+        """
+        tid = trial.trial_id
+        placement = self.placements.pop(tid, None)
+        if placement is None:
+            return None
+        if pause:
+            self.paused_on[tid] = placement
+        trial.gpu_seconds = trial.gpu_seconds_at(time)
+        trial.share = 0.0
         for g, s in placement:
             if g in self.load:
                 v = self.load[g] - s
@@ -74,14 +142,29 @@ class ResourceLedger:
                     v = 0.0
                     self.idle.add(g)
                 self.load[g] = v
-        for i in self._open.pop(trial_id, []):
+                self.count[g] -= 1
+        for i in self._open.pop(tid, []):
             self.log[i].end = time
         return placement
+
+    def hold(self, trial_id: int) -> bool:
+        """The paused trial's process waits where it last ran; False if it ran nowhere known."""
+        where = self.paused_on.get(trial_id)
+        if where is None:
+            return False
+        self._held[trial_id] = where
+        return True
+
+    def forget(self, trial_id: int) -> bool:
+        """The trial is paused nowhere any more; True if a process of it was waiting (held)."""
+        self.paused_on.pop(trial_id, None)
+        return self._held.pop(trial_id, None) is not None
 
     def check(self, max_share: dict[int, float]) -> None:
         if self.cluster is None:
             return
         recomputed = {g.gpu_id: 0.0 for g in self.cluster.gpus}
+        counted = dict.fromkeys(recomputed, 0)
         for tid, pl in self.placements.items():
             if not pl:
                 raise InvariantError(f"trial {tid} is running with an empty placement")
@@ -91,11 +174,15 @@ class ResourceLedger:
                 if not s > 0:
                     raise InvariantError(f"trial {tid} has non-positive share {s} on GPU {g}")
                 recomputed[g] += s
+                counted[g] += 1
         for g, v in recomputed.items():
             cap = max_share.get(g, 1.0)
             if v > cap + 1e-6:
                 raise InvariantError(f"GPU {g} holds {v:.4f} > capacity {cap}")
             if abs(v - self.load[g]) > 1e-6:
                 raise InvariantError(f"GPU {g} load drifted: ledger {self.load[g]} vs {v}")
+            if counted[g] != self.count[g]:
+                raise InvariantError(f"GPU {g} count drifted: ledger {self.count[g]} vs "
+                                     f"{counted[g]}")
             if (v <= EPS) != (g in self.idle):
                 raise InvariantError(f"GPU {g} idle set inconsistent (load {v})")

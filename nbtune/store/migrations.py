@@ -56,7 +56,18 @@ def migrate(engine: Engine) -> int:
     SQLite the steps are idempotent (``checkfirst``) and the version row is
     written last, so a kill mid-upgrade is finished by the next open.
     """
+    with engine.connect() as conn:  # the usual open: up to date, nothing to lock
+        found = stored_version(conn)
+    if found == SCHEMA_VERSION:
+        return found
     with engine.begin() as conn:
+        if engine.dialect.name == "sqlite":
+            # pysqlite runs DDL outside any transaction: two processes opening a new
+            # store at once (a notebook and the lab extension) would both see no tables
+            # and the second CREATE TABLE fail. A write lock taken first serializes the
+            # check with the creation; the other opener waits (busy_timeout), then finds
+            # the tables made.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
         found = stored_version(conn)
         if found is not None and found > SCHEMA_VERSION:
             raise StoreVersionError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,14 +22,21 @@ class View:
     time: float = 0.0
     max_budget: float = 100.0
     max_concurrent: int | None = None
+    held: dict[int, Placement] = field(default_factory=dict)
 
     @property
     def gpu_load(self) -> dict[int, float]:
         load = {g.gpu_id: 0.0 for g in self.cluster.gpus}
         for pl in self.running.values():
             for g, s in pl:
-                load[g] += s
+                if g in load:  # a GPU the cluster no longer has holds nothing
+                    load[g] += s
         return load
+
+    @property
+    def gpu_count(self) -> dict[int, int]:
+        on = Counter(g for pl in self.running.values() for g, _ in pl)
+        return {g.gpu_id: on[g.gpu_id] for g in self.cluster.gpus}
 
     @property
     def idle_gpus(self) -> set[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ class View:
     measured: dict[int, tuple[float, float]] = field(default_factory=dict)
     used: dict[int, float] = field(default_factory=dict)
     max_concurrent: int | None = None
+    held: dict = field(default_factory=dict)
     time: float = 0.0
     max_budget: float = 10.0
 
@@ -67,6 +69,11 @@ class View:
             for g, s in pl:
                 load[g] += s
         return load
+
+    @property
+    def gpu_count(self):
+        on = Counter(g for pl in self.placed.values() for g, _ in pl)
+        return {g.gpu_id: on[g.gpu_id] for g in self.cluster.gpus}
 
     @property
     def idle_gpus(self):

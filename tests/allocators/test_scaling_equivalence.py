@@ -182,15 +182,6 @@ class RandomView(View):
     measured: dict[int, tuple[float, float]] = field(default_factory=dict)
     max_budget: float = 27.0
 
-    @property
-    def gpu_load(self) -> dict[int, float]:
-        load = {g.gpu_id: 0.0 for g in self.cluster.gpus}
-        for pl in self.running.values():
-            for g, s in pl:
-                if g in load:
-                    load[g] += s
-        return load
-
     def unit_time(self, tid: int) -> tuple[float, float] | None:
         return self.measured.get(tid)
 

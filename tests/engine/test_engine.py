@@ -84,6 +84,21 @@ def test_worker_loss_requeues_without_counting_a_failure():
     assert eng.trials[1].state is TrialState.PENDING and eng.trials[1].failures == 0
 
 
+def test_a_relaunch_from_an_older_checkpoint_records_no_step_twice():
+    """A wide trial's worker is retired after it reported step 2, but its newest checkpoint
+    is step 1: the relaunch reports step 2 again. That is recomputed work, not a second
+    result (the algorithm must not see step 2 twice, the store must not record it twice)."""
+    eng, _ = make(n_trials=1, gpus=2)
+    eng.handle(ev.TrialReported(1.0, 0, 1, {"loss": 0.9}), ev.TrialReported(2.0, 0, 2, {"loss": 0.5}))
+    eng.handle(ev.TrialFailed(2.5, 0, worker_lost=True, error="worker retired"))
+    assert eng.trials[0].state is TrialState.RUNNING  # relaunched at once on the other GPU
+    eng.handle(ev.TrialReported(3.0, 0, 2, {"loss": 0.7}))  # recomputed from the step-1 checkpoint
+    t = eng.trials[0]
+    assert [b for _, b, _ in t.results] == [1, 2] and t.best == 0.5 and t.recomputed == 1.0
+    eng.handle(ev.TrialReported(4.0, 0, 3, {"loss": 0.4}))
+    assert [b for _, b, _ in t.results] == [1, 2, 3] and t.state is TrialState.COMPLETED
+
+
 def test_out_of_memory_is_reported_as_such():
     algo = OneShot(SPACE, metric="loss", max_budget=2, num_trials=1, seed=0)
     eng = Engine(algo, validate=True)

@@ -129,6 +129,25 @@ def test_trial_timeout_on_the_simulator():
         tune_sim(trial_timeout=5)
 
 
+def test_gpu_request_larger_than_the_cluster():
+    with pytest.raises(ValueError, match=r"gpus_per_trial=3 asks for more GPUs than the cluster "
+                                         r"has \(2.*ask for at most 2"):
+        tune_sim(gpus_per_trial=3)
+
+
+@pytest.mark.parametrize("gpus", [0, -1, 1.5])
+def test_gpu_request_that_is_neither_a_fraction_nor_whole_gpus(gpus):
+    with pytest.raises(ValueError, match="fraction of one GPU .* or a whole number of GPUs"):
+        nbtune.tune(train, SPACE, metric="loss", max_budget=3, gpus_per_trial=gpus)
+
+
+def test_gpu_request_with_an_allocator_that_sizes_trials_itself():
+    with pytest.raises(ValueError, match="allocator='waterfill' sizes trials itself: drop "
+                                         "gpus_per_trial, or use allocator='fifo'"):
+        nbtune.tune(train, SPACE, metric="loss", max_budget=3, allocator="waterfill",
+                    gpus_per_trial=2)
+
+
 def test_cluster_of_zero_gpus():
     with pytest.raises(ValueError, match="a cluster needs at least one GPU, got 0"):
         SimRuntime(cluster=0)

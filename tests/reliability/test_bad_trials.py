@@ -51,6 +51,11 @@ def check_others_completed(exp):
     assert exp.engine.done
 
 
+def healthy(config, trial):
+    for step in trial.steps():
+        trial.report(step=step, loss=config["lr"] / step)
+
+
 def raises_mid_run(config, trial):
     for step in trial.steps():
         if bad() and step == 2:
@@ -164,6 +169,17 @@ def test_gpu_mode_on_a_cluster_without_gpus(client):  # noqa: F811
     with pytest.raises(RuntimeError, match="offers no GPUs to run trials on"):
         rt.connect()
     assert client.status == "running"  # the user's cluster is left alone
+
+
+def test_gpu_request_larger_than_any_worker_and_one_that_fits(client, tmp_path):  # noqa: F811
+    with pytest.raises(Exception, match=r"gpus_per_trial=3 asks for more GPUs than the cluster "
+                                        r"has \(2; on CPU each Dask worker stands for one\)"):
+        run(client, raises_mid_run, tmp_path / "a", gpus_per_trial=3)
+    assert client.status == "running"  # the user's cluster is left alone
+    exp = run(client, healthy, tmp_path / "b", gpus_per_trial=2)  # Ray's resources={"gpu": 2}
+    assert (exp.results()["state"] == "completed").all()
+    spans = exp.allocations().groupby("trial_id")["gpu_id"].nunique()
+    assert list(spans) == [2, 2, 2]  # every trial ran across both workers (DDP)
 
 
 def test_cluster_address_that_does_not_answer():

@@ -163,3 +163,31 @@ def test_store_of_a_newer_schema_is_refused_with_what_to_do(tmp_path):
     con.close()
     with pytest.raises(StoreVersionError, match="newer nbtune.*upgrade nbtune"):
         Store(db)
+
+
+OPENER = """
+import sys, time
+from nbtune.store import Store
+start = float(sys.argv[2])
+while time.time() < start:  # every opener starts at the same moment
+    pass
+Store(sys.argv[1]).names()
+"""
+
+
+def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
+    """A notebook and the lab extension (or two kernels) creating one store together.
+
+    Found by the SIGKILL test above: its first writer and its reader create the
+    store's tables at the same moment, and one of them failed with "table
+    experiments already exists".
+    """
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for round_ in range(3):
+        db = tmp_path / f"r{round_}" / "nbtune.db"
+        start = time.time() + 2.0  # after every interpreter has started
+        procs = [subprocess.Popen([sys.executable, "-c", OPENER, str(db), str(start)], env=env,
+                                  text=True, stderr=subprocess.PIPE) for _ in range(4)]
+        errors = [p.communicate(timeout=60)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4, "\n".join(errors)
+        assert Store(db).opened_version == SCHEMA_VERSION
