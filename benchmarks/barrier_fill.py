@@ -56,28 +56,12 @@ LOAD_S = 0.0 if WORK == "cpu" else 0.25  # seconds of data wait per epoch at bat
 def train_mlp(config, trial):
     """A 2-layer MLP on breast cancer; an epoch's time grows as ``batch`` shrinks."""
     import torch
-    from sklearn.datasets import load_breast_cancer
-    from sklearn.preprocessing import StandardScaler
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    x, y = load_breast_cancer(return_X_y=True)
-    x = StandardScaler().fit_transform(x)
-    idx = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
-    xt = torch.tensor(x, dtype=torch.float32)[idx]
-    yt = torch.tensor(y, dtype=torch.long)[idx]
-    ntr = int(0.8 * len(xt))
-    xtr, ytr, xva, yva = xt[:ntr], yt[:ntr], xt[ntr:], yt[ntr:]
-    model = torch.nn.Sequential(torch.nn.Linear(30, config["hidden"]), torch.nn.ReLU(),
-                                torch.nn.Linear(config["hidden"], 2))
-    opt = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=0.9)
+    from benchmarks.real_allocators import breast_cancer_mlp  # the same data and model
+
+    model, opt, xtr, ytr, xva, yva, start = breast_cancer_mlp(config, trial)
+    ntr = len(xtr)
     bs = int(config["batch"])
-    state = trial.restore()
-    start = 0
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        start = state["epoch"]
     for epoch in range(start + 1, 10):
         time.sleep(LOAD_S * 8 / bs)  # waiting for this epoch's data (0 in "cpu" mode)
         for _ in range(PASSES):
