@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from nbtune import kernels
 from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment
 from nbtune.runtimes.base import Runtime, check_trainable
@@ -128,6 +129,7 @@ def build_experiment(
     exp = Experiment(name, engine, rt, trainable)
     if record is not None:
         exp.store, exp.recorder = store, record(rt)
+    kernels.track(exp)  # in a notebook kernel: listed in the JupyterLab sidebar
     if not start:
         return exp
     try:
@@ -137,6 +139,7 @@ def build_experiment(
         if after_start is not None:
             after_start(exp)
     except BaseException:
+        kernels.untrack(exp)
         if exp.recorder is not None:
             exp.recorder.close()  # an error in this process: keep everything recorded so far
             if created and exp.recorder.batches == 0:

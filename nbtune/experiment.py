@@ -9,6 +9,7 @@ import pandas as pd
 
 from nbtune.core import events as ev
 from nbtune.core.best import best_index
+from nbtune.core.listing import error_line
 from nbtune.core.trial import TrialState
 from nbtune.engine.engine import Engine
 from nbtune.runtimes.base import Runtime
@@ -50,12 +51,6 @@ class TrialsFailed(RuntimeError):
             f"experiment {name!r} failed: all {len(self.errors)} trials raised an error; "
             f"trial {first}'s traceback follows (every one is in exp.results()['error'])\n"
             f"{self.errors[first].rstrip()}")
-
-
-def error_line(error: str | None) -> str:
-    """A traceback's last non-blank line (``ValueError: bad lr``): what a table cell can show."""
-    lines = [ln.strip() for ln in (error or "").splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
 
 
 #: creation order of experiments in this process ("the latest" for %tune_stop without a name)

@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"algorithms", "allocators", "workloads", "progress", "waiting", "examples"},
     {"engine", "surrogate"},
     {"runtimes"},
-    {"experiment", "store", "planner"},
+    {"experiment", "store", "planner", "kernels"},
     {"build"},
     {"api", "resumption", "replay"},
     {"demo"},

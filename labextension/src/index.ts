@@ -1,6 +1,7 @@
 /**
- * nbtune's JupyterLab plugin: a left-sidebar experiment list and a status-bar
- * summary, both fed by the nbtune server extension (GET /nbtune/api/experiments).
+ * nbtune's JupyterLab plugin: a left-sidebar experiment list (the stores and
+ * running kernels the server knows) and a status-bar summary, both fed by the
+ * nbtune server extension (GET /nbtune/api/experiments).
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { IStatusBar } from '@jupyterlab/statusbar';
@@ -18,16 +19,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
   optional: [IStatusBar],
   activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null) => {
     const model = new ExperimentsModel();
-    const open = (name: string): void => {
-      // one panel per experiment: a second click brings the open one forward
-      const id = `nbtune-experiment-${name}`;
+    const open = (name: string, source: string | null = null, label = ''): void => {
+      // one panel per experiment and source: a second click brings the open one forward
       for (const w of app.shell.widgets('main')) {
-        if (w.id === id) {
-          app.shell.activateById(id);
+        if (w instanceof ExperimentPanel && w.name === name && w.source === source) {
+          app.shell.activateById(w.id);
           return;
         }
       }
-      const view = new ExperimentPanel(name);
+      const view = new ExperimentPanel(name, source, label);
       app.shell.add(view, 'main');
       app.shell.activateById(view.id);
     };
@@ -44,7 +44,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
     app.commands.addCommand('nbtune:open', {
       label: 'Open an nbtune experiment',
-      execute: args => open(String(args.name))
+      execute: args => open(String(args.name), args.source ? String(args.source) : null)
     });
     app.commands.addCommand('nbtune:refresh', {
       label: 'Refresh nbtune experiments',

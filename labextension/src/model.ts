@@ -27,14 +27,70 @@ export interface IExperimentSummary {
   best_trial: number | null;
   gpus_in_use: number;
   updated: string | null;
+  /** the id of the source (store or kernel) it comes from; see ISource */
+  source?: string;
+}
+
+/**
+ * Where experiments come from (nbtune/server/sources.py): a store (the
+ * configured one, or one a running kernel uses) or a running kernel's
+ * memory (experiments run without a store).
+ */
+export interface ISource {
+  id: string;
+  kind: 'store' | 'kernel';
+  /** a store's path or URL (password hidden), or a kernel's notebook */
+  location: string;
+  /** the location as shown: a path relative to the server's root when under it */
+  shown?: string;
+  available: boolean;
+  error: string | null;
+  /** store: it is the server's configured store */
+  configured?: boolean;
+  /** store: the notebooks (or kernels) of the running kernels using it */
+  used_by?: string[];
+  /** kernel: its process id and notebook path (relative to the server's root) */
+  pid?: number;
+  notebook?: string | null;
 }
 
 /** The whole answer of GET /nbtune/api/experiments. */
 export interface IExperimentsReply {
+  /** the configured store and whether it exists (also in `sources`) */
   store: string;
   available: boolean;
+  /** absent from servers older than the kernel listing: one source, `store` */
+  sources?: ISource[];
   experiments: IExperimentSummary[];
   totals: { experiments: number; trials_running: number; gpus_in_use: number };
+}
+
+/** The sources of a reply, also from a server that predates `sources`. */
+export function sourcesOf(reply: IExperimentsReply): ISource[] {
+  if (reply.sources) {
+    return reply.sources;
+  }
+  return [
+    {
+      id: `store:${reply.store}`,
+      kind: 'store',
+      location: reply.store,
+      available: reply.available,
+      error: null,
+      configured: true
+    }
+  ];
+}
+
+/** What a source is called in the sidebar's group headers and the panel. */
+export function sourceLabel(source: ISource): string {
+  if (source.kind === 'kernel') {
+    return source.notebook
+      ? `notebook ${source.notebook} · in memory (kernel ${source.pid})`
+      : `kernel ${source.pid} · in memory`;
+  }
+  const users = source.used_by?.length ? ` · used by ${source.used_by.join(', ')}` : '';
+  return `store ${source.shown ?? source.location}${users}`;
 }
 
 export const ENDPOINT = 'nbtune/api/experiments';
@@ -148,12 +204,16 @@ export interface IExperimentDetail {
   curves: { [trial: string]: [number | null, number | null][] };
 }
 
-/** GET one experiment's detail; throws a readable Error on failure. */
+/** GET one experiment's detail from `source` (an ISource id); throws a readable Error on failure. */
 export async function fetchExperiment(
   name: string,
+  source: string | null = null,
   settings: ServerConnection.ISettings = ServerConnection.makeSettings()
 ): Promise<IExperimentDetail> {
-  const url = URLExt.join(settings.baseUrl, ENDPOINT, encodeURIComponent(name));
+  let url = URLExt.join(settings.baseUrl, ENDPOINT, encodeURIComponent(name));
+  if (source) {
+    url += `?source=${encodeURIComponent(source)}`;
+  }
   const response = await ServerConnection.makeRequest(url, {}, settings);
   const text = await response.text();
   if (!response.ok) {

@@ -1,8 +1,9 @@
 /**
  * An experiment in the main area, opened from the sidebar: its summary line
  * (state, trials ended / total, best value and direction), learning curves as
- * a small SVG and the trials table, read from the store through the server
- * extension and refreshed every few seconds while the experiment runs.
+ * a small SVG and the trials table, read from its source (a store, or the
+ * memory of a running kernel) through the server extension and refreshed
+ * every few seconds while the experiment runs.
  */
 import { Widget } from '@lumino/widgets';
 
@@ -19,19 +20,31 @@ const STATE_COLORS: { [state: string]: string } = {
   pending: '#c5b0d5'
 };
 
+let panels = 0;
+
 export class ExperimentPanel extends Widget {
-  constructor(name: string) {
+  /** `source` is the id of the store or kernel holding `name` (null: the first that does). */
+  constructor(name: string, source: string | null = null, label = '') {
     super();
     this.name = name;
-    this.id = `nbtune-experiment-${name}`;
+    this.source = source;
+    this.label = label;
+    this.id = `nbtune-experiment-${++panels}`;
     this.addClass('jp-nbtune-experiment');
+    this.node.dataset.experiment = name;
+    if (source) {
+      this.node.dataset.source = source;
+    }
     this.title.label = `nbtune: ${name}`;
+    this.title.caption = label ? `${name} (${label})` : name;
     this.title.closable = true;
     void this.refresh();
     this._timer = window.setInterval(() => void this.refresh(), 3000);
   }
 
   readonly name: string;
+  readonly source: string | null;
+  readonly label: string;
 
   dispose(): void {
     window.clearInterval(this._timer);
@@ -40,9 +53,9 @@ export class ExperimentPanel extends Widget {
 
   async refresh(): Promise<void> {
     try {
-      const detail = await fetchExperiment(this.name);
+      const detail = await fetchExperiment(this.name, this.source);
       this._render(detail);
-      if (detail.summary.state === 'done') {
+      if (detail.summary.state === 'done' || detail.summary.state === 'failed') {
         window.clearInterval(this._timer);
       }
     } catch (e) {
@@ -59,6 +72,12 @@ export class ExperimentPanel extends Widget {
     const head = document.createElement('h2');
     head.textContent = s.name;
     node.appendChild(head);
+    if (this.label) {
+      const where = document.createElement('div');
+      where.className = 'jp-nbtune-where';
+      where.textContent = this.label;
+      node.appendChild(where);
+    }
     const line = document.createElement('div');
     line.className = 'jp-nbtune-summary';
     const dir = s.mode === 'max' ? '↑ maximized' : '↓ minimized';

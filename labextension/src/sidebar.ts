@@ -1,15 +1,26 @@
 /**
- * The left-sidebar panel: one row per experiment in the store with its state,
- * trials ended / total (as `nbtune ls` and the dashboard count them), best
- * metric with its direction, and GPUs in use; clicking a row opens the
- * experiment (curves, trials) in a main-area panel.
+ * The left-sidebar panel: the experiments of every source the server lists
+ * (the configured store, the stores the running kernels use, the kernels'
+ * memory-only experiments), grouped under one header row per source, each
+ * with its state, trials ended / total (as `nbtune ls` and the dashboard
+ * count them), best metric with its direction, and GPUs in use; clicking a
+ * row opens that source's experiment (curves, trials) in a main-area panel.
  *
  * Plain DOM (no React) because the table is small and rebuilt whole on each
  * change; `data-*` attributes name the cells so browser tests can find them.
  */
 import { Widget } from '@lumino/widgets';
 
-import { ExperimentsModel, IExperimentSummary } from './model';
+import {
+  ExperimentsModel,
+  IExperimentSummary,
+  ISource,
+  sourceLabel,
+  sourcesOf
+} from './model';
+
+/** What a click on a row opens: the experiment `name` of the source `source` (an ISource id). */
+export type OpenExperiment = (name: string, source: string | null, label: string) => void;
 
 export function formatMetric(value: number | null): string {
   if (value === null || value === undefined) {
@@ -28,7 +39,7 @@ function cell(row: HTMLTableRowElement, text: string, field: string): void {
 }
 
 export class ExperimentsPanel extends Widget {
-  constructor(model: ExperimentsModel, open: (name: string) => void = () => undefined) {
+  constructor(model: ExperimentsModel, open: OpenExperiment = () => undefined) {
     super();
     this._model = model;
     this._open = open;
@@ -65,17 +76,17 @@ export class ExperimentsPanel extends Widget {
       }
       return;
     }
-    const store = document.createElement('div');
-    store.className = 'jp-nbtune-store';
-    store.textContent = `store: ${reply.store}`;
-    store.title = reply.store;
-    node.appendChild(store);
-    if (reply.experiments.length === 0) {
+    const sources = sourcesOf(reply);
+    if (reply.experiments.length === 0 && sources.every(s => !s.error)) {
+      for (const source of sources) {
+        node.appendChild(this._sourceNote(source));
+      }
       node.appendChild(
         this._note(
           reply.available
             ? 'No experiments in the store yet.'
-            : 'No store yet: run a tuning job with a store to see it here.'
+            : 'No experiments yet: run tune() in a notebook (its experiments show here ' +
+                'while its kernel runs), or a run with a store.'
         )
       );
       return;
@@ -85,7 +96,7 @@ export class ExperimentsPanel extends Widget {
     const head = table.createTHead().insertRow();
     const headers: [string, string][] = [
       ['Experiment', 'experiment name'],
-      ['State', 'running or done'],
+      ['State', 'running, paused, done or failed'],
       ['Trials', 'trials ended / total, as nbtune ls counts them'],
       ['Best', 'best value of the metric so far'],
       ['Metric', 'the metric and its direction (↓ minimized, ↑ maximized)'],
@@ -97,20 +108,81 @@ export class ExperimentsPanel extends Widget {
       th.title = tip;
       head.appendChild(th);
     }
-    const body = table.createTBody();
-    for (const exp of reply.experiments) {
-      body.appendChild(this._row(exp));
+    const fallback = sources.length === 1 ? sources[0].id : null;
+    for (const source of sources) {
+      const exps = reply.experiments.filter(e => (e.source ?? fallback) === source.id);
+      if (exps.length === 0 && !source.error && !source.configured) {
+        continue; // a store a kernel uses that holds nothing yet
+      }
+      const body = table.createTBody();
+      body.className = 'jp-nbtune-group';
+      body.dataset.source = source.id;
+      body.appendChild(this._header(source));
+      if (source.error) {
+        body.appendChild(this._wide(source.error, 'jp-nbtune-error'));
+      } else if (exps.length === 0) {
+        body.appendChild(
+          this._wide(
+            source.available
+              ? 'No experiments in this store yet.'
+              : 'No store here yet: tune(store=True) from the server root writes it.',
+            'jp-nbtune-note'
+          )
+        );
+      }
+      for (const exp of exps) {
+        body.appendChild(this._row(exp, source));
+      }
     }
     node.appendChild(table);
   }
 
-  private _row(exp: IExperimentSummary): HTMLTableRowElement {
+  /** The group's header row: where its experiments come from. */
+  private _header(source: ISource): HTMLTableRowElement {
+    const row = document.createElement('tr');
+    row.className = 'jp-nbtune-source';
+    row.dataset.source = source.id;
+    row.dataset.kind = source.kind;
+    const th = document.createElement('th');
+    th.colSpan = 6;
+    th.textContent = sourceLabel(source);
+    th.title =
+      source.kind === 'kernel'
+        ? `experiments kept in the memory of kernel ${source.pid} (run without a store): ` +
+          'they go when the kernel shuts down'
+        : `the store at ${source.location}` +
+          (source.configured ? ' (the server\'s configured store)' : '');
+    row.appendChild(th);
+    return row;
+  }
+
+  private _wide(text: string, className: string): HTMLTableRowElement {
+    const row = document.createElement('tr');
+    const td = document.createElement('td');
+    td.colSpan = 6;
+    td.className = className;
+    td.textContent = text;
+    row.appendChild(td);
+    return row;
+  }
+
+  private _sourceNote(source: ISource): HTMLElement {
+    const div = document.createElement('div');
+    div.className = 'jp-nbtune-store';
+    div.textContent = sourceLabel(source);
+    div.title = source.location;
+    return div;
+  }
+
+  private _row(exp: IExperimentSummary, source: ISource): HTMLTableRowElement {
     const row = document.createElement('tr');
     row.dataset.experiment = exp.name;
+    row.dataset.source = source.id;
     row.dataset.state = exp.state;
     row.title =
       `${exp.name}: ${exp.algorithm}, ${exp.mode}imize ${exp.metric}` +
-      (exp.best_trial !== null ? `, best so far: trial ${exp.best_trial}` : '');
+      (exp.best_trial !== null ? `, best so far: trial ${exp.best_trial}` : '') +
+      ` (${sourceLabel(source)})`;
     cell(row, exp.name, 'name');
     cell(row, exp.state, 'state');
     cell(row, exp.trials, 'trials');
@@ -118,7 +190,7 @@ export class ExperimentsPanel extends Widget {
     cell(row, `${exp.metric} ${exp.mode === 'max' ? '↑' : '↓'}`, 'metric');
     cell(row, String(exp.gpus_in_use), 'gpus');
     row.classList.add('jp-nbtune-row');
-    row.addEventListener('click', () => this._open(exp.name));
+    row.addEventListener('click', () => this._open(exp.name, source.id, sourceLabel(source)));
     return row;
   }
 
@@ -130,5 +202,5 @@ export class ExperimentsPanel extends Widget {
   }
 
   private _model: ExperimentsModel;
-  private _open: (name: string) => void;
+  private _open: OpenExperiment;
 }

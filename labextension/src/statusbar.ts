@@ -1,4 +1,4 @@
-/** The status-bar item: trials running and GPUs in use, summed over the store's experiments. */
+/** The status-bar item: trials running and GPUs in use, summed over every listed experiment. */
 import { Widget } from '@lumino/widgets';
 
 import { ExperimentsModel } from './model';

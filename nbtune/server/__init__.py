@@ -1,11 +1,22 @@
 """nbtune's Jupyter server extension: the REST endpoint the JupyterLab sidebar polls.
 
 Enabled by ``jupyter-config/jupyter_server_config.d/nbtune.json`` (installed with
-the package); configure where the store is with ``c.NbtuneServer.store = ...``
-in a Jupyter config file, or the ``NBTUNE_STORE`` environment variable
-(a path, a directory or an SQLAlchemy URL). The default is
-``nbtune-store/nbtune.db`` under the server's root directory, which is where
-``tune(store=True)`` writes when a notebook runs there.
+the package). Where the listed experiments come from
+(:mod:`nbtune.server.sources`):
+
+* the configured store: ``c.NbtuneServer.store = ...`` in a Jupyter config
+  file, or the ``NBTUNE_STORE`` environment variable (a path, a directory or
+  an SQLAlchemy URL); by default ``nbtune-store/nbtune.db`` under the
+  server's root directory, where ``tune(store=True)`` writes when a notebook
+  runs there;
+* every store a running notebook kernel uses, wherever it is (a temporary
+  folder, ``store=True`` from a sub-folder, a database server), still listed
+  after the kernel ends while the store is there;
+* the experiments a running kernel keeps in memory only (``tune()`` without a
+  store), until the kernel ends.
+
+A kernel announces its experiments in a file in Jupyter's runtime dir
+(:mod:`nbtune.kernels`); the server reads those files at every poll.
 """
 
 from __future__ import annotations
@@ -17,8 +28,9 @@ from jupyter_server.utils import url_path_join
 from traitlets import Unicode, default
 from traitlets.config import LoggingConfigurable
 
-from nbtune.server.handlers import ExperimentHandler, ExperimentsHandler, StoreReader
-from nbtune.server.summary import resolve_location
+from nbtune.server.handlers import ExperimentHandler, ExperimentsHandler
+from nbtune.server.sources import Sources
+from nbtune.server.summary import display_location, resolve_location
 
 __all__ = ["NbtuneServer", "API_PATH", "_jupyter_server_extension_points",
            "_load_jupyter_server_extension"]
@@ -45,12 +57,13 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
-    """Register the handler; the reader is built once so a store handle is reused across polls."""
+    """Register the handlers; the sources are built once so store handles are reused across polls."""
     settings = NbtuneServer(parent=serverapp)
     location = resolve_location(settings.store, serverapp.root_dir)
-    reader = StoreReader(location)
+    sources = Sources(location, serverapp.runtime_dir, serverapp.root_dir, log=serverapp.log)
     web_app = serverapp.web_app
     route = url_path_join(web_app.settings["base_url"], API_PATH)
-    web_app.add_handlers(".*$", [(route, ExperimentsHandler, {"reader": reader}),
-                                 (route + "/([^/]+)", ExperimentHandler, {"reader": reader})])
-    serverapp.log.info("nbtune: serving %s from the store at %s", route, location)
+    web_app.add_handlers(".*$", [(route, ExperimentsHandler, {"sources": sources}),
+                                 (route + "/([^/]+)", ExperimentHandler, {"sources": sources})])
+    serverapp.log.info("nbtune: serving %s from the store at %s and the running kernels "
+                       "(files in %s)", route, display_location(location), serverapp.runtime_dir)

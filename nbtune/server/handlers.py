@@ -1,112 +1,58 @@
 """The REST endpoint behind the JupyterLab sidebar: ``GET <base_url>/nbtune/api/experiments``.
 
 It sits behind Jupyter's own authentication (``APIHandler`` + ``@authenticated``:
-a token or a logged-in cookie), so the store is never readable by anyone the
-Jupyter server would not let in.
+a token or a logged-in cookie), so no store or kernel's experiment is ever
+readable by anyone the Jupyter server would not let in. What it lists comes
+from :class:`nbtune.server.sources.Sources`.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from pathlib import Path
-from typing import Any
+from urllib.parse import unquote
 
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from tornado.ioloop import IOLoop
 
-from nbtune.server.summary import detail, empty_reply, summarize
-from nbtune.store import Store
+from nbtune.server.sources import Sources
+from nbtune.server.store_reader import StoreReader
 
 __all__ = ["ExperimentsHandler", "ExperimentHandler", "StoreReader"]
 
 
-class StoreReader:
-    """Opens the store once it exists and keeps the handle for later polls.
+class ExperimentHandler(APIHandler):
+    """One experiment: summary, trials and curves (the sidebar's main-area panel).
 
-    A :class:`Store` creates its file and tables when opened, so a SQLite store
-    is opened only once the file is there: merely starting JupyterLab must not
-    leave an empty ``nbtune-store/`` in every directory it is started from.
+    ``?source=<id>`` (an id from the list's ``sources``) picks the store or
+    kernel when two hold the same name; without it the first one holding it.
     """
 
-    def __init__(self, location: str) -> None:
-        self.location = location
-        self._store: Store | None = None
-        self._lock = threading.Lock()
-        self._cache: dict[tuple[Any, ...], dict[str, Any]] = {}
-
-    def _open(self) -> Store | None:
-        with self._lock:
-            if "://" not in self.location and not Path(self.location).is_file():
-                # no store yet, or it was deleted: drop any handle on the old file, else
-                # the next pooled connection would re-create it empty
-                if self._store is not None:
-                    self._store.close()
-                    self._store = None
-                self._cache.clear()
-                return None
-            if self._store is None:
-                self._store = Store(self.location)
-            return self._store
-
-    def read(self) -> dict[str, Any]:
-        store = self._open()
-        if store is None:
-            return empty_reply(self.location, available=False)
-        with self._lock:  # the cache is shared by concurrent polls (one per browser tab)
-            return summarize(store, self.location, self._cache)
-
-
-    def read_one(self, name: str) -> dict[str, Any] | None:
-        """One experiment's detail, or None if the store or the name is not there."""
-        store = self._open()
-        if store is None:
-            return None
-        with self._lock:
-            try:
-                return detail(store, name)
-            except KeyError:
-                return None
-
-
-class ExperimentHandler(APIHandler):
-    """One experiment: summary, trials and curves (the sidebar's main-area panel)."""
-
-    def initialize(self, reader: StoreReader) -> None:
-        self.reader = reader
+    def initialize(self, sources: Sources) -> None:
+        self.sources = sources
 
     @tornado.web.authenticated
     async def get(self, name: str) -> None:
-        from urllib.parse import unquote
-
         name = unquote(name)
-        reply = await IOLoop.current().run_in_executor(None, self.reader.read_one, name)
+        source = self.get_query_argument("source", None) or None
+        reply = await IOLoop.current().run_in_executor(None, self.sources.read_one, name,
+                                                       source)
         if reply is None:
-            raise tornado.web.HTTPError(404, f"no experiment named {name!r} in the store at "
-                                             f"{self.reader.location}")
+            where = f"in {source}" if source else "in any store or running kernel"
+            raise tornado.web.HTTPError(404, f"no experiment named {name!r} {where}")
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(reply))
 
 
 class ExperimentsHandler(APIHandler):
-    """Lists the store's experiments (see :func:`nbtune.server.summary.summarize`)."""
+    """Lists the experiments of every source (see :class:`~nbtune.server.sources.Sources`)."""
 
-    def initialize(self, reader: StoreReader) -> None:
-        self.reader = reader
+    def initialize(self, sources: Sources) -> None:
+        self.sources = sources
 
     @tornado.web.authenticated
     async def get(self) -> None:
         # SQLite reads block: keep them off the server's event loop.
-        try:
-            reply = await IOLoop.current().run_in_executor(None, self.reader.read)
-        except Exception as exc:  # a corrupt or foreign DB: say which, don't 500 silently
-            self.log.exception("nbtune: cannot read the store at %s", self.reader.location)
-            # the reply's "message" (shown in the sidebar) is the first line of the cause;
-            # tornado %-formats log messages, so no stray % may reach it
-            first = (str(exc).splitlines() or [type(exc).__name__])[0].replace("%", "")
-            raise tornado.web.HTTPError(
-                500, f"nbtune cannot read the store at {self.reader.location}: {first}"
-            ) from exc
+        reply = await IOLoop.current().run_in_executor(None, self.sources.read)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(reply))

@@ -8,16 +8,15 @@ on its own; the handler runs it in a thread. It reads only through
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any
 
-from nbtune.core.best import best_index
-from nbtune.core.trial import TrialState, ended_of_total
+from nbtune.core.listing import curves, experiment_summary, trial_rows
 from nbtune.store import DEFAULT_DIR, DEFAULT_FILE, Store
 
-__all__ = ["resolve_location", "summarize", "empty_reply", "display_location", "detail"]
+__all__ = ["resolve_location", "summarize", "empty_reply", "display_location", "detail",
+           "totals"]
 
 
 def resolve_location(spec: str, root_dir: str | os.PathLike[str]) -> str:
@@ -58,30 +57,12 @@ def empty_reply(location: str, *, available: bool) -> dict[str, Any]:
     }
 
 
-def _number(x: Any) -> float | None:
-    """A JSON-safe float: NaN/inf (a diverged loss) and missing values become ``None``."""
-    if x is None:
-        return None
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def _summarize_one(store: Store, row: dict[str, Any]) -> dict[str, Any]:
     name, metric, mode = str(row["name"]), str(row["metric"]), str(row["mode"])
     trials = store.results(name)
     running_ids: set[int] = set()
-    best: float | None = None
-    best_trial: int | None = None
     if not trials.empty:
         running_ids = {int(t) for t in trials.loc[trials["state"] == "running", "trial_id"]}
-        # the rule of exp.best and `nbtune ls`: the best among the furthest-trained trials
-        i = best_index(zip(map(_number, trials[metric]), trials["budget_used"], strict=True),
-                       mode)
-        if i is not None:
-            best, best_trial = _number(trials[metric].iloc[i]), int(trials["trial_id"].iloc[i])
     # A GPU is in use while a running trial holds an open allocation on it.
     allocs = store.allocations(name)
     gpus: set[int] = set()
@@ -91,23 +72,14 @@ def _summarize_one(store: Store, row: dict[str, Any]) -> dict[str, Any]:
     updated = row.get("updated")
     planned = row.get("num_trials")
     planned = None if planned is None or planned != planned else int(planned)  # NaN: unknown
-    states = [] if trials.empty else list(trials["state"])
-    return {
-        "name": name,
-        "state": str(row["state"]),
-        "algorithm": str(row["algorithm"]),
-        "metric": metric,
-        "mode": mode,
-        "trials_total": len(trials),
-        "trials_running": len(running_ids),
-        "trials_ended": sum(TrialState(st).is_terminal for st in states),
-        # what `nbtune ls` and the dashboard's header show: ended/total
-        "trials": ended_of_total(states, planned, str(row["state"]) == "done"),
-        "best": best,
-        "best_trial": best_trial,
-        "gpus_in_use": len(gpus),
-        "updated": updated.isoformat() if hasattr(updated, "isoformat") else None,
-    }
+    cols = ([], [], [], []) if trials.empty else (
+        list(trials["trial_id"]), list(trials["state"]), list(trials[metric]),
+        list(trials["budget_used"]))
+    return experiment_summary(
+        name=name, state=str(row["state"]), algorithm=str(row["algorithm"]), metric=metric,
+        mode=mode, trial_ids=cols[0], states=cols[1], values=cols[2], budgets=cols[3],
+        planned=planned, gpus_in_use=len(gpus),
+        updated=updated.isoformat() if hasattr(updated, "isoformat") else None)
 
 
 def _done_key(row: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -152,33 +124,31 @@ def summarize(store: Store, location: str,
         for stale in set(cache) - live_keys:
             del cache[stale]
     reply["experiments"] = experiments
-    reply["totals"] = {
+    reply["totals"] = totals(experiments)
+    return reply
+
+
+def totals(experiments: list[dict[str, Any]]) -> dict[str, int]:
+    """The status bar's sums over listed experiments."""
+    return {
         "experiments": len(experiments),
         "trials_running": sum(e["trials_running"] for e in experiments),
         "gpus_in_use": sum(e["gpus_in_use"] for e in experiments),
     }
-    return reply
 
 
 def detail(store: Store, name: str) -> dict[str, Any]:
     """One experiment for the sidebar's main-area panel: its summary, every trial's row
     (state, best metric, budget, the error's last line) and learning curves."""
-    from nbtune.experiment import error_line
-
     row = next((r for r in store.experiments().to_dict("records") if r["name"] == name), None)
     if row is None:
         raise KeyError(name)
     summary = _summarize_one(store, row)
     metric = summary["metric"]
     trials = store.results(name)
-    rows = [{"trial_id": int(t["trial_id"]), "state": str(t["state"]),
-             "value": _number(t[metric]), "budget": _number(t["budget_used"]),
-             "error": error_line(t["error"]) if isinstance(t["error"], str) else None}
-            for t in trials.to_dict("records")]
-    curves: dict[str, list[list[float | None]]] = {}
+    rows = [] if trials.empty else trial_rows(
+        *(list(trials[c]) for c in ("trial_id", "state", metric, "budget_used", "error")))
     lc = store.learning_curves(name)
-    if not lc.empty and metric in lc:
-        for t in lc.to_dict("records"):
-            curves.setdefault(str(int(t["trial_id"])), []).append(
-                [_number(t["budget"]), _number(t[metric])])
-    return {"summary": summary, "trials": rows, "curves": curves}
+    points = [] if lc.empty or metric not in lc else zip(lc["trial_id"], lc["budget"], lc[metric],
+                                                         strict=True)
+    return {"summary": summary, "trials": rows, "curves": curves(points)}

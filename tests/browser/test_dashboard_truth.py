@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import pytest
 
 from tests.browser.bokeh_docs import check_doc, check_grid, read_docs, read_grids
 from tests.browser.conftest import REPO, LabServer
-from tests.browser.tune_notebook import SETUP, wait_until
+from tests.browser.tune_notebook import SETUP, run_all_cells, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -101,13 +100,7 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
                                                       notebook: Path) -> None:
     console: list[str] = []
     page.on("console", lambda msg: console.append(msg.text))
-    page.goto(lab_server.url(f"lab/tree/{notebook.name}"))
-    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
-    page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle$")).wait_for(
-        timeout=60_000)
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-item:not(.lm-mod-disabled) .lm-Menu-itemLabel",
-                 has_text=re.compile(r"^Run All Cells$")).click()
+    run_all_cells(page, lab_server, notebook.name)
 
     # live: the first dashboard updates while trials run
     truth_file = lab_server.root_dir / "truth.json"

@@ -2,21 +2,29 @@
 
 The store is the server's default (``<root>/nbtune-store/nbtune.db``), written
 by real simulated runs before the server starts; a run added while the page is
-open must show up at the next poll.
+open must show up at the next poll. Then a notebook's kernel runs two real
+experiments on a Dask cluster, one kept in memory only and one with a store
+outside the server's root: the sidebar lists both under their sources, as the
+kernel sees them, and the memory-only one goes when the kernel shuts down.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 import os
+import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from nbtune.cli import main as nbtune_cli
+from nbtune.core.trial import ended_of_total
 from tests.browser.conftest import REPO, LabServer
+from tests.browser.tune_notebook import SETUP, run_all_cells, wait_until
 from tests.server.stores import finished_run, interrupted_run
 
 pytestmark = pytest.mark.browser
@@ -109,4 +117,96 @@ def test_sidebar_picks_up_a_new_experiment(page, lab_server: LabServer) -> None:
     finished_run(lab_server.root_dir / "nbtune-store", "added-later", seed=7)
     # polled every 3 s
     panel.locator('tr[data-experiment="added-later"]').wait_for(timeout=15_000)
-    assert panel.locator("tbody tr").count() == 3
+    assert panel.locator("tr.jp-nbtune-row").count() == 3
+
+
+def tune_cell(name: str, store: str = "") -> str:
+    """A real run on the notebook's two Dask workers, long enough to be seen running; the
+    experiment is bound to ``exp_<name>``."""
+    return f"""\
+%%tune space --metric loss --max-budget 9 --num-trials 6 -a asha --runtime rt --name {name} --seed 0 --as exp_{name} {store}
+for step in trial.steps():
+    time.sleep(0.4)
+    trial.report(step, loss=1.0 / step + config["lr"])"""
+
+
+KERNEL_TRUTH = """\
+import json, os
+exp_mem.wait(); exp_kept.wait()
+json.dump({n: {"states": list(e.results()["state"]), "best": e.best["loss"],
+               "best_trial": int(e.best["trial_id"]), "num_trials": 6}
+           for n, e in (("mem", exp_mem), ("kept", exp_kept))} | {"pid": os.getpid()},
+          open("kernel-truth.json", "w"))"""
+
+
+def shut_down_kernels(server: LabServer) -> None:
+    for kernel in server.api("api/kernels"):
+        req = urllib.request.Request(f"{server.base_url}api/kernels/{kernel['id']}",
+                                     method="DELETE",
+                                     headers={"Authorization": f"token {server.token}"})
+        urllib.request.urlopen(req, timeout=30).close()
+
+
+def test_sidebar_lists_the_running_kernels_experiments(page, lab_server: LabServer,
+                                                       tmp_path_factory) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # a store outside the server's root
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    setup = SETUP.replace("preload=())", "preload=(), keep=True)")  # two runs on one cluster
+    assert setup != SETUP
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in (
+        setup, tune_cell("mem"), "exp_mem.wait();", tune_cell("kept", f"--store {elsewhere}"),
+        KERNEL_TRUTH)]
+    (lab_server.root_dir / "kernels.ipynb").write_text(nbformat.writes(nb))
+    run_all_cells(page, lab_server, "kernels.ipynb")
+    page.locator('.jp-SideBar [data-id="nbtune-experiments"]').click()
+    panel = page.locator("#nbtune-experiments")
+    # live: the memory-only run shows while it runs, under its notebook's kernel
+    mem = panel.locator('tr.jp-nbtune-row[data-experiment="mem"]')
+    wait_until(lambda: mem.count() and mem.get_attribute("data-state") == "running", 120,
+               "the memory-only run in the sidebar, running")
+    source = mem.get_attribute("data-source")
+    assert source.startswith("kernel:")
+    header = panel.locator(f'tr.jp-nbtune-source[data-source="{source}"]')
+    assert "notebook kernels.ipynb" in header.inner_text()
+
+    truth_file = lab_server.root_dir / "kernel-truth.json"
+    wait_until(truth_file.exists, 180, "both runs to end and kernel-truth.json")
+    truth = json.loads(truth_file.read_text())
+    assert source == f"kernel:{truth['pid']}"
+    kept_source = f"store:{(elsewhere / 'nbtune.db').resolve()}"
+    rows = {"mem": mem, "kept": panel.locator(
+        f'tr.jp-nbtune-row[data-experiment="kept"][data-source="{kept_source}"]')}
+    for name, row in rows.items():
+        want = truth[name]
+        trials = ended_of_total(want["states"], want["num_trials"], True)
+        wait_until(lambda r=row, t=trials: r.count() and r.get_attribute("data-state") == "done"
+                   and r.locator('td[data-field="trials"]').inner_text() == t, 15,
+                   f"{name}: done with {trials} trials ended in the sidebar")
+        best = float(row.locator('td[data-field="best"]').inner_text())
+        assert math.isclose(best, want["best"], rel_tol=1e-3), (name, best, want["best"])
+        assert row.locator('td[data-field="metric"]').inner_text() == "loss ↓"
+    store_header = panel.locator(f'tr.jp-nbtune-source[data-source="{kept_source}"]')
+    assert "used by kernels.ipynb" in store_header.inner_text()
+    # the configured store's experiments are still there, under their own header
+    assert panel.locator('tr.jp-nbtune-row[data-experiment="finished-asha"]').count() == 1
+    if SHOTS is not None:
+        panel.screenshot(path=str(SHOTS / "sidebar-kernels.png"))
+
+    # the memory-only run opens in the main area from the kernel: every trial, the best marked
+    mem.click()
+    view = page.locator(f'.jp-nbtune-experiment[data-experiment="mem"][data-source="{source}"]')
+    view.locator("tbody tr").first.wait_for(timeout=15_000)
+    assert view.locator("tbody tr").count() == len(truth["mem"]["states"])
+    best_cell = view.locator(f'tr[data-trial="{truth["mem"]["best_trial"]}"] '
+                             f'td[data-field="state"]')
+    assert best_cell.inner_text() == "best"
+    assert view.locator("polyline").count() == len(truth["mem"]["states"])
+    assert "kernels.ipynb" in view.locator(".jp-nbtune-where").inner_text()
+
+    # the kernel shuts down: its memory-only run goes, the stored one stays
+    shut_down_kernels(lab_server)
+    mem.wait_for(state="detached", timeout=20_000)
+    assert rows["kept"].count() == 1
+    assert not list((lab_server.root_dir / ".jupyter-test" / "runtime").glob("nbtune-kernel-*"))

@@ -8,13 +8,17 @@ page is checked; "Stop experiment" ends it before the server is torn down.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from tests.browser.conftest import LabServer
-from tests.browser.tune_notebook import trial_states, wait_until, write_tune_notebook
+from tests.browser.tune_notebook import (
+    run_all_cells,
+    trial_states,
+    wait_until,
+    write_tune_notebook,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -30,14 +34,7 @@ def notebook(lab_root: Path) -> Path:
 
 def test_tune_magic_dashboard_updates_and_stops_a_trial(page, lab_server: LabServer,
                                                         notebook: Path) -> None:
-    page.goto(lab_server.url(f"lab/tree/{notebook.name}"))
-    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
-    # "Run All Cells" does nothing until the kernel is up
-    page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle$")).wait_for(
-        timeout=60_000)
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-item:not(.lm-mod-disabled) .lm-Menu-itemLabel",
-                 has_text=re.compile(r"^Run All Cells$")).click()
+    run_all_cells(page, lab_server, notebook.name)
     page.locator(".jp-InputPrompt", has_text="[1]").wait_for(timeout=60_000)
 
     # the dashboard renders: controls, status line and the Bokeh figures

@@ -3,6 +3,7 @@ read its trials back from the store the magic writes."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -66,3 +67,15 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(0.5)
+
+
+def run_all_cells(page: Any, server: LabServer, notebook: str) -> None:
+    """Open ``notebook`` in JupyterLab and Run All Cells once its kernel is up
+    ("Run All Cells" does nothing before)."""
+    page.goto(server.url(f"lab/tree/{notebook}"))
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+    page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle$")).wait_for(
+        timeout=60_000)
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-item:not(.lm-mod-disabled) .lm-Menu-itemLabel",
+                 has_text=re.compile(r"^Run All Cells$")).click()

@@ -84,15 +84,17 @@ async def test_env_var_names_the_store(env_store: Path, jp_fetch) -> None:
     assert [e["name"] for e in reply["experiments"]] == ["from-env"]
 
 
-async def test_unreadable_store_is_a_json_error_naming_it(jp_fetch, jp_root_dir: Path) -> None:
+async def test_unreadable_store_is_an_error_naming_it_on_its_source(jp_fetch,
+                                                                   jp_root_dir: Path) -> None:
+    """A corrupt store says so on its own line of the list; the other sources still show."""
     bad = jp_root_dir / "nbtune-store" / "nbtune.db"
     bad.parent.mkdir()
     bad.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(HTTPClientError) as err:
-        await jp_fetch("nbtune", "api", "experiments")
-    assert err.value.code == 500
-    reply = json.loads(err.value.response.body)
-    assert reply["message"].startswith(f"nbtune cannot read the store at {bad}")
+    reply = json.loads((await jp_fetch("nbtune", "api", "experiments")).body)
+    (source,) = reply["sources"]
+    assert source["configured"] and source["available"] is False
+    assert source["error"].startswith(f"nbtune cannot read the store at {bad}")
+    assert reply["available"] is False and reply["experiments"] == []
 
 
 async def test_one_experiment_and_a_clear_404(jp_fetch, jp_root_dir: Path) -> None:
@@ -102,3 +104,33 @@ async def test_one_experiment_and_a_clear_404(jp_fetch, jp_root_dir: Path) -> No
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("nbtune", "api", "experiments", "missing")
     assert err.value.code == 404
+
+
+async def test_a_kernels_experiments_with_a_source_to_pick(
+        jp_fetch, jp_serverapp, jp_root_dir: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel of this server (here: the test process, writing where the server reads) with a
+    store outside the root and a memory-only experiment of the same name."""
+    from nbtune.kernels import writer
+    from tests.kernels.test_kernel_files import sim_run
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(jp_serverapp.runtime_dir))
+    monkeypatch.setenv(writer.ENV, "1")
+    monkeypatch.setattr(writer, "_current", None)
+    try:
+        stored = sim_run(tmp_path / "tmp-store", name="twin", seed=1)
+        memory = sim_run(name="twin", seed=2)
+        reply = json.loads((await jp_fetch("nbtune", "api", "experiments")).body)
+        ids = {e["source"]: e for e in reply["experiments"]}
+        assert len(ids) == 2 and reply["totals"]["experiments"] == 2
+        for source, exp in zip(sorted(ids), [memory, stored], strict=True):
+            one = json.loads((await jp_fetch("nbtune", "api", "experiments", "twin",
+                                             params={"source": source})).body)
+            assert one["summary"]["source"] == source
+            assert one["summary"]["best_trial"] == exp.best["trial_id"] == ids[source]["best_trial"]
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("nbtune", "api", "experiments", "twin", params={"source": "kernel:1"})
+        assert err.value.code == 404
+    finally:
+        if writer._current is not None:
+            writer._current.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import threading
@@ -290,6 +291,22 @@ def _local_cluster(gpus: bool, n_workers: int | None, threads_per_worker: int, h
 # one "all"-topic subscription per client, fanned out to every runtime using it
 _ALL_LOCK = threading.Lock()
 _ALL: dict[str, list[Callable[[Any], None]]] = {}
+
+
+def close_cluster(cluster: Any) -> None:
+    """Close a local cluster nbtune started, even on a machine too loaded to close it in time.
+
+    A nanny gives its worker 5 s to exit; on a heavily loaded machine a worker
+    (with its warm trial processes) was seen to take longer, and the timeout
+    reached the user as a ``TimeoutError`` at the end of a finished run. The
+    nanny kills the worker anyway; what is left is said in a warning.
+    """
+    try:
+        cluster.close()
+    except TimeoutError as exc:
+        logging.getLogger("nbtune.dask").warning(
+            "the local Dask cluster did not close within its timeout (%r); its worker "
+            "processes were told to exit", exc)
 
 
 def listen_all(client: Any, fn: Callable[[Any], None]) -> None:

@@ -212,6 +212,9 @@ class WarmPool:
         with self._lock:
             self._closed = True
             idle, self._idle = list(self._idle), deque()
+        for c in idle:  # every kill sent before any wait: a worker's exit waits for one
+            with contextlib.suppress(OSError):
+                c.proc.kill()
         for c in idle:
             c.kill()
 

@@ -40,7 +40,7 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Launch
 from nbtune.runtimes.base import check_trainable
 from nbtune.runtimes.dask import checkpoints as ck
-from nbtune.runtimes.dask.cluster import Inventory, connect, listen_all, unlisten_all
+from nbtune.runtimes.dask.cluster import Inventory, close_cluster, connect, listen_all, unlisten_all
 from nbtune.runtimes.dask.dask_page import Publisher, page_link
 from nbtune.runtimes.dask.driver import RunDriver
 from nbtune.runtimes.dask.links import WorkerLinks
@@ -340,7 +340,7 @@ class DaskRuntime(RunDriver):
         if self.client is not None and self._owns_client:
             self.client.close()
         if self._cluster is not None:
-            self._cluster.close()
+            close_cluster(self._cluster)
             self._cluster = None
 
     def __enter__(self) -> DaskRuntime:
