@@ -37,30 +37,39 @@ ROUNDS = int(os.environ.get("NBTUNE_BENCH_ROUNDS", "3"))
 TRIALS = int(os.environ.get("NBTUNE_BENCH_TRIALS", "18"))
 
 
-def train_mlp(config, trial):
-    """A 2-layer MLP on breast cancer, one epoch per report; resumes from its checkpoint."""
+def breast_cancer_mlp(config, trial):
+    """Breast cancer (80/20 split, standardised) and a 2-layer MLP with SGD, initialised alike
+    in every process (torch seeded), then restored from the trial's checkpoint if it has one:
+    ``(model, opt, xtr, ytr, xva, yva, epochs_done)``."""
     import torch
     from sklearn.datasets import load_breast_cancer
     from sklearn.preprocessing import StandardScaler
 
     torch.set_num_threads(1)
+    torch.manual_seed(0)
     x, y = load_breast_cancer(return_X_y=True)
     x = StandardScaler().fit_transform(x)
-    g = torch.Generator().manual_seed(0)
-    idx = torch.randperm(len(x), generator=g)
+    idx = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
     xt = torch.tensor(x, dtype=torch.float32)[idx]
     yt = torch.tensor(y, dtype=torch.long)[idx]
     ntr = int(0.8 * len(xt))
-    xtr, ytr, xva, yva = xt[:ntr], yt[:ntr], xt[ntr:], yt[ntr:]
     model = torch.nn.Sequential(torch.nn.Linear(30, config["hidden"]), torch.nn.ReLU(),
                                 torch.nn.Linear(config["hidden"], 2))
     opt = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=0.9)
     state = trial.restore()
-    start = 0
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
-        start = state["epoch"]
+    start = 0 if state is None else state["epoch"]
+    return model, opt, xt[:ntr], yt[:ntr], xt[ntr:], yt[ntr:], start
+
+
+def train_mlp(config, trial):
+    """A 2-layer MLP on breast cancer, one epoch per report; resumes from its checkpoint."""
+    import torch
+
+    model, opt, xtr, ytr, xva, yva, start = breast_cancer_mlp(config, trial)
+    ntr = len(xtr)
     for epoch in range(start + 1, 10):
         for _ in range(32):  # 32 passes over the training split per epoch: ~0.4 s alone
             for i in range(0, ntr, 32):

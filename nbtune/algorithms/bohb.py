@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from nbtune.algorithms._common import check_fraction, decode, encode
+from nbtune.algorithms._common import EPS, check_fraction, decode, encode
 from nbtune.algorithms.asha import ASHA
 from nbtune.algorithms.base import AlgorithmError
 from nbtune.algorithms.hyperband import Hyperband
@@ -226,3 +226,23 @@ class SyncBOHB(_BOHBSampling, Hyperband):
             num_samples=num_samples, random_fraction=random_fraction,
             bandwidth_factor=bandwidth_factor,
         )
+
+    def draws_settled(self) -> bool:
+        """True when no outstanding rung result can change what the KDE model draws next.
+
+        The model fits the observations at :meth:`KDEModel.model_budget`, the
+        largest budget with enough of them. Results still to come at a lower
+        budget change neither; at that budget they change its data; at a higher
+        one they change it only if, all in, that budget would have enough.
+        """
+        m = self.model
+        mb = m.model_budget()
+        for budget, k in self.outstanding().items():
+            if k == 0 or (mb is not None and budget < mb - EPS):
+                continue
+            if mb is not None and abs(budget - mb) <= EPS:
+                return False
+            n = len(m.observations.get(float(budget), {})) + k
+            if n - m.split(n)[0].stop >= m.min_points:
+                return False
+        return True

@@ -119,7 +119,7 @@ class Hyperband(BracketAlgorithm):
         handed = sum(len(g) for g in groups)
         while self.can_start_bracket() and (
             all(b.done for b in self.brackets)
-            or (self.pipeline_brackets and max_trials - handed > 0)
+            or ((self.pipeline_brackets or self._fill_tail()) and max_trials - handed > 0)
         ):
             g = self._start_next_bracket()
             if g is None:  # cannot happen (a bracket has >= 1 config); never spin
@@ -127,6 +127,36 @@ class Hyperband(BracketAlgorithm):
             groups.append(g)
             handed += len(g)
         return groups
+
+    def _fill_tail(self) -> bool:
+        """Barrier filling, one bracket at a time: start the next bracket in the last rung's tail.
+
+        With ``fill_barriers`` the next bracket may start on idle workers once
+        every open bracket waits on its last rung (all of it handed out: no
+        promotion will need a worker again) and :meth:`draws_settled` says the
+        results still outstanding cannot change the configurations it draws.
+        Then it draws, in the same order, exactly what it would draw after
+        the bracket ended, and its rungs decide on its own results only: the
+        run's configurations and results are those of the serial run.
+        """
+        if not self.fill_barriers or self.pipeline_brackets:
+            return False
+        open_ = [b for b in self.brackets if not b.done]
+        return bool(open_) and all(b.last_rung and not b.ready for b in open_) \
+            and self.draws_settled()
+
+    def outstanding(self) -> dict[float, int]:
+        """Rung results still to come, per budget (members neither reported nor failed)."""
+        out: dict[float, int] = {}
+        for b in self.brackets:
+            if not b.done:
+                k = sum(1 for t in b.members if t not in b.results and t not in b.failed)
+                out[b.budget] = out.get(b.budget, 0) + k
+        return out
+
+    def draws_settled(self) -> bool:
+        """Whether outstanding results could change the next configurations: random draws, never."""
+        return True
 
     @property
     def finished(self) -> bool:

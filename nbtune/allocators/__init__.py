@@ -6,6 +6,7 @@ from typing import Any
 
 from nbtune.allocators.auto import AutoAllocator
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.bubble_windows import BubblesAllocator, bubbles_over, use_registry
 from nbtune.allocators.fifo import FifoAllocator
 from nbtune.allocators.fluid import DynamicFluidAllocator, StaticFluidAllocator
 from nbtune.allocators.fluid_knapsack import FluidKnapsackAllocator
@@ -21,7 +22,7 @@ from nbtune.allocators.knapsack import (
 __all__ = ["Allocation", "BaseAllocator", "SchedulingView", "FifoAllocator", "ALLOCATORS",
            "make_allocator", "StaticFluidAllocator", "DynamicFluidAllocator",
            "KnapsackAllocator", "KnapsackFF", "KnapsackFFD", "KnapsackWF", "KnapsackWFD",
-           "FluidKnapsackAllocator", "AutoAllocator", "HeterogeneityAware"]
+           "FluidKnapsackAllocator", "AutoAllocator", "HeterogeneityAware", "BubblesAllocator"]
 
 ALLOCATORS: dict[str, type[BaseAllocator]] = {"fifo": FifoAllocator}
 # Fluid = StaticFluid + DynamicFluid: "waterfill" is the dynamic one (it includes static)
@@ -35,6 +36,11 @@ ALLOCATORS.update({"knapsack-ff": KnapsackFF, "knapsack-ffd": KnapsackFFD,
 ALLOCATORS["auto"] = AutoAllocator
 # Hydro §5.2: "auto", with target trials that under-use a fast GPU moved to an older one
 ALLOCATORS["hetero"] = HeterogeneityAware
+# shortest remaining work into the shortest idle window, over FIFO or any allocator above
+# (nbtune.allocators.bubble_windows): "bubbles", "bubbles+waterfill", "bubbles+knapsack-wfd", ...
+_BASES = list(ALLOCATORS)
+ALLOCATORS["bubbles"] = BubblesAllocator
+ALLOCATORS.update({f"bubbles+{name}": bubbles_over(name) for name in _BASES})
 
 
 def make_allocator(spec: str | BaseAllocator, **options: Any) -> BaseAllocator:
@@ -48,3 +54,6 @@ def make_allocator(spec: str | BaseAllocator, **options: Any) -> BaseAllocator:
             f"unknown allocator {spec!r}; choose one of {sorted(ALLOCATORS)}"
         ) from None
     return cls(**options)
+
+
+use_registry(make_allocator)  # BubblesAllocator(base="waterfill") builds its base by name

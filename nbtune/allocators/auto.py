@@ -109,14 +109,20 @@ class AutoAllocator(BaseAllocator):
         due = self._probe_due(view, profs)
         if due is not None:
             store = view.hints.get("profiles")
-            fits = [s for s in view.pending if _left(view, s) >= 2.0
+            # a held trial goes on where its process waits (FIFO gives it that GPU): it is not
+            # probed, and its GPU is not the probe's. Moved, its process would be given up and
+            # a trial that keeps no checkpoint would restart with its in-memory state lost
+            held = getattr(view, "held", None) or {}
+            homes = {pl[0][0] for tid, pl in held.items() if len(pl) == 1}
+            fits = [s for s in view.pending if _left(view, s) >= 2.0 and s.trial_id not in held
                     and (q := profile_for(store, s.config)) is not None
                     and q.signature == due.signature]
             pair = sorted(fits, key=lambda s: _left(view, s))[:2]  # the cheapest probe
+            free = sorted(view.idle_gpus - homes)
             # never at the tail: with nothing queued behind the pair it would be the critical path
-            if len(pair) == 2 and len(view.pending) > 2 and (view.max_concurrent is None
-                                   or view.max_concurrent - len(view.running) >= 2):
-                g = min(view.idle_gpus)
+            if len(pair) == 2 and free and len(view.pending) > 2 and (
+                    view.max_concurrent is None or view.max_concurrent - len(view.running) >= 2):
+                g = free[0]
                 launch = {s.trial_id: ((g, 0.5),) for s in pair}
                 rest = self.fifo.allocate(_Without(view, set(launch), g))
                 launch.update(rest.launch)

@@ -5,13 +5,17 @@ with the model that sizes it and the policy that fills it:
 
 (a) *straggler gaps* at synchronous barriers (SHA/SyncBOHB rungs): GPUs of
     trials that finished early sit idle until the slowest one ends.
-    :func:`straggler_gaps` measures them; :class:`~nbtune.allocators.fluid.DynamicFluidAllocator`
-    fills them by widening the stragglers.
+    :func:`straggler_gaps` sizes them (``allocator="bubbles"`` predicts them
+    from measured step times, :mod:`nbtune.allocators.bubble_windows`);
+    :class:`~nbtune.allocators.fluid.DynamicFluidAllocator` fills them by
+    widening the stragglers, and ``fill_barriers=True`` by continuing likely
+    promotions speculatively (:mod:`nbtune.engine.barrier_fill`).
 (b) *data-loading stalls* (HyperSack §I-A, Fig. 2): a lightweight trial keeps
     its GPU busy only a fraction u of each iteration. :func:`stall_oversubscription`
     turns measured busy fractions into how far a GPU can be oversubscribed
-    before the busy periods must queue; the knapsack allocators take that
-    ratio (``nbtune.allocators.oversubscription`` picks it empirically).
+    before the busy periods must queue (a model: nothing calls it yet; the
+    knapsack allocators' ratio is picked empirically by
+    ``nbtune.allocators.oversubscription``).
 (c) *pipeline bubbles* of a co-located large 1F1B job (Hydro §5.1): with p
     stages and m micro-batches a stage idles (p−1)/(m+p−1) of each iteration.
     :class:`PipelineHost` models the host job (bubble windows per stage, memory
@@ -214,10 +218,15 @@ class BubbleSqueezer(BaseAllocator):
     whole (its progress rate is the GPU's speed), only when ``pausable(config)``
     says it can run pause-and-resume at layer boundaries and its memory
     (``memory_gb(config)``, else the profiler's measured demand) fits what the
-    stage leaves; the longest-remaining fitting trials go first, since bubbles
-    are slow and suit work that must not block the exclusive GPUs' queue
-    (Hydro: multi-fidelity trials that are terminated early). ``inner`` gets
-    the trials first; bubbles take what it leaves waiting.
+    stage leaves; the *shortest*-remaining fitting trials go first (Fluid's
+    estimate), and a trial that would finish later in a bubble (at the GPU's
+    ``speed``) than by waiting its turn on the exclusive GPUs is not put there:
+    a bubble runs at a fraction of a GPU, so short work gains from it while
+    long work would become the run's tail (Hydro squeezes multi-fidelity
+    trials, most of which are terminated early). ``inner`` gets the trials
+    first; bubbles take what it leaves waiting. For placing into *measured*
+    idle windows of real workers see :class:`~nbtune.allocators.bubble_windows.BubblesAllocator`
+    (``allocator="bubbles"``).
     """
 
     name = "bubble-squeezer"

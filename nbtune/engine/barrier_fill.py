@@ -17,7 +17,11 @@ already closes its segment at once) and a retired one is stopped, its reports
 dropped: the worker is given back. A speculative run also yields (Pause,
 progress dropped) as soon as real work waits for a GPU, and when its trial is
 requeued for any reason. The policy is pure engine code: the simulator and the
-Dask runtime run exactly this, from the events they feed.
+Dask runtime run exactly this, from the events they feed. Every speculative
+launch is kept in ``engine.fill_log`` (:class:`FillRecord`). The other half
+of filling, the next bracket started in a last rung's tail when brackets run
+one at a time, is the algorithm's (``Hyperband._fill_tail``): those are real
+trials, not speculation.
 """
 
 from __future__ import annotations
@@ -35,7 +39,27 @@ from nbtune.engine.errors import EngineError
 #: the engine imports this module)
 Engine = Any
 
-__all__ = ["Speculation", "fill", "on_report", "adopt", "drop", "retire", "yield_to_pending"]
+__all__ = ["FillRecord", "Speculation", "fill", "on_report", "adopt", "drop", "retire", "yield_to_pending"]
+
+
+@dataclass
+class FillRecord:
+    """One speculative launch, kept in ``engine.fill_log`` so a run can show what filling did.
+
+    ``log_index`` is the first of its records in ``engine.ledger.log`` (one per
+    GPU of ``placement``): their start and end are when the fill work held the
+    worker. ``outcome`` is filled in as the speculation ends: ``"adopted"``
+    (promoted: its work counted), ``"retired"`` (a loser: its work dropped),
+    ``"yielded"`` (real work took the worker back), or None while undecided.
+    """
+
+    time: float
+    trial_id: int
+    placement: tuple[tuple[int, float], ...]
+    start: float
+    target: float
+    log_index: int
+    outcome: str | None = None
 
 
 @dataclass
@@ -50,6 +74,7 @@ class Speculation:
     done: bool = False
     #: promoted to this rung budget below ``target``: its reports up to it count as they come
     promoted: float | None = None
+    record: FillRecord | None = None
 
 
 def fill(eng: Engine, cmds: list[Command], launch: Any) -> None:
@@ -73,7 +98,10 @@ def fill(eng: Engine, cmds: list[Command], launch: Any) -> None:
         idle = eng.ledger.idle
         if not all(g in idle for g, _ in where):
             continue  # only where it paused: a waiting process goes on, a GPU in use is not taken
-        eng._spec[tid] = Speculation(float(spec.budget), t.target_budget)
+        rec = FillRecord(eng.time, tid, tuple(where), t.budget_used, float(spec.budget),
+                         len(eng.ledger.log))
+        eng.fill_log.append(rec)
+        eng._spec[tid] = Speculation(float(spec.budget), t.target_budget, record=rec)
         t.transition(TrialState.PENDING)
         t.target_budget = float(spec.budget)
         launch(eng, TrialSpec(tid, t.config, spec.budget, None, t.group_id), where, cmds)
@@ -133,6 +161,7 @@ def adopt(eng: Engine, spec: TrialSpec, cmds: list[Command]) -> bool:
         )
     t.config = dict(spec.config)
     t.group_id = spec.group_id
+    _settle(sp, "adopted")
     if spec.budget < sp.target - EPS:
         sp.promoted = float(spec.budget)
         return _flush(eng, t, sp)
@@ -153,6 +182,8 @@ def drop(eng: Engine, trial_id: int) -> bool:
     trial of that rung and False is returned: the caller requeues it as any other.
     """
     sp = eng._spec.pop(trial_id)
+    if sp.promoted is None:
+        _settle(sp, "yielded")
     t = eng.trials[trial_id]
     eng.ledger.forget(trial_id)  # its process went on or ended: nothing waits there
     if sp.promoted is not None:
@@ -169,12 +200,18 @@ def retire(eng: Engine, trial_id: int) -> bool:
     """The algorithm retired a speculating trial: stop its run, drop its reports; True if it was."""
     if trial_id not in eng._spec:
         return False
-    del eng._spec[trial_id]
+    _settle(eng._spec.pop(trial_id), "retired")
     t = eng.trials[trial_id]
     if t.state is TrialState.RUNNING:
         eng._outbox.append(Stop(trial_id))
     eng._end(t, TrialState.STOPPED)
     return True
+
+
+def _settle(sp: Speculation, outcome: str) -> None:
+    """Note how a speculation ended on its launch's record (a chain of launches: each)."""
+    if sp.record is not None and sp.record.outcome is None:
+        sp.record.outcome = outcome
 
 
 def yield_to_pending(eng: Engine, cmds: list[Command]) -> bool:

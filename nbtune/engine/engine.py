@@ -67,6 +67,7 @@ class Engine:
         self.utilization: list[tuple[float, int, float, float]] = []
         self._dirty = True
         self._spec: dict[int, barrier_fill.Speculation] = {}
+        self.fill_log: list[barrier_fill.FillRecord] = []  # every speculative launch, in order
         self._outbox: list[Command] = []
         self._subscribers: list[Subscriber] = []
         self._handlers: dict[type, Callable[[Any, list[Command]], None]] = {

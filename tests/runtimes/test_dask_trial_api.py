@@ -93,6 +93,32 @@ def test_a_relaunch_from_scratch_recomputes_then_goes_on(tmp_path):
     assert trial.stop_reason == "budget"
 
 
+def test_steps_after_a_relaunch_that_restored_nothing_recompute_from_the_start(tmp_path):
+    """A loop keeping its state in memory, relaunched at step 3 (its process was given up):
+    it trains again from 1, so its state at 4 is the state a run in one process has."""
+    trial, ch = make(tmp_path, start=3.0, budget=5.0, max_budget=5.0)
+    w, seen = 0.0, []
+    for step in trial.steps():
+        w += 1.0
+        seen.append((step, w))
+        trial.report(step=step, w=w)
+    assert seen == [(1.0, 1.0), (2.0, 2.0), (3.0, 3.0), (4.0, 4.0), (5.0, 5.0)]
+    assert [m["step"] for m in ch.sent if m["k"] == "recomputed"] == [1.0, 2.0, 3.0]
+    assert [(m["step"], m["metrics"]["w"]) for m in ch.sent if m["k"] == "report"] == [
+        (4.0, 4.0), (5.0, 5.0)]
+    # restored from a checkpoint at 2: steps 3.. (3 is recomputed, 4 and 5 are new)
+    path = ck.save_state({"w": 2.0}, ck.checkpoint_path(tmp_path, 7, 2.0))
+    trial, ch = make(tmp_path, start=3.0, budget=5.0, restore_path=str(path), restore_step=2.0)
+    state = trial.restore()
+    assert state == {"w": 2.0}
+    for step in trial.steps():
+        state["w"] += 1.0
+        trial.report(step=step, w=state["w"])
+    assert [m["step"] for m in ch.sent if m["k"] == "recomputed"] == [3.0]
+    assert [(m["step"], m["metrics"]["w"]) for m in ch.sent if m["k"] == "report"] == [
+        (4.0, 4.0), (5.0, 5.0)]
+
+
 def test_optuna_and_ray_forms(tmp_path):
     trial, ch = make(tmp_path, budget=9.0, metric="val_loss")
     trial.report(0.7, 1)  # Optuna: report(value, step)

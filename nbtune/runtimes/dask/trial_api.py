@@ -229,17 +229,16 @@ class Trial:
         return "budget" if self._over else None
 
     def steps(self) -> Iterator[float]:
-        """Yield the steps of this segment (start_step+1, ..., budget) until the trial must stop.
+        """Yield the steps up to the budget (start_step+1, ... once restored) until it must stop.
 
         The last step is the budget itself when the algorithm asked for a
         fractional one. Report each yielded step; checkpoint after reporting.
         """
         while not self.should_stop():
             nxt = self._next_step()
-            before = self.step
             self._yielded = nxt
             yield nxt
-            if self.step <= before + EPS:
+            if self._last < nxt - EPS:
                 raise RuntimeError(
                     f"trial {self.trial_id}: step {nxt} was not reported; call "
                     "trial.report(step=step, ...) inside the `for step in trial.steps()` loop"
@@ -287,8 +286,19 @@ class Trial:
         return self.rank == 0
 
     def _next_step(self) -> float:
-        """The next whole unit, or the budget itself when that comes first (fractional budgets)."""
-        return min(math.floor(self.step + EPS) + 1.0, self.budget)
+        """The next whole unit of the loop's own state, or the budget when that comes first.
+
+        The loop's state is where this process left it (its last report), else
+        where :meth:`restore` put it, else at 0: a relaunch that restored nothing
+        (no checkpoint, or a loop that keeps none) trains again from step 1, and
+        its steps up to ``start_step`` are recomputed work, not results. Starting
+        at ``start_step + 1`` with a fresh state would report wrong results.
+        """
+        if self._last > -math.inf:
+            base = self._last
+        else:
+            base = float(self.restore_step or 0.0) if self._restored else 0.0
+        return min(math.floor(base + EPS) + 1.0, self.budget)
 
     def _poll(self) -> None:
         for msg in self._channel.poll_control():
