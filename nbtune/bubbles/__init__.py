@@ -14,11 +14,12 @@ the runtimes; nothing below imports it.
 
 from __future__ import annotations
 
+from nbtune.bubbles.colocate import fits, place, run_alone
 from nbtune.bubbles.gate import Gate, GuestSide, HostSide
 from nbtune.bubbles.guest import GuestResult, GuestSpec, train_guest
 from nbtune.bubbles.host import HostRun, HostSpec, PipelineHost, reference_weights
 from nbtune.bubbles.timeline import bubble_ratio, idle_windows, one_f_one_b_bubble, overlap
 
-__all__ = ["Gate", "GuestSide", "HostSide", "GuestResult", "GuestSpec", "train_guest",
+__all__ = ["fits", "place", "run_alone", "Gate", "GuestSide", "HostSide", "GuestResult", "GuestSpec", "train_guest",
            "HostRun", "HostSpec", "PipelineHost", "reference_weights", "bubble_ratio",
            "idle_windows", "one_f_one_b_bubble", "overlap"]

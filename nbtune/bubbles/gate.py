@@ -169,7 +169,14 @@ class GuestSide:
 
     def checkpoint(self) -> None:
         """A safe point: pause here while the host stage wants its slot."""
-        if self.free or not self.gate.want.value:
+        if self.free:
+            return
+        if self.gate.state.value == ENDED:  # the host has finished: run free from here on
+            self._close("run")
+            self.free = True
+            self._run_start = now()
+            return
+        if not self.gate.want.value:
             return
         self._close("run")
         self.pauses += 1
@@ -209,6 +216,7 @@ class GuestSide:
                     g.lock.release()  # the host wants it again already: let it have it
                     continue
                 self._held = True
+                self.free = g.state.value == ENDED  # woken by the host's end: no more gating
                 return
 
     def attach(self, module: Any) -> list[Any]:

@@ -42,7 +42,8 @@ class HostSpec:
     warmup: int = 2  # iterations left out of throughput and bubble figures
     lr: float = 0.01
     seed: int = 0
-    grace: float = 0.05  # seconds a stage waits for its guest to pause before SIGSTOP
+    #: seconds a stage waits for its guest to pause before it SIGSTOPs it; one per stage or all
+    grace: float | tuple[float, ...] = 0.05
     timeout: float = 120.0  # gloo's timeout and the parent's bound on the whole run
 
 
@@ -132,7 +133,8 @@ def _stage_main(rank: int, spec: HostSpec, gate: Gate | None, out: Any, store: s
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
     pin(cpu)
-    host = HostSide(gate, grace=spec.grace)
+    grace = spec.grace if isinstance(spec.grace, float | int) else spec.grace[rank]
+    host = HostSide(gate, grace=grace)
 
     class TimedStage(PipelineStage):
         """A PipelineStage whose compute chunks go through the gate and into the timeline."""
