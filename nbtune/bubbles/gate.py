@@ -70,7 +70,7 @@ class HostSide:
         self.grace = grace
         self.intervals: list[Interval] = []
         self.handoffs: list[float] = []  # seconds from wanting the slot to holding it
-        self._held = self._stopped = False
+        self._held = self._stopped = self._holding = False
 
     def start(self) -> None:
         if self.gate is not None:
@@ -85,9 +85,19 @@ class HostSide:
             self.gate.want.value = 0
             self.gate.idle.set()
 
+    def hold(self) -> None:
+        """Keep the slot across chunks (and bubbles) until :meth:`release`: the guest does not
+        run at all meanwhile. The benchmark's "host alone" iterations, interleaved with gated ones."""
+        self._enter()
+        self._holding = True
+
+    def release(self) -> None:
+        self._holding = False
+        self._exit()
+
     def _enter(self) -> None:
         g = self.gate
-        if g is None:
+        if g is None or self._holding:
             return
         g.idle.clear()
         g.want.value = 1
@@ -104,7 +114,7 @@ class HostSide:
 
     def _exit(self) -> None:
         g = self.gate
-        if g is None:
+        if g is None or self._holding:
             return
         g.want.value = 0
         if self._held:

@@ -34,6 +34,10 @@ class GuestSpec:
     lr: float = 0.05
     layer_hooks: bool = True
     stop_with_host: bool = False  # end at the first step boundary after the host has ended
+    #: the guest process's niceness: the gate alone keeps it out of the stage's compute; a
+    #: higher value also lets the stage's wake-up preempt it sooner, but starves it on a
+    #: machine shared with other jobs
+    nice: int = 0
     name: str = "guest"
 
 
@@ -123,9 +127,9 @@ def train_guest(spec: GuestSpec, gate: GuestSide | None = None, *,
 
 def guest_main(spec: GuestSpec, gate: Gate | None, out: Any, cpu: int | None,
                max_wait: float) -> None:
-    """Entry point of a guest process: low priority, pinned beside its stage, gated."""
+    """Entry point of a guest process: pinned beside its stage, gated."""
     pin(cpu)
-    os.nice(19)  # the host's wake-up preempts the guest at once
+    os.nice(spec.nice)
     side = GuestSide(gate, max_wait=max_wait) if gate is not None else None
     try:
         res = train_guest(spec, side, on_ready=lambda: out.put(("ready", spec.name, os.getpid())))

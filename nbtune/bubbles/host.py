@@ -45,6 +45,14 @@ class HostSpec:
     #: seconds a stage waits for its guest to pause before it SIGSTOPs it; one per stage or all
     grace: float | tuple[float, ...] = 0.05
     timeout: float = 120.0  # gloo's timeout and the parent's bound on the whole run
+    #: 0: guests use every bubble. k > 0: iterations alternate in blocks of k between gated
+    #: (guests in the bubbles) and held (the stage keeps its slot, the guest sleeps), so one
+    #: run compares the host with and without guests under the same machine load
+    ab_block: int = 0
+
+    def gated(self, it: int) -> bool:
+        """Whether iteration ``it`` lets the guests into its bubbles."""
+        return self.ab_block == 0 or (it // self.ab_block) % 2 == 1
 
 
 @dataclass
@@ -54,6 +62,7 @@ class HostRun:
     spec: HostSpec
     iterations: list[list[list[Interval]]] = field(default_factory=list)  # [it][stage] -> intervals
     iter_spans: list[tuple[float, float]] = field(default_factory=list)  # stage 0's per iteration
+    stage_spans: list[list[tuple[float, float]]] = field(default_factory=list)  # [it][stage]
     weights: list[dict[str, Any]] = field(default_factory=list)  # per stage, final
     peak_rss: list[int] = field(default_factory=list)  # per stage, bytes
     handoffs: list[list[float]] = field(default_factory=list)  # per stage
@@ -166,6 +175,8 @@ def _stage_main(rank: int, spec: HostSpec, gate: Gate | None, out: Any, store: s
         dist.barrier()
         for it in range(spec.iterations):
             x, y = _batch(spec, it)
+            if not spec.gated(it):
+                host.hold()
             t0 = now()
             opt.zero_grad()
             if rank == 0:
@@ -176,7 +187,10 @@ def _stage_main(rank: int, spec: HostSpec, gate: Gate | None, out: Any, store: s
                 sched.step()
             with host.busy("O"):
                 opt.step()
-            out.put(("iter", rank, it, (t0, now()), host.take()))
+            t1 = now()
+            if not spec.gated(it):
+                host.release()
+            out.put(("iter", rank, it, (t0, t1), host.take()))
         host.end()
         dist.barrier()
         weights = {k: v.detach().numpy().copy() for k, v in part.state_dict().items()}
@@ -216,6 +230,7 @@ class PipelineHost:
         run = HostRun(spec, iterations=[[[] for _ in range(spec.stages)]
                                         for _ in range(spec.iterations)],
                       iter_spans=[(0.0, 0.0)] * spec.iterations,
+                      stage_spans=[[(0.0, 0.0)] * spec.stages for _ in range(spec.iterations)],
                       weights=[{}] * spec.stages, peak_rss=[0] * spec.stages,
                       handoffs=[[] for _ in range(spec.stages)], stops=[0] * spec.stages)
         deadline = now() + spec.timeout
@@ -261,6 +276,7 @@ class PipelineHost:
             if kind == "iter":
                 _, rank, it, span, ivs = msg
                 run.iterations[it][rank] = ivs
+                run.stage_spans[it][rank] = span
                 if rank == 0:
                     run.iter_spans[it] = span
             elif kind == "stage":

@@ -124,3 +124,36 @@ def test_a_guest_runs_free_when_its_host_process_died():
     guest.start(start_timeout=1)
     guest.checkpoint()
     assert guest.free and time.monotonic() - t0 < 3.0
+
+
+def test_a_held_stage_keeps_its_guest_out_through_its_bubbles():
+    # the benchmark's "host alone" iterations: the stage keeps the slot across chunks and gaps
+    gate = Gate(mp.get_context("spawn"))
+    host = HostSide(gate, grace=5.0)
+    host.start()
+    guest = started_guest(gate, slice_s=0.05)
+    done = threading.Event()
+
+    def guest_loop():
+        while not done.is_set():
+            guest.checkpoint()
+            spin(0.0003)
+        guest.finish()
+
+    t = in_thread(guest_loop)
+    time.sleep(0.05)
+    host.hold()
+    held_from = time.clock_gettime(time.CLOCK_MONOTONIC)
+    for _ in range(5):
+        with host.busy("F"):
+            spin(0.003)
+        time.sleep(0.01)  # a bubble, but held
+    held_to = time.clock_gettime(time.CLOCK_MONOTONIC)
+    host.release()
+    time.sleep(0.05)
+    host.end()
+    done.set()
+    t.join(10)
+    runs = [iv for iv in guest.intervals if iv[0] == "run"]
+    assert overlap(runs, [("held", held_from, held_to)]) == 0.0
+    assert any(s >= held_to for _, s, _ in runs)  # it ran again once released
