@@ -8,7 +8,7 @@ that mechanism for processes on one machine:
 * one lock is the stage's compute slot. The guest holds it while it runs;
   before each compute chunk the host stage raises ``want`` and takes the lock;
   the guest, at its next checkpoint (a module's forward or backward, or a step
-  boundary), sees ``want``, gives the lock up and sleeps until the host is idle.
+  boundary), sees ``want``, gives the lock up and sleeps until the host posts that it is idle.
   Because the host's busy timestamp is taken after it holds the lock and the
   guest's pause timestamp before it lets go, a cooperative guest's running
   intervals cannot overlap the host's compute intervals at all; the handshake's
@@ -47,12 +47,22 @@ class Gate:
 
     def __init__(self, ctx: Any) -> None:
         self.lock = ctx.Lock()
-        self.idle = ctx.Event()  # set while the host stage does not compute
+        # "the host has been idle since": one token, posted without waiting. Not an Event: an
+        # Event's set() waits until every sleeper has woken (multiprocessing's Condition.notify),
+        # which made the host wait for a low-priority guest to be scheduled at every chunk end
+        self.wake = ctx.BoundedSemaphore(1)
+        self.wake.acquire()
         self.want = ctx.RawValue("b", 0)  # 1 while the host stage computes or is about to
         self.state = ctx.RawValue("b", NOT_STARTED)  # the host's NOT_STARTED / RUNNING / ENDED
         self.host_pid = ctx.RawValue("i", 0)
         self.guest_pid = ctx.RawValue("i", 0)
         self.stops = ctx.RawValue("i", 0)  # SIGSTOP fallbacks used
+
+
+def _post(sem: Any) -> None:
+    """Post the wake-up token unless one is already there (never blocks)."""
+    with suppress(ValueError):
+        sem.release()
 
 
 def _alive(pid: int) -> bool:
@@ -76,14 +86,14 @@ class HostSide:
         if self.gate is not None:
             self.gate.host_pid.value = os.getpid()
             self.gate.state.value = RUNNING
-            self.gate.idle.set()
+            _post(self.gate.wake)
 
     def end(self) -> None:
         """Give the stage up for good: a paused guest is released to run freely."""
         if self.gate is not None:
             self.gate.state.value = ENDED
             self.gate.want.value = 0
-            self.gate.idle.set()
+            _post(self.gate.wake)
 
     def hold(self) -> None:
         """Keep the slot across chunks (and bubbles) until :meth:`release`: the guest does not
@@ -99,7 +109,6 @@ class HostSide:
         g = self.gate
         if g is None or self._holding:
             return
-        g.idle.clear()
         g.want.value = 1
         t = now()
         self._held = g.lock.acquire(timeout=self.grace)
@@ -124,7 +133,7 @@ class HostSide:
             with suppress(ProcessLookupError):
                 os.kill(g.guest_pid.value, signal.SIGCONT)
             self._stopped = False
-        g.idle.set()
+        _post(g.wake)
 
     @contextmanager
     def busy(self, kind: str) -> Iterator[None]:
@@ -163,7 +172,7 @@ class GuestSide:
         self.gate.guest_pid.value = os.getpid()
         deadline = now() + start_timeout
         while self.gate.state.value == NOT_STARTED and now() < deadline:
-            self.gate.idle.wait(self.slice_s)
+            self.gate.wake.acquire(timeout=self.slice_s)
         if self.gate.state.value == NOT_STARTED:
             self.free = True  # the host never came: run on our own
         else:
@@ -221,7 +230,9 @@ class GuestSide:
             if now() > deadline or self._host_gone():
                 self.free = True
                 return
-            if g.idle.wait(self.slice_s) and g.lock.acquire(timeout=self.slice_s):
+            if g.want.value and not g.wake.acquire(timeout=self.slice_s):
+                continue  # the host still computes: wait for its next idle moment
+            if not g.want.value and g.lock.acquire(timeout=self.slice_s):
                 if g.want.value and g.state.value != ENDED:
                     g.lock.release()  # the host wants it again already: let it have it
                     continue

@@ -117,7 +117,6 @@ def test_a_guest_runs_free_when_its_host_process_died():
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     gate.host_pid.value = dead.pid  # reaped: no such process any more
-    gate.idle.clear()
     gate.want.value = 1
     guest = GuestSide(gate, max_wait=60.0, slice_s=0.05)
     t0 = time.monotonic()
