@@ -52,7 +52,7 @@ def ab(run, guests: dict[int, GuestSpec], solo_step: dict[str, float]) -> dict:
     for s, g in guests.items():
         res = run.guests[g.name]
         stage = [iv for it in run.iterations for iv in it[s]]
-        runs = [iv for iv in res.intervals if iv[0] == "run"]
+        runs = run.guest_ran(s, g.name)
         bubble = steps = 0.0
         windows = []
         for k in its:
@@ -77,10 +77,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--grace", type=float, default=0.001,
+                    help="seconds a stage waits for its guest to pause before SIGSTOP")
     ap.add_argument("--nice", type=int, default=19, help="the guest processes' niceness")
     args = ap.parse_args()
     spec = HostSpec(stages=2, microbatches=4, batch=128, width=512, depth=8,
-                    iterations=args.iterations, warmup=2, grace=0.05, timeout=300.0, ab_block=1)
+                    iterations=args.iterations, warmup=2, grace=args.grace, timeout=300.0,
+                    ab_block=1)
     guests = {s: GuestSpec(name=f"guest{s}", seed=10 + s, width=128, depth=4, batch=64,
                            steps=10_000_000, stop_with_host=True, nice=args.nice)
               for s in range(spec.stages)}
@@ -133,7 +136,8 @@ def main() -> None:
                "bubble_fill": round(fill_med, 3), "bubble_fill_per_rep": [round(x, 3) for x in fills],
                "bubble_ratio_measured": [round(x, 3) for x in measured],
                "bubble_ratio_1f1b": round(formula, 3), "guests_identical": identical,
-               "gate_overlap_zero": no_overlap, "reps": args.reps, "guest_nice": args.nice}
+               "gate_overlap_zero": no_overlap, "reps": args.reps, "guest_nice": args.nice,
+               "grace_s": args.grace}
     goal = {"host_throughput_loss": "<= 0.03", "bubble_fill": ">= 0.5",
             "guests_identical": True}
     met = loss <= 0.03 and fill_med >= 0.5 and identical and no_overlap

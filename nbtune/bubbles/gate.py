@@ -80,7 +80,11 @@ class HostSide:
         self.grace = grace
         self.intervals: list[Interval] = []
         self.handoffs: list[float] = []  # seconds from wanting the slot to holding it
+        #: ("stopped", SIGSTOP sent, SIGCONT sent): the guest's running intervals include these
+        #: stretches, in which it did not run (subtract them before comparing clocks)
+        self.stopped: list[Interval] = []
         self._held = self._stopped = self._holding = False
+        self._stop_t = 0.0
 
     def start(self) -> None:
         if self.gate is not None:
@@ -116,6 +120,7 @@ class HostSide:
             try:
                 os.kill(g.guest_pid.value, signal.SIGSTOP)
                 self._stopped = True
+                self._stop_t = now()
                 g.stops.value += 1
             except ProcessLookupError:
                 g.guest_pid.value = 0  # the guest has gone: nothing to protect from
@@ -130,6 +135,7 @@ class HostSide:
             g.lock.release()
             self._held = False
         if self._stopped:
+            self.stopped.append(("stopped", self._stop_t, now()))
             with suppress(ProcessLookupError):
                 os.kill(g.guest_pid.value, signal.SIGCONT)
             self._stopped = False

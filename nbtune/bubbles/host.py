@@ -24,7 +24,7 @@ from typing import Any
 
 from nbtune.bubbles.gate import Gate, HostSide
 from nbtune.bubbles.guest import GuestResult, GuestSpec, guest_main, peak_rss, pin
-from nbtune.bubbles.timeline import Interval, bubble_ratio, now
+from nbtune.bubbles.timeline import Interval, bubble_ratio, now, subtract
 
 __all__ = ["HostSpec", "HostRun", "PipelineHost", "reference_weights"]
 
@@ -67,6 +67,7 @@ class HostRun:
     peak_rss: list[int] = field(default_factory=list)  # per stage, bytes
     handoffs: list[list[float]] = field(default_factory=list)  # per stage
     stops: list[int] = field(default_factory=list)  # SIGSTOP fallbacks per stage
+    stopped: list[list[Interval]] = field(default_factory=list)  # per stage, guest SIGSTOPped
     guests: dict[str, GuestResult] = field(default_factory=dict)
 
     def measured(self) -> list[list[Interval]]:
@@ -78,6 +79,12 @@ class HostRun:
         """From the first measured iteration's start to the last one's end (stage 0's clock)."""
         spans = self.iter_spans[self.spec.warmup:]
         return spans[0][0], spans[-1][1]
+
+    def guest_ran(self, stage: int, name: str) -> list[Interval]:
+        """When the guest beside ``stage`` really ran while gated: its running intervals less
+        the stretches the stage had it SIGSTOPped."""
+        runs = [iv for iv in self.guests[name].intervals if iv[0] == "run"]
+        return subtract(runs, self.stopped[stage])
 
     def throughput(self) -> float:
         """Host samples per second over the measured iterations."""
@@ -195,7 +202,7 @@ def _stage_main(rank: int, spec: HostSpec, gate: Gate | None, out: Any, store: s
         dist.barrier()
         weights = {k: v.detach().numpy().copy() for k, v in part.state_dict().items()}
         out.put(("stage", rank, weights, peak_rss(), host.handoffs,
-                 gate.stops.value if gate is not None else 0))
+                 gate.stops.value if gate is not None else 0, host.stopped))
         dist.destroy_process_group()
     except BaseException as exc:
         host.end()  # a failing host must not leave its guest paused
@@ -232,7 +239,8 @@ class PipelineHost:
                       iter_spans=[(0.0, 0.0)] * spec.iterations,
                       stage_spans=[[(0.0, 0.0)] * spec.stages for _ in range(spec.iterations)],
                       weights=[{}] * spec.stages, peak_rss=[0] * spec.stages,
-                      handoffs=[[] for _ in range(spec.stages)], stops=[0] * spec.stages)
+                      handoffs=[[] for _ in range(spec.stages)], stops=[0] * spec.stages,
+                      stopped=[[] for _ in range(spec.stages)])
         deadline = now() + spec.timeout
         with tempfile.TemporaryDirectory() as tmp:
             try:
@@ -280,8 +288,8 @@ class PipelineHost:
                 if rank == 0:
                     run.iter_spans[it] = span
             elif kind == "stage":
-                _, rank, w, rss, hand, stops = msg
-                run.weights[rank], run.peak_rss[rank] = w, rss
+                _, rank, w, rss, hand, stops, stopped = msg
+                run.weights[rank], run.peak_rss[rank], run.stopped[rank] = w, rss, stopped
                 run.handoffs[rank], run.stops[rank] = hand, stops
             elif kind == "guest":
                 run.guests[msg[1]] = msg[2]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 
-__all__ = ["Interval", "now", "merge", "total", "clip", "overlap", "idle_windows",
+__all__ = ["Interval", "now", "merge", "total", "clip", "overlap", "subtract", "idle_windows",
            "bubble_ratio", "one_f_one_b_bubble"]
 
 #: ``(kind, start, end)`` in seconds of :func:`now`; kind is e.g. "F", "B", "L", "O", "run"
@@ -63,6 +63,24 @@ def overlap(a: Iterable[Interval], b: Iterable[Interval]) -> float:
             i += 1
         else:
             j += 1
+    return out
+
+
+def subtract(a: Iterable[Interval], b: Iterable[Interval], kind: str = "run") -> list[Interval]:
+    """The parts of ``a`` outside every interval of ``b`` (a guest's running time less the
+    stretches its host had it SIGSTOPped)."""
+    out: list[Interval] = []
+    mb = merge(b)
+    for s, e in merge(a):
+        cursor = s
+        for bs, be in mb:
+            if be <= cursor or bs >= e:
+                continue
+            if bs > cursor:
+                out.append((kind, cursor, bs))
+            cursor = max(cursor, be)
+        if e > cursor:
+            out.append((kind, cursor, e))
     return out
 
 
