@@ -77,8 +77,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=30)
-    ap.add_argument("--grace", type=float, default=0.001,
-                    help="seconds a stage waits for its guest to pause before SIGSTOP")
+    ap.add_argument("--grace", type=float, default=0.0,
+                    help="seconds a stage waits for its guest to pause before SIGSTOP (0: none)")
     ap.add_argument("--nice", type=int, default=19, help="the guest processes' niceness")
     args = ap.parse_args()
     spec = HostSpec(stages=2, microbatches=4, batch=128, width=512, depth=8,

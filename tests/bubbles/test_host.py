@@ -81,6 +81,12 @@ def test_a_paused_guest_resumes_exactly_where_it_stopped(run):
 def test_a_guest_that_does_not_pause_is_stopped_and_released_at_the_end(run):
     g = run.guests["stubborn"]
     assert run.stops[1] > 0  # its steps outlast the grace: the stage SIGSTOPped it
+    assert len(run.stopped[1]) == run.stops[1]
+    stage1 = [iv for it in run.iterations for iv in it[1]]
+    # its clocks kept running while it was stopped; less those stretches, it never ran while
+    # stage 1 computed (the stage stamps its compute after the SIGSTOP, and ends it before
+    # the SIGCONT)
+    assert overlap(run.guest_ran(1, "stubborn"), stage1) == 0.0
     host_end = max(e for it in run.iterations for _, _, e in it[1])
     assert g.ended > host_end  # it outlasted the host (it only ran in bubbles till then) ...
     assert len(g.step_ends) == STUBBORN.steps  # ... and was let go to finish on its own

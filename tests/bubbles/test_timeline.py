@@ -12,6 +12,7 @@ from nbtune.bubbles.timeline import (
     merge,
     one_f_one_b_bubble,
     overlap,
+    subtract,
     total,
 )
 
@@ -34,6 +35,13 @@ def test_idle_and_busy_partition_the_window(a):
     busy = overlap(a, [("w", lo, hi)])
     assert abs(total(idle) + busy - (hi - lo)) < 1e-6
     assert overlap([("i", s, e) for s, e in idle], a) < 1e-9
+
+
+@given(spans, spans)
+def test_subtract_leaves_exactly_the_part_outside(a, b):
+    rest = subtract(a, b)
+    assert overlap(rest, b) < 1e-9
+    assert abs(total(merge(rest)) - (total(merge(a)) - overlap(a, b))) < 1e-6
 
 
 def test_bubble_ratio_of_an_ideal_1f1b_schedule_is_the_formula():
