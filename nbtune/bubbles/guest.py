@@ -41,6 +41,9 @@ class GuestSpec:
     #: iterations 2x slower); at 19 it preempts the guest at once. The price, on a machine
     #: shared with other jobs, is that their processes starve the guest as well.
     nice: int = 19
+    #: run the guest in Linux's SCHED_IDLE class: it gets a core only when nothing else wants
+    #: it and never preempts a waking task, the scheduler's own notion of "in the bubbles"
+    idle_class: bool = True
     name: str = "guest"
 
 
@@ -136,6 +139,8 @@ def guest_main(spec: GuestSpec, gate: Gate | None, out: Any, cpu: int | None,
     """Entry point of a guest process: pinned beside its stage, gated."""
     pin(cpu)
     os.nice(spec.nice)
+    if spec.idle_class and hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     side = GuestSide(gate, max_wait=max_wait) if gate is not None else None
     try:
         res = train_guest(spec, side, on_ready=lambda: out.put(("ready", spec.name, os.getpid())))
