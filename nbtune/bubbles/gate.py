@@ -14,7 +14,8 @@ that mechanism for processes on one machine:
   intervals cannot overlap the host's compute intervals at all; the handshake's
   latency is paid by the host, and it is measured (``HostSide.handoffs``).
 * fallback: if the guest does not let go within ``grace`` seconds (a long op
-  with no checkpoint), the host ``SIGSTOP``\\ s it, computes, and ``SIGCONT``\\ s
+  with no checkpoint, or it was descheduled holding the slot; ``grace=0``: if it
+  is not paused already, so the host never sleeps at a handoff), the host ``SIGSTOP``\\ s it, computes, and ``SIGCONT``\\ s
   it when the chunk ends. A stopped process resumes exactly where it stopped.
 * nobody waits forever: the host waits ``grace`` at most; the guest waits in
   short slices, and runs freely once the host has ended, has died, or after
