@@ -81,12 +81,15 @@ def main() -> None:
                     help="seconds a stage waits for its guest to pause before SIGSTOP (0: none)")
     ap.add_argument("--no-idle-class", action="store_true",
                     help="keep the guests in the normal scheduling class (nice only)")
+    ap.add_argument("--guest-width", type=int, default=128,
+                    help="the guest MLP's width (a tiny one isolates the gate's own cost)")
     ap.add_argument("--nice", type=int, default=19, help="the guest processes' niceness")
     args = ap.parse_args()
     spec = HostSpec(stages=2, microbatches=4, batch=128, width=512, depth=8,
                     iterations=args.iterations, warmup=2, grace=args.grace, timeout=300.0,
                     ab_block=1)
-    guests = {s: GuestSpec(name=f"guest{s}", seed=10 + s, width=128, depth=4, batch=64,
+    guests = {s: GuestSpec(name=f"guest{s}", seed=10 + s, width=args.guest_width, depth=4,
+                           batch=64,
                            steps=10_000_000, stop_with_host=True, nice=args.nice,
                            idle_class=not args.no_idle_class)
               for s in range(spec.stages)}
@@ -140,7 +143,8 @@ def main() -> None:
                "bubble_ratio_measured": [round(x, 3) for x in measured],
                "bubble_ratio_1f1b": round(formula, 3), "guests_identical": identical,
                "gate_overlap_zero": no_overlap, "reps": args.reps, "guest_nice": args.nice,
-               "grace_s": args.grace, "guest_sched_idle": not args.no_idle_class}
+               "grace_s": args.grace, "guest_sched_idle": not args.no_idle_class,
+               "guest_width": args.guest_width}
     goal = {"host_throughput_loss": "<= 0.03", "bubble_fill": ">= 0.5",
             "guests_identical": True}
     met = loss <= 0.03 and fill_med >= 0.5 and identical and no_overlap
