@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"core", "version", "fusion"},
     {"algorithms", "allocators", "workloads", "progress", "waiting", "examples"},
     {"engine", "surrogate"},
-    {"runtimes"},
+    {"runtimes", "bubbles"},
     {"experiment", "store", "planner", "kernels"},
     {"build"},
     {"api", "resumption", "replay"},

@@ -1,0 +1,155 @@
+"""Bubble squeeze, for real: a 2-stage 1F1B host with a gated guest trial beside each stage.
+
+Each repetition runs the host alone and the host with one cooperative guest per
+stage (``nbtune.bubbles``), in alternating order. The run with guests is itself
+an A/B: its iterations alternate between *gated* (guests use the bubbles) and
+*held* (each stage keeps its slot, the guests sleep), so the two are compared
+under the same load of a shared machine, iteration by iteration. It reports:
+
+* host throughput loss: 1 − (median held iteration time) / (median gated
+  iteration time), median over repetitions (goal ≤ 3 %); and, noisier, the same
+  against the separate host-alone run;
+* bubble fill: guest steps finished in gated iterations × the guest's solo step
+  time / the stages' measured idle time in those iterations (goal ≥ 50 %);
+* the measured bubble ratio (alone runs) against 1F1B's (p−1)/(m+p−1);
+* correctness: each guest's final weights equal an ungated run of as many
+  steps, and its running intervals never overlap its stage's compute.
+
+On CPU a stage and its guest share one core (pinned), so the guest competes
+for the very resource the host uses, caches and memory bandwidth included;
+on a GPU the bubble is the GPU's, and the host's CPU side is untouched.
+
+    python benchmarks/bubble_squeeze.py [--reps 3] [--iterations 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import replace
+
+import numpy as np
+
+from nbtune.bubbles import GuestSpec, HostSpec, PipelineHost, one_f_one_b_bubble, overlap
+from nbtune.bubbles.guest import train_guest
+from nbtune.bubbles.timeline import clip, idle_windows, merge, total
+
+
+def solo(spec: GuestSpec, steps: int):
+    import torch
+
+    torch.set_num_threads(1)  # as in a guest process
+    return train_guest(replace(spec, steps=steps, stop_with_host=False))
+
+
+def ab(run, guests: dict[int, GuestSpec], solo_step: dict[str, float]) -> dict:
+    """One run's in-run A/B: held vs gated iterations' times, and the gated bubbles' fill."""
+    spec, its = run.spec, range(run.spec.warmup, run.spec.iterations)
+    dur = {g: [run.iter_spans[k][1] - run.iter_spans[k][0] for k in its if spec.gated(k) == g]
+           for g in (True, False)}
+    out: dict = {"held_s": statistics.median(dur[False]), "gated_s": statistics.median(dur[True])}
+    for s, g in guests.items():
+        res = run.guests[g.name]
+        stage = [iv for it in run.iterations for iv in it[s]]
+        runs = run.guest_ran(s, g.name)
+        bubble = steps = 0.0
+        windows = []
+        for k in its:
+            if not spec.gated(k):
+                continue
+            lo = run.stage_spans[k][s][0]
+            hi = run.stage_spans[k + 1][s][0] if k + 1 < spec.iterations else run.stage_spans[k][s][1]
+            windows.append((lo, hi))
+            bubble += total(idle_windows(stage, lo, hi))
+            steps += sum(lo <= e < hi for e in res.step_ends)
+        gated_runs = sum(total(clip(merge(runs), *w)) for w in windows)
+        out[s] = {"bubble_s": bubble, "steps": steps, "progress_s": steps * solo_step[g.name],
+                  "guest_running_s": gated_runs,
+                  "guest_cpu_per_running_s": res.cpu_s / max(total(merge(runs)), 1e-9),
+                  "overlap_s": overlap(runs, stage), "stops": run.stops[s],
+                  "handoff_median_ms": 1e3 * statistics.median(run.handoffs[s]),
+                  "handoff_max_ms": 1e3 * max(run.handoffs[s])}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--grace", type=float, default=0.0,
+                    help="seconds a stage waits for its guest to pause before SIGSTOP (0: none)")
+    ap.add_argument("--no-idle-class", action="store_true",
+                    help="keep the guests in the normal scheduling class (nice only)")
+    ap.add_argument("--guest-width", type=int, default=128,
+                    help="the guest MLP's width (a tiny one isolates the gate's own cost)")
+    ap.add_argument("--nice", type=int, default=19, help="the guest processes' niceness")
+    args = ap.parse_args()
+    spec = HostSpec(stages=2, microbatches=4, batch=128, width=512, depth=8,
+                    iterations=args.iterations, warmup=2, grace=args.grace, timeout=300.0,
+                    ab_block=1)
+    guests = {s: GuestSpec(name=f"guest{s}", seed=10 + s, width=args.guest_width, depth=4,
+                           batch=64,
+                           steps=10_000_000, stop_with_host=True, nice=args.nice,
+                           idle_class=not args.no_idle_class)
+              for s in range(spec.stages)}
+    host = PipelineHost(spec)
+    losses, sep_losses, ratios, fills, identical, no_overlap = [], [], [], [], True, True
+    for rep in range(args.reps):
+        alone_first = rep % 2 == 0
+        for kind in (["alone", "ab"] if alone_first else ["ab", "alone"]):
+            if kind == "alone":
+                r = host.run()
+                alone_its = [b - a for a, b in r.iter_spans[spec.warmup:]]
+                alone_s = statistics.median(alone_its)
+                ratios.append(r.bubble_ratios())
+                print(f"rep {rep} host alone: median iteration {1e3 * alone_s:.1f} ms, "
+                      f"bubble ratio {[round(x, 3) for x in r.bubble_ratios()]}", flush=True)
+                continue
+            r = host.run(guests)
+            solo_runs = {g.name: solo(g, len(r.guests[g.name].step_ends)) for g in guests.values()}
+            for g in guests.values():
+                ref, got = solo_runs[g.name].weights, r.guests[g.name].weights
+                identical &= all(np.array_equal(ref[k], got[k]) for k in ref)
+            f = ab(r, guests, {n: x.step_time() for n, x in solo_runs.items()})
+            fills.append(sum(f[s]["progress_s"] for s in guests) / sum(f[s]["bubble_s"] for s in guests))
+            losses.append(1.0 - f["held_s"] / f["gated_s"])
+            no_overlap &= all(f[s]["overlap_s"] == 0.0 for s in guests)
+            gated_s = f["gated_s"]
+            print(f"rep {rep} with guests: median iteration held {1e3 * f['held_s']:.1f} ms, "
+                  f"gated {1e3 * gated_s:.1f} ms (loss {100 * losses[-1]:.1f} %), fill "
+                  f"{100 * fills[-1]:.0f} %; " + "; ".join(
+                      f"stage {s}: bubble {f[s]['bubble_s']:.3f} s, {f[s]['steps']:.0f} guest "
+                      f"steps = {f[s]['progress_s']:.3f} s solo, guest running "
+                      f"{f[s]['guest_running_s']:.3f} s (CPU/running "
+                      f"{f[s]['guest_cpu_per_running_s']:.2f}), overlap {f[s]['overlap_s']} s, "
+                      f"stops {f[s]['stops']}, handoff median {f[s]['handoff_median_ms']:.3f} ms "
+                      f"max {f[s]['handoff_max_ms']:.1f} ms" for s in guests), flush=True)
+        sep_losses.append(1.0 - alone_s / gated_s)
+    loss, fill_med = statistics.median(losses), statistics.median(fills)
+    measured = [statistics.median(r[s] for r in ratios) for s in range(spec.stages)]
+    formula = one_f_one_b_bubble(spec.stages, spec.microbatches)
+    print(f"host throughput loss, in-run A/B (held vs gated iterations): "
+          f"{[round(x, 3) for x in losses]}, median {100 * loss:.1f} %; against separate "
+          f"host-alone runs: {[round(x, 3) for x in sep_losses]}")
+    print(f"bubble ratio measured {[round(x, 3) for x in measured]} vs 1F1B formula {formula:.3f}")
+    print(f"bubble time turned into guest progress: {[round(x, 3) for x in fills]} "
+          f"(median {100 * fill_med:.0f} %); guests identical to solo runs: {identical}; "
+          f"no overlap with the stage's compute: {no_overlap}")
+    figures = {"host_throughput_loss": round(loss, 4),
+               "host_throughput_loss_per_rep": [round(x, 4) for x in losses],
+               "host_loss_vs_separate_alone_runs": [round(x, 4) for x in sep_losses],
+               "bubble_fill": round(fill_med, 3), "bubble_fill_per_rep": [round(x, 3) for x in fills],
+               "bubble_ratio_measured": [round(x, 3) for x in measured],
+               "bubble_ratio_1f1b": round(formula, 3), "guests_identical": identical,
+               "gate_overlap_zero": no_overlap, "reps": args.reps, "guest_nice": args.nice,
+               "grace_s": args.grace, "guest_sched_idle": not args.no_idle_class,
+               "guest_width": args.guest_width}
+    goal = {"host_throughput_loss": "<= 0.03", "bubble_fill": ">= 0.5",
+            "guests_identical": True}
+    met = loss <= 0.03 and fill_med >= 0.5 and identical and no_overlap
+    print(json.dumps({"name": "bubble_squeeze", "figures": figures, "goal": goal, "met": met}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Busy/idle timelines of real processes, and the bubble figures read off them.
+
+Every process of a squeeze (each host stage, each guest) records what it did
+as ``(kind, start, end)`` intervals on one clock, ``CLOCK_MONOTONIC`` (shared by
+all processes of the machine, so a stage's and a guest's intervals can be
+compared directly). Nothing here assumes the 1F1B shape: the bubble ratio is
+measured from where a stage really computed, and :func:`one_f_one_b_bubble`
+is only the formula it is compared with.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+
+__all__ = ["Interval", "now", "merge", "total", "clip", "overlap", "subtract", "idle_windows",
+           "bubble_ratio", "one_f_one_b_bubble"]
+
+#: ``(kind, start, end)`` in seconds of :func:`now`; kind is e.g. "F", "B", "L", "O", "run"
+Interval = tuple[str, float, float]
+
+
+def now() -> float:
+    """Seconds on the machine-wide monotonic clock (the same in every process)."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def merge(intervals: Iterable[Interval]) -> list[tuple[float, float]]:
+    """The union of ``intervals`` as sorted, disjoint ``(start, end)`` pairs."""
+    spans = sorted((s, e) for _, s, e in intervals if e > s)
+    out: list[tuple[float, float]] = []
+    for s, e in spans:
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def total(spans: Iterable[tuple[float, float]]) -> float:
+    """Summed length of disjoint spans."""
+    return sum(e - s for s, e in spans)
+
+
+def clip(spans: Iterable[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
+    """The parts of ``spans`` that lie inside ``[lo, hi]``."""
+    return [(max(s, lo), min(e, hi)) for s, e in spans if min(e, hi) > max(s, lo)]
+
+
+def overlap(a: Iterable[Interval], b: Iterable[Interval]) -> float:
+    """Seconds during which some interval of ``a`` and some interval of ``b`` both ran.
+
+    The gate test's figure: a guest's running intervals against its host
+    stage's compute intervals must give 0.
+    """
+    ma, mb = merge(a), merge(b)
+    i = j = 0
+    out = 0.0
+    while i < len(ma) and j < len(mb):
+        s, e = max(ma[i][0], mb[j][0]), min(ma[i][1], mb[j][1])
+        out += max(e - s, 0.0)
+        if ma[i][1] < mb[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def subtract(a: Iterable[Interval], b: Iterable[Interval], kind: str = "run") -> list[Interval]:
+    """The parts of ``a`` outside every interval of ``b`` (a guest's running time less the
+    stretches its host had it SIGSTOPped)."""
+    out: list[Interval] = []
+    mb = merge(b)
+    for s, e in merge(a):
+        cursor = s
+        for bs, be in mb:
+            if be <= cursor or bs >= e:
+                continue
+            if bs > cursor:
+                out.append((kind, cursor, bs))
+            cursor = max(cursor, be)
+        if e > cursor:
+            out.append((kind, cursor, e))
+    return out
+
+
+def idle_windows(busy: Iterable[Interval], lo: float, hi: float) -> list[tuple[float, float]]:
+    """The gaps of ``busy`` inside ``[lo, hi]``: a stage's bubbles over that window."""
+    out: list[tuple[float, float]] = []
+    cursor = lo
+    for s, e in clip(merge(busy), lo, hi):
+        if s > cursor:
+            out.append((cursor, s))
+        cursor = max(cursor, e)
+    if hi > cursor:
+        out.append((cursor, hi))
+    return out
+
+
+def bubble_ratio(stages: Sequence[Iterable[Interval]], kinds: str = "FBL") -> list[float]:
+    """Each stage's idle fraction of one pipeline iteration, measured.
+
+    ``stages[i]`` holds stage i's intervals of one iteration; only compute of
+    ``kinds`` counts (forward, backward, loss: what the 1F1B formula is about;
+    the optimizer step "O" is left out). The iteration spans from the first
+    compute of any stage to the last, so a stage that waits for the pipeline to
+    fill or drain counts that wait as its bubble, as in Hydro's Fig. 9a.
+    """
+    per = [merge(iv for iv in st if iv[0] in kinds) for st in stages]
+    starts = [m[0][0] for m in per if m]
+    ends = [m[-1][1] for m in per if m]
+    if not starts:
+        return [0.0 for _ in per]
+    lo, hi = min(starts), max(ends)
+    return [1.0 - total(m) / (hi - lo) for m in per]
+
+
+def one_f_one_b_bubble(stages: int, microbatches: int) -> float:
+    """The 1F1B bubble fraction (p−1)/(m+p−1) with equal stages and free communication."""
+    return (stages - 1) / (microbatches + stages - 1)
