@@ -43,7 +43,7 @@ from nbtune.allocators.knapsack import KnapsackAllocator
 from nbtune.allocators.mkp import POLICIES, pack
 from nbtune.allocators.swaps import improve_by_swaps
 from nbtune.core.resources import GPU, ClusterSpec, Demand
-from nbtune.core.trial import Trial, TrialSpec
+from nbtune.core.trial import TrialRecord, TrialSpec
 
 #: model -> (A100 utilisation at batch 64, peak memory GB at batch 64, minutes per epoch at 64)
 MODELS = {
@@ -219,11 +219,11 @@ class _View:
     max_budget: float = 1.0
 
     def __post_init__(self) -> None:
-        self._trials = {s.trial_id: Trial(s.trial_id, s.config) for s in self.pending}
+        self._trials = {s.trial_id: TrialRecord(s.trial_id, s.config) for s in self.pending}
         self.gpu_load = {g.gpu_id: 0.0 for g in self.cluster.gpus}
         self.idle_gpus = set(self.gpu_load)
 
-    def trial(self, trial_id: int) -> Trial:
+    def trial(self, trial_id: int) -> TrialRecord:
         return self._trials[trial_id]
 
     def group(self, group_id: int) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from nbtune.core.group import TrialGroup
 from nbtune.core.resources import ClusterSpec, Placement
-from nbtune.core.trial import Trial, TrialSpec
+from nbtune.core.trial import TrialRecord, TrialSpec
 
 __all__ = ["Allocation", "LedgerView", "SchedulingView", "BaseAllocator"]
 
@@ -87,7 +87,7 @@ class SchedulingView(LedgerView, Protocol):
     @property
     def pending(self) -> Sequence[TrialSpec]: ...
 
-    def trial(self, trial_id: int) -> Trial: ...
+    def trial(self, trial_id: int) -> TrialRecord: ...
 
     def group(self, group_id: int) -> TrialGroup | None: ...
 

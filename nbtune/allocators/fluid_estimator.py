@@ -21,7 +21,7 @@ from nbtune.allocators.profiling import Profile, ProfileStore, is_profile_store,
 from nbtune.core.overhead import OverheadModel
 from nbtune.core.resources import Placement, width
 from nbtune.core.tolerance import EPS as _TOL
-from nbtune.core.trial import Trial
+from nbtune.core.trial import TrialRecord
 
 __all__ = ["FluidEstimator", "with_hints"]
 
@@ -199,7 +199,7 @@ def _factor(est: FluidEstimator, oh: OverheadModel, w: float) -> float:
     return f
 
 
-def _left(t: Trial, seen: tuple[float, float] | None, pl: Placement | None, target: float,
+def _left(t: TrialRecord, seen: tuple[float, float] | None, pl: Placement | None, target: float,
           now: float) -> float:
     """Budget ``t`` has left to ``target``, less the progress since its last report if known.
 

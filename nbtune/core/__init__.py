@@ -44,7 +44,7 @@ from nbtune.core.space import (
     uniform,
     validate_space,
 )
-from nbtune.core.trial import Decision, InvalidTransition, Trial, TrialSpec, TrialState
+from nbtune.core.trial import Decision, InvalidTransition, TrialRecord, TrialSpec, TrialState
 
 __all__ = [
     "Clock", "ManualClock",
@@ -57,5 +57,5 @@ __all__ = [
     "Choice", "Domain", "Grid", "LogUniform", "QLogUniform", "QUniform", "RandInt",
     "SearchSpaceError", "Uniform", "choice", "grid", "loguniform", "qloguniform", "quniform",
     "randint", "sample_config", "uniform", "validate_space",
-    "Decision", "InvalidTransition", "Trial", "TrialSpec", "TrialState",
+    "Decision", "InvalidTransition", "TrialRecord", "TrialSpec", "TrialState",
 ]

@@ -1,4 +1,4 @@
-"""Trials: what the algorithm asks for (:class:`TrialSpec`) and what the engine tracks (:class:`Trial`).
+"""Trials: what the algorithm asks for (:class:`TrialSpec`) and what the engine tracks (:class:`TrialRecord`).
 
 A trial's *budget* is counted in the algorithm's units (epochs, steps, ...).
 The engine runs a trial in *segments*: a ``TrialSpec`` asks for the trial to be
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["TrialState", "TrialSpec", "Trial", "InvalidTransition", "Decision", "ended_of_total"]
+__all__ = ["TrialState", "TrialSpec", "TrialRecord", "InvalidTransition", "Decision", "ended_of_total"]
 
 
 class TrialState(StrEnum):
@@ -90,7 +90,7 @@ class TrialSpec:
 
 
 @dataclass
-class Trial:
+class TrialRecord:
     """Engine-side record of one trial: its state and everything it reported."""
 
     trial_id: int

@@ -22,7 +22,7 @@ from nbtune.core.commands import Command, Finish, Pause, Stop
 from nbtune.core.group import TrialGroup
 from nbtune.core.resources import ClusterSpec, Placement
 from nbtune.core.tolerance import EPS
-from nbtune.core.trial import Decision, Trial, TrialSpec, TrialState
+from nbtune.core.trial import Decision, TrialRecord, TrialSpec, TrialState
 from nbtune.engine import barrier_fill, invariants, scheduling
 from nbtune.engine.errors import EngineError
 from nbtune.engine.state import ResourceLedger
@@ -54,7 +54,7 @@ class Engine:
         self._minimize = algorithm.mode == "min"
         self._hints: dict[str, Any] = dict(hints or {})
         self.time = 0.0
-        self.trials: dict[int, Trial] = {}
+        self.trials: dict[int, TrialRecord] = {}
         self.groups: dict[int, TrialGroup] = {}
         self._pending: deque[TrialSpec] = deque()
         self.ledger = ResourceLedger()
@@ -174,7 +174,7 @@ class Engine:
     def speculating(self) -> Mapping[int, float]:  # trial -> budget: see .barrier_fill
         return {tid: sp.target for tid, sp in self._spec.items()}
 
-    def trial(self, trial_id: int) -> Trial:
+    def trial(self, trial_id: int) -> TrialRecord:
         return self.trials[trial_id]
 
     def group(self, group_id: int) -> TrialGroup | None:
@@ -225,7 +225,7 @@ class Engine:
         t.last_mark = (now, b)
         self._apply_report(t, e, cmds)
 
-    def _apply_report(self, t: Trial, e: ev.TrialReported, cmds: list[Command]) -> None:
+    def _apply_report(self, t: TrialRecord, e: ev.TrialReported, cmds: list[Command]) -> None:
         """A result counts: record it, ask the algorithm, end the segment at its budget."""
         tid, b, running = t.trial_id, e.budget, t.state is TrialState.RUNNING
         decision = self._record(t, e)
@@ -244,7 +244,7 @@ class Engine:
             cmds.append(Pause(tid))
             self._pause(t)
 
-    def _record(self, t: Trial, e: ev.TrialReported) -> Decision:
+    def _record(self, t: TrialRecord, e: ev.TrialReported) -> Decision:
         b = e.budget
         if b > t.budget_used:
             t.budget_used = b
@@ -328,17 +328,17 @@ class Engine:
             self.utilization.append((e.time, g, float(u), float(e.gpu_memory_gb.get(g, 0.0))))
 
     # ------------------------------------------------------------ transitions
-    def _release(self, t: Trial, *, pause: bool = False) -> None:
+    def _release(self, t: TrialRecord, *, pause: bool = False) -> None:
         if self.ledger.release(t, self.time, pause=pause) is not None:  # banks GPU-seconds
             t.last_mark = None
         self._dirty = True
 
-    def _pause(self, t: Trial) -> None:
+    def _pause(self, t: TrialRecord) -> None:
         self._release(t, pause=True)  # the ledger remembers where it paused
         t.transition(TrialState.PAUSED)
         self.algorithm.on_segment_end(t.trial_id, t.budget_used)
 
-    def _end(self, t: Trial, state: TrialState) -> None:
+    def _end(self, t: TrialRecord, state: TrialState) -> None:
         self._spec.pop(t.trial_id, None)
         if self.ledger.forget(t.trial_id):
             self._outbox.append(Stop(t.trial_id))  # its waiting process must end too

@@ -18,7 +18,7 @@ from nbtune.allocators.base import Allocation
 from nbtune.core.commands import Command, Launch, Resize
 from nbtune.core.resources import Placement
 from nbtune.core.tolerance import EPS
-from nbtune.core.trial import Trial, TrialSpec, TrialState
+from nbtune.core.trial import TrialRecord, TrialSpec, TrialState
 from nbtune.engine import barrier_fill, fusion_units
 from nbtune.engine.errors import EngineError
 
@@ -41,7 +41,7 @@ def admit(eng: Engine, spec: TrialSpec, cmds: list[Command]) -> bool:
         return barrier_fill.adopt(eng, spec, cmds)
     t = eng.trials.get(spec.trial_id)
     if t is None:
-        t = Trial(spec.trial_id, dict(spec.config), group_id=spec.group_id)
+        t = TrialRecord(spec.trial_id, dict(spec.config), group_id=spec.group_id)
         eng.trials[spec.trial_id] = t
     elif t.state is not TrialState.PAUSED:
         raise EngineError(

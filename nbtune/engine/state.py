@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from nbtune.core.resources import ClusterSpec, Placement, width
 from nbtune.core.tolerance import EPS
-from nbtune.core.trial import Trial
+from nbtune.core.trial import TrialRecord
 
 __all__ = ["AllocationRecord", "ResourceLedger", "InvariantError"]
 
@@ -29,7 +29,7 @@ class InvariantError(AssertionError):
 
 @dataclass
 class AllocationRecord:
-    """Trial ``trial_id`` held ``share`` of GPU ``gpu_id`` from ``start`` to ``end``."""
+    """TrialRecord ``trial_id`` held ``share`` of GPU ``gpu_id`` from ``start`` to ``end``."""
 
     trial_id: int
     gpu_id: int
@@ -103,7 +103,7 @@ class ResourceLedger:
         self.idle.update(g for g, v in self.load.items() if v <= EPS)
         return lost
 
-    def place(self, trial: Trial, placement: Placement, time: float) -> None:
+    def place(self, trial: TrialRecord, placement: Placement, time: float) -> None:
         """``trial`` holds ``placement`` from ``time`` on (its share starts accruing GPU-seconds).
 
         A paused trial placed again no longer waits anywhere else.
@@ -121,7 +121,7 @@ class ResourceLedger:
         self._open[tid] = opened
         trial.share, trial.share_since = width(placement), time
 
-    def release(self, trial: Trial, time: float, *, pause: bool = False) -> Placement | None:
+    def release(self, trial: TrialRecord, time: float, *, pause: bool = False) -> Placement | None:
         """``trial`` gives back what it holds at ``time``; its GPU-seconds so far are banked.
 
         ``pause``: remember the placement as where the paused trial last ran.

@@ -35,7 +35,7 @@ from nbtune.core import events as ev
 from nbtune.core.best import best_index
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.roles import is_target
-from nbtune.core.trial import Trial, TrialState, ended_of_total
+from nbtune.core.trial import TrialRecord, TrialState, ended_of_total
 from nbtune.experiment import error_line
 from nbtune.ui.delta import Delta, Points, Progress
 from nbtune.ui.lanes import Lanes, Rect, Segment
@@ -62,7 +62,7 @@ IDLE_CATCH_UP = 2.0
 
 @dataclass
 class _Row:
-    trial: Trial
+    trial: TrialRecord
     state: TrialState = TrialState.PENDING
     best: float | None = None
     last: float | None = None

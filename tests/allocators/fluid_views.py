@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbtune.core.resources import ClusterSpec, Placement
-from nbtune.core.trial import Trial, TrialSpec
+from nbtune.core.trial import TrialRecord, TrialSpec
 
 
 @dataclass
@@ -15,7 +15,7 @@ class View:
     """A hand-built SchedulingView: every number the allocator may read is set here."""
 
     cluster: ClusterSpec
-    trials: dict[int, Trial]
+    trials: dict[int, TrialRecord]
     running: dict[int, Placement]
     pending: list[TrialSpec] = field(default_factory=list)
     hints: dict[str, Any] = field(default_factory=dict)
@@ -42,7 +42,7 @@ class View:
     def idle_gpus(self) -> set[int]:
         return {g for g, v in self.gpu_load.items() if v <= 1e-12}
 
-    def trial(self, tid: int) -> Trial:
+    def trial(self, tid: int) -> TrialRecord:
         return self.trials[tid]
 
     def group(self, gid: int) -> None:

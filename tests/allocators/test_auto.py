@@ -77,14 +77,14 @@ def test_the_packing_probe_leaves_held_trials_where_their_process_waits():
     neither packs it nor takes its GPU (moved, its process is given up and its state lost)."""
     from nbtune.allocators.profiling import Profile, model_signature
     from nbtune.core.resources import ClusterSpec
-    from nbtune.core.trial import Trial, TrialSpec, TrialState
+    from nbtune.core.trial import TrialRecord, TrialSpec, TrialState
     from tests.allocators.fluid_views import View
 
     cfg = {"layers": 2}
     store = InMemoryProfileStore([Profile(model_signature(cfg), unit_time=1.0,
                                           packing={1: 1.0})])
     specs = [TrialSpec(t, dict(cfg), 9.0) for t in range(4)]
-    trials = {s.trial_id: Trial(s.trial_id, dict(cfg), TrialState.PENDING, target_budget=9.0,
+    trials = {s.trial_id: TrialRecord(s.trial_id, dict(cfg), TrialState.PENDING, target_budget=9.0,
                                 budget_used=3.0) for s in specs}
     view = View(ClusterSpec.homogeneous(3), trials, {}, specs, hints={"profiles": store})
     view.held = {0: ((0, 1.0),), 1: ((1, 1.0),)}

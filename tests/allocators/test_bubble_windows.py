@@ -14,7 +14,7 @@ from nbtune.allocators import ALLOCATORS, BubblesAllocator, make_allocator
 from nbtune.allocators.bubble_windows import barrier_windows, ledger_idle_windows
 from nbtune.allocators.bubbles import IdleWindow
 from nbtune.core.resources import GPU, ClusterSpec
-from nbtune.core.trial import Trial, TrialSpec, TrialState
+from nbtune.core.trial import TrialRecord, TrialSpec, TrialState
 from nbtune.engine.state import AllocationRecord
 from tests.allocators.fluid_views import View
 
@@ -67,12 +67,12 @@ def _view(works, windows, running=None):
     trials, pending, unit = {}, [], {}
     for i, w in enumerate(works):
         tid = 100 + i
-        trials[tid] = Trial(tid, {}, TrialState.PENDING, target_budget=4.0)
+        trials[tid] = TrialRecord(tid, {}, TrialState.PENDING, target_budget=4.0)
         pending.append(TrialSpec(tid, {}, 4.0))
         unit[tid] = w / 4.0
     placed = {}
     for j, (tid, (left, u)) in enumerate((running or {}).items()):
-        trials[tid] = Trial(tid, {}, TrialState.RUNNING, target_budget=4.0,
+        trials[tid] = TrialRecord(tid, {}, TrialState.RUNNING, target_budget=4.0,
                             budget_used=4.0 - left)
         placed[tid] = ((n + j, 1.0),)
         unit[tid] = u

@@ -18,7 +18,7 @@ import nbtune
 from nbtune import SimRuntime, SyntheticWorkload, uniform
 from nbtune.allocators import ALLOCATORS, make_allocator
 from nbtune.core.resources import GPU, ClusterSpec
-from nbtune.core.trial import Trial, TrialSpec, TrialState
+from nbtune.core.trial import TrialRecord, TrialSpec, TrialState
 from tests.allocators.fluid_views import View
 
 NAMES = sorted(ALLOCATORS)
@@ -28,18 +28,18 @@ NAMES = sorted(ALLOCATORS)
 def views(draw) -> View:
     n_gpus = draw(st.integers(1, 6))
     cluster = ClusterSpec.of([GPU(g, f"n{g % 2}") for g in range(n_gpus)])
-    trials: dict[int, Trial] = {}
+    trials: dict[int, TrialRecord] = {}
     running = {}
     free = list(range(n_gpus))
     for tid in range(draw(st.integers(0, n_gpus))):
         g = free.pop(draw(st.integers(0, len(free) - 1)))
-        trials[tid] = Trial(tid, {"x": 0.5}, TrialState.RUNNING, target_budget=9.0,
+        trials[tid] = TrialRecord(tid, {"x": 0.5}, TrialState.RUNNING, target_budget=9.0,
                             budget_used=float(draw(st.integers(0, 8))))
         running[tid] = ((g, 1.0),)
     pending = []
     for tid in range(100, 100 + draw(st.integers(0, 8))):
         used = float(draw(st.integers(0, 3)))
-        trials[tid] = Trial(tid, {"x": 0.5}, TrialState.PENDING, target_budget=9.0,
+        trials[tid] = TrialRecord(tid, {"x": 0.5}, TrialState.PENDING, target_budget=9.0,
                             budget_used=used)
         pending.append(TrialSpec(tid, {"x": 0.5}, draw(st.sampled_from([4.0, 9.0]))))
     return View(cluster, trials, running, pending, max_budget=9.0, time=10.0)

@@ -13,14 +13,14 @@ import nbtune
 from nbtune import SimRuntime, grid
 from nbtune.allocators import ALLOCATORS, DynamicFluidAllocator, StaticFluidAllocator
 from nbtune.core.resources import ClusterSpec, Placement, width
-from nbtune.core.trial import Trial, TrialState
+from nbtune.core.trial import TrialRecord, TrialState
 from nbtune.workloads import SyntheticWorkload
 from tests.allocators.fluid_views import View
 from tests.allocators.probed import probed_sim
 
 
 def runtimes_workload(hs: list[float], budget: float, **kw: Any) -> SyntheticWorkload:
-    """Trial i (config i) takes hs[i] seconds alone on one GPU for ``budget`` units."""
+    """TrialRecord i (config i) takes hs[i] seconds alone on one GPU for ``budget`` units."""
     return SyntheticWorkload({"i": grid(list(range(len(hs))))},
                              unit_time=lambda cfg: hs[cfg["i"]] / budget, **kw)
 
@@ -137,7 +137,7 @@ def test_dynamic_never_resizes_unless_epsilon_pays(trials, extra_gpus, eps, alph
         k = max(1, int(w))
         running[i] = tuple((g + j, w if w < 1 else 1.0) for j in range(k))
         g += k
-    tr = {i: Trial(i, {"i": i}, TrialState.RUNNING, target_budget=10.0, budget_used=3.0)
+    tr = {i: TrialRecord(i, {"i": i}, TrialState.RUNNING, target_budget=10.0, budget_used=3.0)
           for i in running}
     view = View(cluster, tr, running, hints={"workload": wl})
     alloc = DynamicFluidAllocator(c=4, d=4, resize_overhead=eps)
@@ -163,7 +163,7 @@ def test_dynamic_never_resizes_unless_epsilon_pays(trials, extra_gpus, eps, alph
 def test_dynamic_scales_up_a_lone_straggler_only_if_it_pays():
     cluster = ClusterSpec.homogeneous(4)
     wl = SyntheticWorkload({"i": grid([0])}, unit_time=10.0)
-    tr = {0: Trial(0, {"i": 0}, TrialState.RUNNING, target_budget=10.0, budget_used=9.0)}
+    tr = {0: TrialRecord(0, {"i": 0}, TrialState.RUNNING, target_budget=10.0, budget_used=9.0)}
     view = View(cluster, tr, {0: ((0, 1.0),)}, hints={"workload": wl})
     # 10 s left: 4 GPUs -> 2.5 s + ε
     assert width(DynamicFluidAllocator(resize_overhead=5.0).allocate(view).resize[0]) == 4

@@ -14,7 +14,7 @@ import nbtune
 from nbtune import SimRuntime, grid
 from nbtune.allocators import DynamicFluidAllocator
 from nbtune.core.resources import GPU, ClusterSpec, Demand
-from nbtune.core.trial import Trial, TrialState
+from nbtune.core.trial import TrialRecord, TrialState
 from nbtune.workloads import SyntheticWorkload
 from nbtune.workloads.base import Neighbor
 from nbtune.workloads.interference import InterferenceWorkload, calibrate
@@ -32,7 +32,7 @@ class MeasuredView(View):
 
 
 def _view(measured, placement, *, used=2.0, results=(), share_since=0.0, time=0.0, wl=None):
-    t = Trial(0, {"i": 0}, TrialState.RUNNING, target_budget=10.0, budget_used=used,
+    t = TrialRecord(0, {"i": 0}, TrialState.RUNNING, target_budget=10.0, budget_used=used,
               results=list(results), share_since=share_since)
     hints = {"workload": wl} if wl is not None else {}
     return MeasuredView(ClusterSpec.homogeneous(4), {0: t}, {0: placement}, hints=hints,

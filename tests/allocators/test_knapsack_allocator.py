@@ -16,7 +16,7 @@ from nbtune.allocators.knapsack import KnapsackAllocator
 from nbtune.allocators.oversubscription import choose_ratio, choose_ratios
 from nbtune.allocators.profiling import InMemoryProfileStore, Profile, model_signature
 from nbtune.core.resources import GPU, ClusterSpec, Demand, Placement
-from nbtune.core.trial import Trial, TrialSpec, TrialState
+from nbtune.core.trial import TrialRecord, TrialSpec, TrialState
 
 
 class Model:
@@ -49,10 +49,10 @@ class View:
     def __post_init__(self):
         self.trials = {}
         for s in self.specs:
-            self.trials[s.trial_id] = Trial(s.trial_id, s.config, target_budget=s.budget,
+            self.trials[s.trial_id] = TrialRecord(s.trial_id, s.config, target_budget=s.budget,
                                             budget_used=self.used.get(s.trial_id, 0.0))
         for tid in self.placed:
-            self.trials[tid] = Trial(tid, {}, TrialState.RUNNING)
+            self.trials[tid] = TrialRecord(tid, {}, TrialState.RUNNING)
 
     @property
     def pending(self):

@@ -26,7 +26,7 @@ from nbtune.allocators.profiling import (
     scaling_limit,
 )
 from nbtune.core.resources import ClusterSpec
-from nbtune.core.trial import Trial, TrialSpec
+from nbtune.core.trial import TrialRecord, TrialSpec
 from tests.allocators.fluid_views import View
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "hydro-artifact"
@@ -136,7 +136,7 @@ def test_a_rerun_reads_the_profile_instead_of_needing_a_prior():
     """With no measurement and no workload prior, h_i1 comes from the stored profile."""
     store = InMemoryProfileStore([Profile(model_signature({"model": "a"}), unit_time=7.0,
                                           alpha=1.2)])
-    trials = {0: Trial(0, {"model": "a", "lr": 0.1}), 1: Trial(1, {"model": "b", "lr": 0.1})}
+    trials = {0: TrialRecord(0, {"model": "a", "lr": 0.1}), 1: TrialRecord(1, {"model": "b", "lr": 0.1})}
     view = View(ClusterSpec.homogeneous(2), trials, {},
                 pending=[TrialSpec(0, trials[0].config, 10.0), TrialSpec(1, trials[1].config,
                                                                          10.0)])

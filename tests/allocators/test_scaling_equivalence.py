@@ -31,7 +31,7 @@ from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_width
 from nbtune.core.overhead import OverheadModel
 from nbtune.core.resources import GPU, ClusterSpec, Demand, Placement
 from nbtune.core.space import uniform
-from nbtune.core.trial import Trial, TrialSpec, TrialState
+from nbtune.core.trial import TrialRecord, TrialSpec, TrialState
 from nbtune.workloads import SyntheticWorkload
 from tests.allocators.fluid_reference import (
     ReferenceDynamicFluid,
@@ -203,7 +203,7 @@ def views(draw, cluster: ClusterSpec, keep: dict[int, Placement], wl: SyntheticW
         used = draw(st.floats(0.0, 20.0))
         target = used + draw(st.floats(0.5, 10.0))
         last = draw(st.floats(0.0, now))
-        tr = Trial(t, {"i": t}, TrialState.RUNNING, target_budget=target, budget_used=used,
+        tr = TrialRecord(t, {"i": t}, TrialState.RUNNING, target_budget=target, budget_used=used,
                    results=[(last, used, {})] if draw(st.booleans()) else [],
                    share_since=draw(st.floats(0.0, now)))
         trials[t] = tr
@@ -212,7 +212,7 @@ def views(draw, cluster: ClusterSpec, keep: dict[int, Placement], wl: SyntheticW
             measured[t] = (draw(st.floats(0.1, 5.0)), w)
     pending = []
     for t in range(50, 50 + draw(st.integers(0, 6))):
-        trials[t] = Trial(t, {"i": t}, TrialState.PENDING)
+        trials[t] = TrialRecord(t, {"i": t}, TrialState.PENDING)
         pending.append(TrialSpec(t, {"i": t}, draw(st.floats(1.0, 27.0))))
     return RandomView(cluster, trials, running, pending, {"workload": wl}, measured, now,
                       max_concurrent=draw(st.sampled_from([None, None, 4, 20])))
@@ -286,7 +286,7 @@ def test_cluster_room_matches_the_reference_exactly(data, r):
     view = data.draw(views(data.draw(clusters(max_gpus=10)), {}, wl))
     if data.draw(st.booleans()):  # a trial still on a GPU the cluster lost
         view.running[77] = ((99, 1.0),) + tuple(view.running.get(0, ()))
-        view.trials[77] = Trial(77, {"i": 0.7}, TrialState.RUNNING)
+        view.trials[77] = TrialRecord(77, {"i": 0.7}, TrialState.RUNNING)
     lookup = DemandLookup()
     a = reference_cluster_room(view, {"generic": r}, lookup)
     b = cluster_room(view, {"generic": r}, lookup)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nbtune.core.resources import ClusterSpec
-from nbtune.core.trial import Trial
+from nbtune.core.trial import TrialRecord
 from nbtune.engine.state import InvariantError, ResourceLedger
 
 
@@ -16,7 +16,7 @@ def _ledger(n: int = 4) -> ResourceLedger:
 
 
 def test_gpu_seconds_accrue_at_each_share_across_a_resize():
-    led, t = _ledger(), Trial(0, {})
+    led, t = _ledger(), TrialRecord(0, {})
     led.place(t, ((0, 1.0), (1, 1.0)), 0.0)
     assert (t.share, t.share_since) == (2.0, 0.0)
     assert t.gpu_seconds_at(3.0) == 6.0  # read live, not yet banked
@@ -31,7 +31,7 @@ def test_gpu_seconds_accrue_at_each_share_across_a_resize():
 
 
 def test_load_count_and_idle_follow_places_releases_and_a_shrinking_cluster():
-    led, a, b = _ledger(), Trial(0, {}), Trial(1, {})
+    led, a, b = _ledger(), TrialRecord(0, {}), TrialRecord(1, {})
     led.place(a, ((0, 0.5),), 0.0)
     led.place(b, ((0, 0.25), (1, 1.0)), 0.0)
     assert dict(led.gpu_load) == {0: 0.75, 1: 1.0, 2: 0.0, 3: 0.0}
@@ -48,7 +48,7 @@ def test_load_count_and_idle_follow_places_releases_and_a_shrinking_cluster():
 
 
 def test_what_allocators_read_is_live_and_read_only():
-    led, t = _ledger(), Trial(0, {})
+    led, t = _ledger(), TrialRecord(0, {})
     running, load, count, held = led.running, led.gpu_load, led.gpu_count, led.held
     led.place(t, ((3, 1.0),), 0.0)
     assert running[0] == ((3, 1.0),) and load[3] == 1.0 and count[3] == 1  # live
@@ -58,7 +58,7 @@ def test_what_allocators_read_is_live_and_read_only():
 
 
 def test_a_paused_trial_is_held_where_it_ran_until_placed_or_forgotten():
-    led, t = _ledger(), Trial(0, {})
+    led, t = _ledger(), TrialRecord(0, {})
     assert not led.hold(0)  # never ran: nowhere to wait
     led.place(t, ((1, 1.0),), 0.0)
     led.release(t, 2.0, pause=True)
@@ -72,7 +72,7 @@ def test_a_paused_trial_is_held_where_it_ran_until_placed_or_forgotten():
 
 
 def test_check_catches_a_count_that_drifted():
-    led, t = _ledger(), Trial(0, {})
+    led, t = _ledger(), TrialRecord(0, {})
     led.place(t, ((0, 0.5),), 0.0)
     led.check({})
     led.count[0] += 1
