@@ -45,8 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 MAX_EPOCHS = 27
-#: passes over the training split per reported epoch: sizes the job so that Optuna with
-#: ``n_jobs=1`` takes 20-40 s on the 2-core machine (the issue's rule); one pass took ~8 s
+#: passes over the training split per reported epoch, to size the job (the issue asks for
+#: Optuna ``n_jobs=1`` at 20-40 s): with 3, it took 59-70 s on the quiet 2-core machine
+#: (RESULTS.md, session 5); 2 would give about 40-47 s
 PASSES = 3
 TRIALS = 64
 ETA = 3
