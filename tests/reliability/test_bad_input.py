@@ -237,3 +237,14 @@ def test_second_experiment_with_the_same_name_keeps_the_first(tmp_path):
     kept = Store(tmp_path).results("mine")
     assert len(kept) == len(before) == 2
     assert sorted(kept["loss"]) == pytest.approx(sorted(before["loss"]))
+
+
+def test_a_closed_dask_runtime_says_how_to_run_several_experiments():
+    """A DaskRuntime that started its own cluster closes it when its experiment ends: the
+    next tune() on it must say what to write, not only that it is closed."""
+    from nbtune.runtimes.dask import DaskRuntime
+
+    rt = DaskRuntime(n_workers=1)
+    rt.close()  # what the end of its first experiment does to a cluster it started
+    with pytest.raises(RuntimeError, match="make a new one, with keep=True to run several"):
+        nbtune.tune(train, SPACE, metric="loss", max_budget=3, num_trials=1, runtime=rt)

@@ -236,7 +236,8 @@ class DaskRuntime(FusedDriver):
         check_trainable(trainable, self)
         check_signature(trainable)
         if self._closed:
-            raise RuntimeError("this DaskRuntime is closed")
+            raise RuntimeError("this DaskRuntime is closed (a cluster it starts ends with its "
+                               "experiment): make a new one, with keep=True to run several")
         if self._engine is not None:
             if not self._done.is_set():
                 raise RuntimeError("this DaskRuntime is running an experiment; wait() for it "
