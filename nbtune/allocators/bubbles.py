@@ -45,13 +45,18 @@ __all__ = ["IdleWindow", "straggler_gaps", "stall_oversubscription", "PipelineHo
 
 @dataclass(frozen=True)
 class IdleWindow:
-    """GPU ``gpu_id`` is idle (or has ``capacity`` of itself to spare) from ``start`` to ``end``."""
+    """GPU ``gpu_id`` is idle (or has ``capacity`` of itself to spare) from ``start`` to ``end``.
+
+    ``room_gb``: memory a guest may use beside what holds the GPU during the
+    window (a pipeline host's measured limit less its stage's measured peak).
+    """
 
     gpu_id: int
     start: float
     end: float
     kind: str
     capacity: float = 1.0
+    room_gb: float = math.inf
 
     @property
     def gpu_seconds(self) -> float:
