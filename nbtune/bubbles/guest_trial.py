@@ -22,7 +22,7 @@ from nbtune.bubbles.gate import Gate, GuestSide
 from nbtune.bubbles.guest import peak_rss, pin
 from nbtune.bubbles.timeline import now
 
-__all__ = ["GatedChannel", "gate_layers", "trial_main"]
+__all__ = ["GatedChannel", "gate_layers", "trial_worker"]
 
 _SIDE: list[GuestSide] = []  # the gate of the guest this process runs (at most one)
 
@@ -59,23 +59,38 @@ class GatedChannel:
                 return out
 
 
-def trial_main(job: dict[str, Any], gate: Gate, out: Any, control: Any, nice: int,
-               idle_class: bool, max_wait: float) -> None:
-    """Entry point of a guest trial process: beside its stage (``job["env"]`` pins the core),
-    lowest priority, gated; its running intervals go back with the exit message."""
+def _run(job: dict[str, Any], gate: Gate, out: Any, inbox: Any, max_wait: float) -> None:
+    """One trial, gated; its running intervals go back with the exit message."""
     from nbtune.runtimes.dask._child import run_job
 
-    pin(None)  # torch imported, one thread (the core is the stage's: run_job pins it)
-    os.nice(nice)
-    if idle_class and hasattr(os, "SCHED_IDLE"):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     side = GuestSide(gate, max_wait=max_wait)
     _SIDE.append(side)
     tid, run = int(job["trial_id"]), int(job["run"])
     try:
         side.start()
-        res = run_job(job, GatedChannel(tid, run, side, out, control))
+        res = run_job(job, GatedChannel(tid, run, side, out, inbox))
     finally:
         side.finish()
+        _SIDE.clear()
     res.update(intervals=side.intervals, pauses=side.pauses, rss=peak_rss(), t=now())
     out.put(("trial", tid, run, res))
+
+
+def trial_worker(stage: int, gate: Gate, inbox: Any, out: Any, nice: int, idle_class: bool,
+                 max_wait: float) -> None:
+    """A stage's guest process, started with the host so torch is imported before a trial
+    lands (a spawn costs seconds, a whole host run on a short job): lowest priority, it
+    runs the jobs its inbox brings one at a time (``job["env"]`` pins it to the stage's
+    core) until told to quit."""
+    pin(None)  # torch imported, one thread
+    os.nice(nice)
+    if idle_class and hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    out.put(("worker", stage, os.getpid()))
+    while True:
+        msg = inbox.get()
+        if msg.get("k") == "quit":
+            return
+        if msg.get("k") == "job":
+            _run(msg, gate, out, inbox, max_wait)
+        # anything else: a stop for a trial that had already returned

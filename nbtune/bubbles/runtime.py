@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 import pandas as pd
 
 from nbtune.allocators.bubbles import IdleWindow
-from nbtune.bubbles.guest_trial import trial_main
+from nbtune.bubbles.guest_trial import trial_worker
 from nbtune.bubbles.host import HostRun, HostSpec
 from nbtune.bubbles.live import LiveHost
 from nbtune.bubbles.timeline import Interval, now
@@ -102,6 +102,7 @@ class BubbleRuntime:
         self.host = LiveHost(host, self.ctx, self.out, pin_cores=pin_cores)
         self.guests: dict[int, list[GuestRecord]] = {}  # trial -> its launches, in order
         self.on_stage: dict[int, GuestRecord] = {}
+        self.workers: dict[int, tuple[Any, Any]] = {}  # stage -> (guest process, its inbox)
         self._deferred: dict[int, Launch] = {}  # stage -> launch waiting for its guest to leave
         self.published: list[tuple[float, dict[int, list[IdleWindow]]]] = []
         self.profiler: Any = None
@@ -139,6 +140,8 @@ class BubbleRuntime:
 
         self._engine = engine
         self._fn = cloudpickle.dumps(trainable)
+        for s in range(self.spec.stages):  # warm guest processes, importing beside the host
+            self._spawn_worker(s)
         self.host.start()
         self.host.wait_measured(min(self.spec.warmup + 1, self.spec.iterations))
         limit = (self.memory_limit or 0.0) / GB or 1e6
@@ -149,6 +152,14 @@ class BubbleRuntime:
         self._publish()
         self._execute(engine.handle(ev.ExperimentStarted(self._clock.now(), cluster)))
         threading.Thread(target=self._loop, name="nbtune-bubbles", daemon=True).start()
+
+    def _spawn_worker(self, stage: int) -> None:
+        inbox = self.ctx.Queue()
+        proc = self.ctx.Process(target=trial_worker, daemon=True, args=(
+            stage, self.host.gates[stage], inbox, self.out, self.nice, self.idle_class,
+            self.max_wait))
+        proc.start()
+        self.workers[stage] = (proc, inbox)
 
     def host_run(self, timeout: float | None = None) -> HostRun:
         """The host's whole measured run, once it has ended (bounded)."""
@@ -184,7 +195,7 @@ class BubbleRuntime:
                 while not self._events.empty():
                     events.append(self._events.get())
                 try:
-                    msg = self.out.get(timeout=0.05)
+                    msg = self.host.early.pop(0) if self.host.early else self.out.get(timeout=0.05)
                 except queue.Empty:
                     msg = None
                 republish = False
@@ -204,9 +215,14 @@ class BubbleRuntime:
             self.error = exc
             self._done.set()
         finally:
-            for recs in self.guests.values():
-                for r in recs:
-                    r.proc.join(1.0)
+            for rec in list(self.on_stage.values()):  # a stop first: it leaves the gate cleanly
+                rec.control.put({"k": "stop", "reason": "stop"})
+            for _, inbox in self.workers.values():
+                inbox.put({"k": "quit"})
+            for proc, _ in self.workers.values():
+                proc.join(5.0)
+                if proc.is_alive():
+                    proc.kill()
             self.host.close()
             self._over.set()
 
@@ -246,6 +262,7 @@ class BubbleRuntime:
         for rec in list(self.on_stage.values()):
             if rec.exit is None and not rec.proc.is_alive() and self.out.empty():
                 rec.exit = {"ok": False}
+                self._spawn_worker(rec.stage)
                 self._vacate(rec)
                 if not rec.cancelled:
                     out.append(ev.TrialFailed(self._clock.now(), rec.launch.trial_id,
@@ -286,14 +303,11 @@ class BubbleRuntime:
                "metric": self._engine.metric, "threads": 1,
                "env": {} if core is None else {"NBTUNE_CPU_CORES": str(core)},
                "run": len(self.guests.get(c.trial_id, ()))}
-        control = self.ctx.Queue()
-        proc = self.ctx.Process(target=trial_main, daemon=True, args=(
-            job, self.host.gates[stage], self.out, control, self.nice, self.idle_class,
-            self.max_wait))
-        rec = GuestRecord(c, stage, proc, control)
+        proc, inbox = self.workers[stage]
+        rec = GuestRecord(c, stage, proc, inbox)
         self.guests.setdefault(c.trial_id, []).append(rec)
         self.on_stage[stage] = rec
-        proc.start()
+        inbox.put(job)
 
     def _vacate(self, rec: GuestRecord) -> None:
         if self.on_stage.get(rec.stage) is rec:
@@ -304,10 +318,8 @@ class BubbleRuntime:
     def close(self) -> None:
         """Stop what is still running (bounded)."""
         self._done.set()
-        for recs in self.guests.values():
-            for r in recs:
-                if r.proc.is_alive():
-                    with contextlib.suppress(Exception):
-                        r.control.put({"k": "stop", "reason": "stop"})
+        for rec in list(self.on_stage.values()):
+            with contextlib.suppress(Exception):
+                rec.control.put({"k": "stop", "reason": "stop"})
         self._over.wait(self.spec.timeout)
         self._tmp.cleanup()

@@ -24,7 +24,7 @@ from nbtune.runtimes.dask.trial_api import Trial
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
-SPEC = HostSpec(iterations=60, warmup=2, width=256, depth=4, batch=64, microbatches=4,
+SPEC = HostSpec(iterations=150, warmup=2, width=256, depth=4, batch=64, microbatches=4,
                 grace=0.02, timeout=240.0)
 SPACE = {"lr": choice([0.01, 0.03, 0.1]), "seed": choice([1, 2, 3, 4])}
 
@@ -99,7 +99,7 @@ def test_the_scheduler_places_trials_on_the_hosts_stages(tuned):
     # every launch went to a stage worker, one guest per stage at a time
     alloc = exp.allocations()
     assert set(alloc["gpu_id"]) <= {0, 1} and len(set(alloc["gpu_id"])) == 2
-    for g, rows in alloc.groupby("gpu_id"):
+    for _, rows in alloc.groupby("gpu_id"):
         spans = sorted(zip(rows["start"], rows["end"], strict=True))
         assert all(b[0] >= a[1] - 1e-9 for a, b in zip(spans, spans[1:], strict=False))
     # the allocator read windows the host measured (idle share of its stages), never a formula
@@ -134,12 +134,10 @@ def test_no_guest_computes_while_its_stage_computes(tuned):
 def test_the_memory_check_keeps_a_trial_off_a_stage_it_does_not_fit():
     from nbtune.allocators.bubble_windows import published_room
     from nbtune.allocators.bubbles import IdleWindow
-    from nbtune.allocators.profiling import Profile, model_signature
+    from nbtune.allocators.profiling import InMemoryProfileStore, Profile, model_signature
     from nbtune.core.resources import GPU, ClusterSpec, Demand
     from nbtune.core.trial import TrialSpec
     from tests.allocators.fluid_views import View
-
-    from nbtune.allocators.profiling import InMemoryProfileStore
 
     # measured peaks (GB) by model signature, as the runtime's profiler keeps them
     profiles = InMemoryProfileStore([
