@@ -27,6 +27,10 @@ was measured as 0: the run's first trials are its probes.
 :func:`ledger_idle_windows` measures, after the fact, every stretch a worker
 held nothing in the engine's allocation log (what a benchmark reports).
 
+*Input stalls* are the third kind: a trial measured busy only a fraction of
+the time (waiting on its data) leaves its worker's compute idle; trials the
+base leaves waiting are packed there (:mod:`nbtune.allocators.stall_packing`).
+
 **The rule.** :class:`BubblesAllocator` lets its base allocator decide which
 pending trials start and with what share, then re-pairs the single-GPU
 launches onto idle GPUs among themselves, best fit: windows in ascending
@@ -56,6 +60,7 @@ from typing import Any
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.bubbles import IdleWindow, straggler_gaps
 from nbtune.allocators.profiling import profile_for
+from nbtune.allocators.stall_packing import stall_launches, stall_max_share, stall_slots
 from nbtune.core.resources import Placement
 from nbtune.core.tolerance import EPS
 
@@ -234,10 +239,10 @@ class BubblesAllocator(BaseAllocator):
             self.name = f"bubbles+{base if isinstance(base, str) else self.base.name}"
 
     def capacity(self, view: SchedulingView) -> int:
-        return self.base.capacity(view)
+        return self.base.capacity(view) + stall_slots(view)
 
     def max_share(self, view: SchedulingView, gpu_id: int) -> float:
-        return self.base.max_share(view, gpu_id)
+        return stall_max_share(view, gpu_id, self.base.max_share(view, gpu_id))
 
     def windows(self, view: SchedulingView) -> dict[int, float]:
         """Each idle GPU's idle window in seconds: published if its host said, else the barrier's."""
@@ -270,6 +275,8 @@ class BubblesAllocator(BaseAllocator):
             self._repair(view, alloc, movable, holds)
         for tid in [t for t, pl in alloc.launch.items() if t not in held and not holds(t, pl)]:
             del alloc.launch[tid]  # fits beside no host stage it was given: it waits
+        if not room:  # input stalls (not beside a host, whose stage's bubbles are its own)
+            stall_launches(view, alloc)
         return alloc
 
     def _repair(self, view: SchedulingView, alloc: Allocation, movable: list[int],
