@@ -64,8 +64,7 @@ def ab(run, guests: dict[int, GuestSpec], solo_step: dict[str, float]) -> dict:
         for k in its:
             if not spec.gated(k):
                 continue
-            lo = run.stage_spans[k][s][0]
-            hi = run.stage_spans[k + 1][s][0] if k + 1 < spec.iterations else run.stage_spans[k][s][1]
+            lo, hi = window(run, k, s)
             windows.append((lo, hi))
             bubble += total(idle_windows(stage, lo, hi))
             steps += sum(lo <= e < hi for e in res.step_ends)
@@ -79,17 +78,28 @@ def ab(run, guests: dict[int, GuestSpec], solo_step: dict[str, float]) -> dict:
     return out
 
 
+def window(run, k: int, s: int) -> tuple[float, float]:
+    """Iteration ``k`` of stage ``s``: from its start to the next one's (the gap between
+    iterations is the stage's idle time too); how :func:`ab` measures bubbles."""
+    spec = run.spec
+    lo = run.stage_spans[k][s][0]
+    hi = run.stage_spans[k + 1][s][0] if k + 1 < spec.iterations else run.stage_spans[k][s][1]
+    return lo, hi
+
+
 def held_idle(run) -> tuple[float, list[float]]:
-    """Median held iteration time and each stage's idle fraction in held iterations (the host
-    without guests): all a what-if may be fed."""
+    """Mean held iteration time and each stage's idle fraction in held iterations (the host
+    without guests), windows as :func:`ab` measures them: all a what-if may be fed."""
     spec = run.spec
     its = [k for k in range(spec.warmup, spec.iterations) if not spec.gated(k)]
-    idle = []
+    idle, spans = [], []
     for s in range(spec.stages):
-        span = sum(run.stage_spans[k][s][1] - run.stage_spans[k][s][0] for k in its)
-        busy = sum(total(merge(run.iterations[k][s])) for k in its)
-        idle.append(1.0 - busy / span)
-    return statistics.median(run.iter_spans[k][1] - run.iter_spans[k][0] for k in its), idle
+        stage = [iv for it in run.iterations for iv in it[s]]
+        ws = [window(run, k, s) for k in its]
+        spans.append(sum(hi - lo for lo, hi in ws) / len(ws))
+        idle.append(sum(total(idle_windows(stage, lo, hi)) for lo, hi in ws)
+                    / sum(hi - lo for lo, hi in ws))
+    return sum(spans) / len(spans), idle
 
 
 def what_if(run, f: dict, guests: dict) -> dict:

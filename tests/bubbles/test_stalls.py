@@ -41,7 +41,8 @@ def waits_on_data(config, trial):
 
 
 def run(client, allocator):
-    rt = DaskRuntime(client, preload=(), warm_processes=2, sample_interval=0.2)
+    # as many warm trial processes as the stall can hold (1/u ≤ 4): a cold one starts in seconds
+    rt = DaskRuntime(client, preload=(), warm_processes=4, sample_interval=0.2)
     exp = nbtune.tune(waits_on_data, {"x": uniform(0, 1)}, algorithm="random", num_trials=8,
                       max_budget=4, metric="loss", seed=1, allocator=allocator, runtime=rt,
                       validate=True)
