@@ -21,6 +21,7 @@ from nbtune.bubbles.runtime import BubbleRuntime
 from nbtune.bubbles.timeline import subtract
 from nbtune.core.space import choice
 from nbtune.runtimes.dask.trial_api import Trial
+from tests.runtimes.test_dask_trial_api import MemoryChannel
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -51,24 +52,13 @@ def train(config, trial):
         trial.report(step=step, loss=loss.item())
 
 
-class _Collect:
-    def __init__(self):
-        self.sent = []
-
-    def send(self, msg):
-        self.sent.append(msg)
-
-    def poll_control(self):
-        return []
-
-
 def alone(config, budget):
     """The same function, in this process, ungated: its reports in order."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in the guest process
-    ch = _Collect()
+    ch = MemoryChannel()
     try:
         train(config, Trial({"trial_id": 0, "config": config, "start_step": 0, "budget": budget,
                              "checkpoint_dir": "."}, ch))
