@@ -46,7 +46,7 @@ def test_packed_workers_never_exceed_their_measured_stall(running, pending):
     launch = BubblesAllocator().allocate(v).launch
     on = {g: [us[f"r{g}"]] + [us[f"p{t - 100}"] for t, pl in launch.items() if pl[0][0] == g]
           for g in range(len(running))}
-    for g, xs in on.items():
+    for xs in on.values():
         assert len(xs) <= stall_oversubscription(xs) + 1e-9  # Σu ≤ 1
     # nothing left waiting would still have fitted beside any worker's trials
     for i, u in enumerate(pending):
