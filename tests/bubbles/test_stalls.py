@@ -44,7 +44,7 @@ def run(client, allocator):
     # as many warm trial processes as the stall can hold (1/u ≤ 4): a cold one starts in seconds
     rt = DaskRuntime(client, preload=(), warm_processes=4, sample_interval=0.2)
     exp = nbtune.tune(waits_on_data, {"x": uniform(0, 1)}, algorithm="random", num_trials=8,
-                      max_budget=4, metric="loss", seed=1, allocator=allocator, runtime=rt,
+                      max_budget=3, metric="loss", seed=1, allocator=allocator, runtime=rt,
                       validate=True)
     try:
         assert rt.wait(WAIT), f"{allocator}: the experiment did not end in {WAIT} s"
