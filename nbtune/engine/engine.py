@@ -23,7 +23,7 @@ from nbtune.core.group import TrialGroup
 from nbtune.core.resources import ClusterSpec, Placement
 from nbtune.core.tolerance import EPS
 from nbtune.core.trial import Decision, TrialRecord, TrialSpec, TrialState
-from nbtune.engine import barrier_fill, invariants, scheduling
+from nbtune.engine import barrier_fill, fusion_units, invariants, scheduling
 from nbtune.engine.errors import EngineError
 from nbtune.engine.state import ResourceLedger
 
@@ -85,6 +85,7 @@ class Engine:
             ev.ConcurrencyChanged: self._on_concurrency,
             ev.UtilizationSampled: self._on_utilization,
             ev.TrialSampled: self._on_sampled,
+            ev.UnitMemoryMeasured: lambda e, cmds: fusion_units.measured(self, e),
         }
 
     # ------------------------------------------------------------ public API
