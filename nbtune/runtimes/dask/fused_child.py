@@ -10,7 +10,12 @@ so the driver files it under that trial, and control messages addressed to one m
 The unit's peak memory rides on its reports (``"mem"``, bytes, sent whenever it grew):
 ``torch.cuda.max_memory_allocated`` on a GPU, the process's peak resident set on a CPU
 worker (reset when the unit starts, since a CPU trial process serves job after job). The
-driver passes it to the engine, which sizes fused units from it (``fusion=True``).
+driver passes it to the engine, which sizes fused units from it (``fusion=True``). It is
+sent from the second step of the segment on (or at its last step, if it has one): the
+first optimizer step only creates the optimizer's state, and measured here the second
+one still added a temporary per member (a 64-4096-4096-10 MLP with SGD momentum on CPU
+peaked at 1039 MB after step 1 and 1112 MB after step 2 at F = 2), as
+:func:`nbtune.fusion.memory.measure_peak` runs two steps for the same reason.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class _Hub:
         self.boxes: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
         self.cuda = device == "cuda"
         self.sent = 0  # the peak last sent
+        self.from_step = math.inf  # the first step whose report carries the peak
         if self.cuda:
             import torch
 
@@ -49,7 +55,7 @@ class _Hub:
         return process_peak()
 
     def send(self, msg: dict[str, Any]) -> None:
-        if msg.get("k") == "report":
+        if msg.get("k") == "report" and float(msg.get("step", 0)) >= self.from_step:
             peak = self.peak()
             if peak > self.sent:
                 self.sent = msg["mem"] = peak
@@ -89,5 +95,6 @@ def run_fused(fn: Any, job: dict[str, Any], channel: Any) -> Any:
     budget = int(math.floor(float(job["budget"]) + 1e-9))
     fused = FusionTrial([t.config for t in trials], trials, budget,
                         start_step=resume_step(trials))
+    hub.from_step = min(fused.start_step + 2, budget)
     fn(fused.config, fused)
     return fused
