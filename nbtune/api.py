@@ -46,7 +46,7 @@ def _check_numbers(max_failures: Any, trial_timeout: Any) -> None:
 
 
 #: the cap over the memory-measured F_max that ``fusion=True`` gives (a unit that wide
-#: already keeps a GPU busy; Hydro's widest evaluated fusion is 100 trials)
+#: already keeps a GPU busy; Hydro's headline result fuses F = 100)
 MAX_FUSION = 256
 _FUSION_NAMES = {"as_fusion_trial", "FusionTrial", "run_group"}
 
@@ -257,6 +257,7 @@ def tune(
                 allocator=allocator, allocator_options=allocator_options, trainable=trainable,
                 runtime=rt.name, max_failures=max_failures,
                 checkpoints=runtime_checkpoints(st, name, rt),
+                fusion=None if engine.fusion is None else engine.fusion.settings(),
             )
     hooks = {} if executor is None else _executor_hooks(executor)
     return build_experiment(name, engine, rt, trainable, store=st, record=record, created=True,

@@ -82,6 +82,12 @@ class FusionBinder:
             raise ValueError(f"fusion: F must be an integer >= 1, got {self.f_max!r}")
         self.shape_keys = tuple(self.shape_keys)
 
+    def settings(self) -> dict[str, Any]:
+        """What :func:`enable` takes to fuse the same way again (stored for resume)."""
+        return {"f_max": self.f_max, "shape_keys": list(self.shape_keys),
+                "elastic": self.elastic, "memory": self.fit is not None,
+                "margin": 0.1 if self.fit is None else self.fit.margin}
+
     def units(self, eng: Engine) -> list[list[TrialSpec]]:
         """The pending queue as units, in the queue order of their first member."""
         pending = list(eng.pending)
