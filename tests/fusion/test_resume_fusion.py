@@ -16,6 +16,7 @@ import pytest
 
 from nbtune.core.space import choice
 from tests.dask_cluster import local_client
+from tests.fusion.test_trial import ckpt_train
 
 pytestmark = pytest.mark.integration
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -24,34 +25,16 @@ SPACE = {"seed": choice([0, 1, 2, 3]), "hidden": choice([16]), "lr": choice([0.3
          "momentum": choice([0.0, 0.9])}
 
 
+def _wait_for_gate(trial, step):
+    gate = Path(trial.members[0].checkpoint_dir).parent.parent / "gate-open"
+    while step > 3 and not gate.exists():
+        time.sleep(0.05)
+
+
 def gated_train(config, trial):
     """``tests.fusion.test_trial.ckpt_train`` that waits before step 4 until the test
     opens a gate file beside the store's checkpoints."""
-    import torch
-    import torch.nn.functional as F
-
-    from nbtune.examples.digits import load_data
-    from nbtune.examples.fusion_digits import make_model
-    from nbtune.fusion.trial import as_fusion_trial
-
-    torch.set_num_threads(1)
-    trial = as_fusion_trial(trial)
-    gate = Path(trial.members[0].checkpoint_dir).parent.parent / "gate-open"
-    x, y, xv, yv = load_data()
-    model = trial.model(make_model)
-    opt = trial.optimizer(torch.optim.SGD, model, lr="lr", momentum="momentum")
-    for step in trial.steps():
-        while step > 3 and not gate.exists():
-            time.sleep(0.05)
-        for i in range(0, 512, 128):
-            loss, _ = trial.loss(F.cross_entropy, model(x[i:i + 128]), y[i:i + 128])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        with torch.no_grad():
-            _, per_loss = trial.loss(F.cross_entropy, model(xv), yv)
-        trial.report(step, loss=per_loss)
-        trial.checkpoint(step)
+    ckpt_train(config, trial, before_step=_wait_for_gate)
 
 
 def test_a_fused_run_resumes_fused_from_each_members_checkpoint(tmp_path):
@@ -61,7 +44,7 @@ def test_a_fused_run_resumes_fused_from_each_members_checkpoint(tmp_path):
     from nbtune.resumption import prepare_resume
     from nbtune.runtimes.dask import DaskRuntime
     from nbtune.store import Store
-    from tests.fusion.test_trial import Recorder, ckpt_train
+    from tests.fusion.test_trial import Recorder
 
     with local_client() as client:
         rt = DaskRuntime(client, preload=("torch",), warm_processes=1, dashboard_address=None)
