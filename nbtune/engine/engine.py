@@ -85,7 +85,7 @@ class Engine:
             ev.ConcurrencyChanged: self._on_concurrency,
             ev.UtilizationSampled: self._on_utilization,
             ev.TrialSampled: self._on_sampled,
-            ev.UnitMemoryMeasured: lambda e, cmds: fusion_units.measured(self, e),
+            ev.UnitMemoryMeasured: self._on_unit_memory,
         }
 
     # ------------------------------------------------------------ public API
@@ -323,6 +323,9 @@ class Engine:
 
     def _on_sampled(self, e: ev.TrialSampled, cmds: list[Command]) -> None:
         pass  # for the runtime's profiler (a subscriber); nothing to decide
+
+    def _on_unit_memory(self, e: ev.UnitMemoryMeasured, cmds: list[Command]) -> None:
+        fusion_units.measured(self, e)  # F_max from memory (tune(..., fusion=True))
 
     def _on_utilization(self, e: ev.UtilizationSampled, cmds: list[Command]) -> None:
         for g, u in e.gpu_util.items():

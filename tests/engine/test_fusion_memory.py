@@ -137,3 +137,12 @@ def test_fusion_with_memory_keeps_the_margin_in_range():
     algo = OneShot(SPACE, metric="loss", max_budget=2, num_trials=2, seed=0)
     with pytest.raises(ValueError, match="margin"):
         enable(Engine(algo), 8, ("width",), memory=True, margin=1.0)
+
+
+def test_the_measurement_is_stored_and_read_back_for_resume():
+    """A resumed run replays the stored events: the peaks must come back as they were."""
+    from nbtune.store.serialize import dump_event, load_event
+
+    e = ev.UnitMemoryMeasured(3.5, 7, 12 * GB + 345)
+    kind, payload = dump_event(e)
+    assert load_event(kind, payload) == e
