@@ -96,13 +96,14 @@ class FusionBinder:
         out = [[s] for s in pending if s.restore_from is not None]
         configs = [{**s.config, _START: eng.trials[s.trial_id].budget_used, _BUDGET: s.budget}
                    for s in fusible]
-        workers = max(len(eng.idle_gpus), 1)
+        idle = len(eng.idle_gpus)
         probes: dict[Key, list[int]] = {}
         for g in group_trials(configs, [*self.shape_keys, _START, _BUDGET], batch_key=None):
             specs = [fusible[i] for i in g.trials]
             key = shape_key(specs[0].config, self.shape_keys)
             lim = self.limit(eng, key)
             if lim is not None:
+                workers = max(idle + self._probing_gpus(eng, key), 1)
                 out.extend([specs[i] for i in part]
                            for part in split_group(range(len(specs)), workers, lim))
                 continue
@@ -125,6 +126,17 @@ class FusionBinder:
             return self.f_max
         lim = self.fit.limit(key, min(g.memory_gb for g in eng.cluster.gpus) * 1e9)
         return None if lim is None else min(lim, self.f_max)
+
+    def _probing_gpus(self, eng: Engine, key: Key) -> int:
+        """GPUs that the group's probes still hold. They come back to the group, so its
+        trials are split over them too: without that, a group whose F = 2 probe reports
+        while only the F = 1 probe's worker is idle puts every trial in one unit, and the
+        second worker then idles (61 trials in one unit in ``fusion_e2e --fusion true``)."""
+        if self.fit is None:
+            return 0
+        return len({g for u, (k, _, lim) in self.fit.units.items()
+                    if k == key and lim is None and self._alive(eng, u)
+                    for g, _ in self.placements[u]})
 
     def _alive(self, eng: Engine, unit: int) -> bool:
         return any(eng.trials[t].unit == unit and t in eng.running

@@ -146,3 +146,28 @@ def test_the_measurement_is_stored_and_read_back_for_resume():
     e = ev.UnitMemoryMeasured(3.5, 7, 12 * GB + 345)
     kind, payload = dump_event(e)
     assert load_event(kind, payload) == e
+
+
+def test_a_group_is_split_over_the_workers_its_probes_still_hold():
+    """Two workers: the F = 1 probe ends, then the F = 2 probe reports its peak while it
+    still runs. The other 9 trials are split over both workers (the probe's comes back),
+    not put in one unit on the idle one."""
+    algo = OneShot({"x": uniform(0, 1), "width": choice([8])}, metric="loss", max_budget=3,
+                   num_trials=12, seed=0)
+    eng = Engine(algo, validate=True)
+    enable(eng, 256, ("width",), memory=True)
+    cmds = eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(2, memory_gb=16)))
+    (u1, (one,)), (u2, two) = sorted(_units(cmds).items(), key=lambda kv: len(kv[1]))
+    assert len(two) == 2
+    eng.handle(ev.UnitMemoryMeasured(1.0, u1, GB), ev.TrialReported(1.0, one, 1, {"loss": 1}))
+    for b in (2, 3):
+        cmds = eng.handle(ev.TrialReported(float(b), one, b, {"loss": 1}))
+    assert not _units(cmds)  # the F = 2 probe has not reported its peak: the rest wait
+    out = eng.handle(ev.UnitMemoryMeasured(4.0, u2, GB + GB // 10),
+                     *(ev.TrialReported(4.0, t, 1, {"loss": 1}) for t in two))
+    (unit, members), = _units(out).items()  # one worker is idle: one unit launches now
+    assert len(members) == 5  # 9 trials over the idle worker and the probe's
+    for b in (2, 3):
+        out = eng.handle(*(ev.TrialReported(5.0 + b, t, b, {"loss": 1}) for t in two))
+    (_, rest), = _units(out).items()  # the probe's worker takes the other 4
+    assert len(rest) == 4
