@@ -12,7 +12,8 @@ on the experiment's clock), and each trial's final loss must agree across the si
 
 Goal (issue 10): makespan ratio >= 3x, identical per-trial final metrics within 1e-4.
 
-Run: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/fusion_e2e.py [--trials 64] [--reps 2]``.
+Run: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/fusion_e2e.py [--trials 64] [--reps 2]
+[--fusion 32|true]``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--fusion", type=int, default=32)
+    ap.add_argument("--fusion", type=lambda v: True if v == "true" else int(v), default=32,
+                    help="F, or 'true': F_max from measured memory (probes at F = 1, 2)")
     ap.add_argument("--reps", type=int, default=2)
     args = ap.parse_args()
 

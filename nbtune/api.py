@@ -45,8 +45,9 @@ def _check_numbers(max_failures: Any, trial_timeout: Any) -> None:
                          f"got {trial_timeout!r}")
 
 
-#: the fusion limit ``fusion=True`` gives (the memory-measured F_max is not wired in yet)
-DEFAULT_FUSION = 16
+#: the cap over the memory-measured F_max that ``fusion=True`` gives: above Hydro's 676
+#: scaled ResNet-18s on one A100 (Fig. 8), a guard against a slope lost in noise
+MAX_FUSION = 1024
 _FUSION_NAMES = {"as_fusion_trial", "FusionTrial", "run_group"}
 
 
@@ -56,7 +57,7 @@ def _check_fusion(fusion: Any, shape_keys: Sequence[str] | None, trainable: Any,
     that does not build its model through the fusion trial API fail before anything runs."""
     if fusion is False or fusion is None:
         return 0, ()
-    f = DEFAULT_FUSION if fusion is True else fusion
+    f = MAX_FUSION if fusion is True else fusion
     if isinstance(f, bool) or not isinstance(f, int) or f < 1:
         raise ValueError(f"fusion must be True, False or a number of trials per fused model "
                          f"F >= 1, got {fusion!r}")
@@ -158,10 +159,12 @@ def tune(
     saying so (a hung data loader must not hold a GPU for ever); the other
     trials go on.
 
-    ``fusion=F`` (or ``True``: F = 16) fuses trials, Hydro-style (docs/fusion.rst): pending
+    ``fusion=F`` fuses trials, Hydro-style (docs/fusion.rst): pending
     trials whose ``shape_keys`` values agree (default: ``batch_size`` when the space has
     it; keys that change parameter shapes must be listed) train as one fused model of up to
-    F members in one process on one worker. Each member is an ordinary trial (results gain
+    F members in one process on one worker. ``fusion=True`` measures F_max instead: each
+    shape group first runs units of one and two members, and once both reported their
+    peak memory its units are as wide as fits the worker's memory less 10 %. Each member is an ordinary trial (results gain
     a ``group`` column, the fused unit's id); an algorithm stops or pauses members one by
     one. Needs a training function written against the fusion trial API
     (``trial.model``/``optimizer``/``loss``, e.g. through ``as_fusion_trial``) and the Dask
@@ -235,7 +238,8 @@ def tune(
     if f_max:  # elastic split (Hydro §5.3) through per-member checkpoints, if it saves any
         from nbtune.runtimes.dask.trial_api import uses_checkpoints
 
-        fusion_units.enable(engine, f_max, keys, elastic=uses_checkpoints(trainable))
+        fusion_units.enable(engine, f_max, keys, elastic=uses_checkpoints(trainable),
+                            memory=fusion is True)
     if st is not None and getattr(rt, "profiler", None) is None:
         from nbtune.runtimes.profiler import Profiler
         from nbtune.store import SqlProfileStore
@@ -253,6 +257,7 @@ def tune(
                 allocator=allocator, allocator_options=allocator_options, trainable=trainable,
                 runtime=rt.name, max_failures=max_failures,
                 checkpoints=runtime_checkpoints(st, name, rt),
+                fusion=None if engine.fusion is None else engine.fusion.settings(),
             )
     hooks = {} if executor is None else _executor_hooks(executor)
     return build_experiment(name, engine, rt, trainable, store=st, record=record, created=True,

@@ -16,6 +16,7 @@ from typing import Any
 from nbtune.algorithms.base import BaseAlgorithm
 from nbtune.allocators.base import BaseAllocator
 from nbtune.build import build_experiment
+from nbtune.engine import fusion_units
 from nbtune.engine.restart import RestartableEngine
 from nbtune.experiment import Experiment
 from nbtune.runtimes.base import Runtime
@@ -95,6 +96,8 @@ def prepare_resume(
     algo = rebuild_algorithm(row, algorithm)
     alloc = rebuild_allocator(row, allocator)
     engine = RestartableEngine(algo, alloc, validate=validate, max_failures=row.max_failures)
+    if row.fusion:  # fused as the first run was: the replay rebuilds the same units
+        fusion_units.enable(engine, **row.fusion)
     # measured again from the replayed events, so the allocator decides as it did the first time
     Profiler(SqlProfileStore(st)).attach(engine, work)
     batches = replay(engine, st.event_log(name))
@@ -117,7 +120,8 @@ def resume(
     """Continue experiment ``name`` from ``store`` (default ``./nbtune-store/nbtune.db``).
 
     Completed trials are not rerun; trials that were running restart from
-    their checkpoints. ``trainable`` is needed unless it was a module-level
+    their checkpoints. A run started with ``fusion=`` fuses again with the same settings
+    (its units' members restart from their own checkpoints, fused anew). ``trainable`` is needed unless it was a module-level
     function; ``algorithm``/``allocator`` only if the original run was given
     instances rather than registry names. Returns the :class:`Experiment`,
     which keeps recording into the same store.

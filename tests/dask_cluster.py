@@ -8,17 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import distributed
 import pytest
 
 
 @contextmanager
-def local_client(n_workers: int = 2) -> Iterator[distributed.Client]:
+def local_client(n_workers: int = 2, **cluster_kwargs: Any) -> Iterator[distributed.Client]:
+    """``cluster_kwargs`` go to the LocalCluster (``memory_limit="1GB"``...)."""
     cluster = distributed.LocalCluster(
         n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
         dashboard_address=None, resources={"GPU": 1},
         scheduler_kwargs={"dashboard_address": ":0"},  # never fight over port 8787
+        **cluster_kwargs,
     )
     client = distributed.Client(cluster, set_as_default=False)
     try:

@@ -33,6 +33,7 @@ __all__ = [
     "ExperimentResumeRequested",
     "ConcurrencyChanged",
     "UtilizationSampled",
+    "UnitMemoryMeasured",
 ]
 
 
@@ -150,3 +151,17 @@ class TrialSampled(Event):
     trial_id: int
     util: float
     memory_gb: float = 0.0
+
+
+@dataclass(slots=True)
+class UnitMemoryMeasured(Event):
+    """A fused unit's peak memory so far, in bytes, as its process measured it.
+
+    ``tune(..., fusion=True)``: the engine fits a line through the peaks of units of two
+    sizes and sizes later units under the worker's memory (:mod:`nbtune.engine.fusion_memory`).
+    On a GPU the peak is ``torch.cuda.max_memory_allocated``; on a CPU worker the trial
+    process's peak resident set.
+    """
+
+    unit: int
+    peak_bytes: int

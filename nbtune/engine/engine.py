@@ -23,7 +23,7 @@ from nbtune.core.group import TrialGroup
 from nbtune.core.resources import ClusterSpec, Placement
 from nbtune.core.tolerance import EPS
 from nbtune.core.trial import Decision, TrialRecord, TrialSpec, TrialState
-from nbtune.engine import barrier_fill, invariants, scheduling
+from nbtune.engine import barrier_fill, fusion_units, invariants, scheduling
 from nbtune.engine.errors import EngineError
 from nbtune.engine.state import ResourceLedger
 
@@ -85,6 +85,7 @@ class Engine:
             ev.ConcurrencyChanged: self._on_concurrency,
             ev.UtilizationSampled: self._on_utilization,
             ev.TrialSampled: self._on_sampled,
+            ev.UnitMemoryMeasured: self._on_unit_memory,
         }
 
     # ------------------------------------------------------------ public API
@@ -322,6 +323,9 @@ class Engine:
 
     def _on_sampled(self, e: ev.TrialSampled, cmds: list[Command]) -> None:
         pass  # for the runtime's profiler (a subscriber); nothing to decide
+
+    def _on_unit_memory(self, e: ev.UnitMemoryMeasured, cmds: list[Command]) -> None:
+        fusion_units.measured(self, e)  # F_max from memory (tune(..., fusion=True))
 
     def _on_utilization(self, e: ev.UtilizationSampled, cmds: list[Command]) -> None:
         for g, u in e.gpu_util.items():

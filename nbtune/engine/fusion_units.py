@@ -19,6 +19,11 @@ Elastic split (§5.3, :func:`split_idle`, when the loop checkpoints): when worke
 and nothing is queued, the biggest running unit gives half its members away; they resume
 from their checkpoints as a new unit on the idle workers. A unit is never resized.
 
+F_max from memory (``tune(..., fusion=True)``, :mod:`.fusion_memory`): ``f_max`` is then
+only a cap; each shape group is probed with units of one and two members, and once both
+have reported their peak memory its units are sized under the smallest worker's memory
+less a margin.
+
 Pure, like the engine: no clock, no I/O. Specs that restore another trial's checkpoint
 (PBT) are not fused.
 """
@@ -31,10 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbtune.allocators.base import Allocation
+from nbtune.core import events as ev
 from nbtune.core.commands import Command, Pause
 from nbtune.core.resources import Placement
 from nbtune.core.trial import TrialSpec
 from nbtune.engine.errors import EngineError
+from nbtune.engine.fusion_memory import PROBES, Key, MemoryFit, shape_key
 from nbtune.engine.state import InvariantError
 from nbtune.fusion.planner import group_trials, split_group
 
@@ -42,7 +49,12 @@ from nbtune.fusion.planner import group_trials, split_group
 #: the engine imports this module)
 Engine = Any
 
-__all__ = ["FusionBinder", "UnitView", "enable", "capacity", "allocate", "split_idle", "check"]
+__all__ = ["FusionBinder", "UnitView", "enable", "capacity", "allocate", "split_idle", "check",
+           "measured", "DEFAULT_FUSION"]
+
+#: how many trials per worker the algorithm is asked for under fusion=True before any
+#: group's F_max is measured
+DEFAULT_FUSION = 16
 
 _START, _BUDGET = "__nbtune_start", "__nbtune_budget"  # budget keys added to the shape keys
 
@@ -51,10 +63,13 @@ _START, _BUDGET = "__nbtune_start", "__nbtune_budget"  # budget keys added to th
 class FusionBinder:
     """The engine's fusion state: the limit, the shape keys and every unit launched."""
 
+    #: the most members a unit may have (with ``fit``: a cap over the measured F_max)
     f_max: int
     shape_keys: tuple[str, ...] = ()
     #: split running units onto idle workers (§5.3): only when the loop checkpoints
     elastic: bool = False
+    #: F_max from measured memory (fusion=True); None: every unit up to ``f_max``
+    fit: MemoryFit | None = None
     #: unit id -> its member trial ids (at launch) and its whole placement
     members: dict[int, tuple[int, ...]] = field(default_factory=dict)
     placements: dict[int, Placement] = field(default_factory=dict)
@@ -67,6 +82,12 @@ class FusionBinder:
             raise ValueError(f"fusion: F must be an integer >= 1, got {self.f_max!r}")
         self.shape_keys = tuple(self.shape_keys)
 
+    def settings(self) -> dict[str, Any]:
+        """What :func:`enable` takes to fuse the same way again (stored for resume)."""
+        return {"f_max": self.f_max, "shape_keys": list(self.shape_keys),
+                "elastic": self.elastic, "memory": self.fit is not None,
+                "margin": 0.1 if self.fit is None else self.fit.margin}
+
     def units(self, eng: Engine) -> list[list[TrialSpec]]:
         """The pending queue as units, in the queue order of their first member."""
         pending = list(eng.pending)
@@ -75,12 +96,51 @@ class FusionBinder:
         out = [[s] for s in pending if s.restore_from is not None]
         configs = [{**s.config, _START: eng.trials[s.trial_id].budget_used, _BUDGET: s.budget}
                    for s in fusible]
-        workers = max(len(eng.idle_gpus), 1)
+        idle = len(eng.idle_gpus)
+        probes: dict[Key, list[int]] = {}
         for g in group_trials(configs, [*self.shape_keys, _START, _BUDGET], batch_key=None):
-            out.extend([fusible[i] for i in part]
-                       for part in split_group(g.trials, workers, self.f_max))
+            specs = [fusible[i] for i in g.trials]
+            key = shape_key(specs[0].config, self.shape_keys)
+            lim = self.limit(eng, key)
+            if lim is not None:
+                workers = max(idle + self._probing_gpus(eng, key), 1)
+                out.extend([specs[i] for i in part]
+                           for part in split_group(range(len(specs)), workers, lim))
+                continue
+            # probed: the missing sizes, one unit each; the group's other trials wait
+            fit = self.fit
+            assert fit is not None  # only a measured limit is ever None
+            sizes = probes.setdefault(key, fit.probes(key, fit.in_flight(
+                key, lambda u: self._alive(eng, u))))
+            while sizes and specs:
+                n = sizes.pop(0)
+                out.append(specs[:n])
+                specs = specs[n:]
         out.sort(key=lambda u: order[u[0].trial_id])
         return out
+
+    def limit(self, eng: Engine, key: Key) -> int | None:
+        """The most members a unit of shape group ``key`` may have now; None while the
+        group is probed (fusion=True, fewer than two sizes measured)."""
+        if self.fit is None or self.f_max < max(PROBES):  # nothing to choose
+            return self.f_max
+        lim = self.fit.limit(key, min(g.memory_gb for g in eng.cluster.gpus) * 1e9)
+        return None if lim is None else min(lim, self.f_max)
+
+    def _probing_gpus(self, eng: Engine, key: Key) -> int:
+        """GPUs that the group's probes still hold. They come back to the group, so its
+        trials are split over them too: without that, a group whose F = 2 probe reports
+        while only the F = 1 probe's worker is idle puts every trial in one unit, and the
+        second worker then idles (61 trials in one unit in ``fusion_e2e --fusion true``)."""
+        if self.fit is None:
+            return 0
+        return len({g for u, (k, _, lim) in self.fit.units.items()
+                    if k == key and lim is None and self._alive(eng, u)
+                    for g, _ in self.placements[u]})
+
+    def _alive(self, eng: Engine, unit: int) -> bool:
+        return any(eng.trials[t].unit == unit and t in eng.running
+                   for t in self.members.get(unit, ()))
 
     def running(self, eng: Engine) -> dict[int, Placement]:
         """One entry per running unit (its first running member, the unit's placement),
@@ -111,13 +171,23 @@ class UnitView:
 
 
 def enable(eng: Engine, f_max: int, shape_keys: Sequence[str] = (),
-           elastic: bool = False) -> FusionBinder:
+           elastic: bool = False, memory: bool = False, margin: float = 0.1) -> FusionBinder:
     """Turn fusion on for ``eng`` (before it starts): units of up to ``f_max`` members;
-    ``elastic`` splits running units onto idle workers (the loop must checkpoint)."""
+    ``elastic`` splits running units onto idle workers (the loop must checkpoint);
+    ``memory`` sizes units from measured memory (:mod:`.fusion_memory`), ``f_max`` capping
+    them, keeping ``margin`` of the worker's memory free."""
     if eng.started:
         raise EngineError("fusion must be enabled before the experiment starts")
-    eng.fusion = FusionBinder(f_max, tuple(shape_keys), elastic)
+    eng.fusion = FusionBinder(f_max, tuple(shape_keys), elastic,
+                              MemoryFit(margin) if memory else None)
     return eng.fusion
+
+
+def measured(eng: Engine, e: ev.UnitMemoryMeasured) -> None:
+    """A unit's peak memory: refit its group's line; pending trials may now fuse wider."""
+    b: FusionBinder | None = eng.fusion
+    if b is not None and b.fit is not None and b.fit.measured(e.unit, int(e.peak_bytes)):
+        eng._dirty = True
 
 
 def _view(eng: Engine, units: list[list[TrialSpec]] | None = None) -> UnitView:
@@ -129,7 +199,13 @@ def _view(eng: Engine, units: list[list[TrialSpec]] | None = None) -> UnitView:
 def capacity(eng: Engine) -> int:
     """How many more trials the algorithm may hand out: the allocator's room in units,
     times F (a unit holds up to F trials)."""
-    return eng.allocator.capacity(_view(eng, [])) * eng.fusion.f_max
+    b: FusionBinder = eng.fusion
+    per_unit = b.f_max
+    if b.fit is not None:  # the widest F_max measured so far, else a default
+        known = [b.limit(eng, k) for k in b.fit.peaks]
+        per_unit = max([lim for lim in known if lim is not None],
+                       default=min(DEFAULT_FUSION, b.f_max))
+    return eng.allocator.capacity(_view(eng, [])) * per_unit
 
 
 def allocate(eng: Engine) -> Allocation:
@@ -155,6 +231,9 @@ def allocate(eng: Engine) -> Allocation:
         b.next_unit += 1
         b.members[uid] = tuple(s.trial_id for s in unit)
         b.placements[uid] = placement
+        if b.fit is not None:
+            key = shape_key(unit[0].config, b.shape_keys)
+            b.fit.launched(uid, key, len(unit), b.limit(eng, key))
         share = tuple((g, s / len(unit)) for g, s in placement)
         for s in unit:
             launch[s.trial_id] = share
@@ -197,6 +276,8 @@ def check(eng: Engine) -> None:
         return
     if b.launching:
         raise InvariantError(f"trials {sorted(b.launching)} were given a unit but not launched")
+    if b.fit is not None:
+        b.fit.check()
     for uid, members in b.members.items():
         if not 1 <= len(members) <= b.f_max:
             raise InvariantError(f"unit {uid} has {len(members)} members, F is {b.f_max}")

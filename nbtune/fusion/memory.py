@@ -27,20 +27,29 @@ StepBuilder = Callable[[int], Callable[[], object]]
 
 @dataclass(frozen=True)
 class MemoryProfile:
-    """Measured peaks (bytes) at F = 1 and F = 2 and the line through them."""
+    """Measured peaks (bytes) at F = ``m1`` and F = ``m2`` (1 and 2 unless given) and the
+    line through them. Online (``tune(..., fusion=True)``) the two sizes are the smallest
+    and the largest fused units measured so far: the wider apart, the less a few pages of
+    noise tilt the slope."""
 
     f1: int
     f2: int
+    m1: int = 1
+    m2: int = 2
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.m1 < self.m2:
+            raise ValueError(f"MemoryProfile: need sizes 1 <= m1 < m2, got {self.m1}, {self.m2}")
 
     @property
-    def per_member(self) -> int:
-        return max(self.f2 - self.f1, 1)
+    def per_member(self) -> float:
+        return max((self.f2 - self.f1) / (self.m2 - self.m1), 1)
 
     @property
-    def base(self) -> int:
-        return self.f1 - self.per_member
+    def base(self) -> float:
+        return self.f1 - self.per_member * self.m1
 
-    def predict(self, members: int) -> int:
+    def predict(self, members: int) -> float:
         return self.base + self.per_member * members
 
 
@@ -52,9 +61,10 @@ def fusion_limit(profile: MemoryProfile, limit_bytes: int, margin: float = 0.1) 
     if not 0 <= margin < 1:
         raise ValueError(f"fusion_limit: margin must be in [0, 1), got {margin}")
     budget = limit_bytes * (1 - margin)
-    if profile.f1 > budget:
-        raise ValueError(f"fusion_limit: one member needs {profile.f1:,} bytes, more than the "
-                         f"{budget:,.0f} allowed ({limit_bytes:,} minus a {margin:.0%} margin)")
+    if profile.predict(1) > budget:
+        raise ValueError(f"fusion_limit: one member needs {profile.predict(1):,.0f} bytes, "
+                         f"more than the {budget:,.0f} allowed ({limit_bytes:,} minus a "
+                         f"{margin:.0%} margin)")
     return max(1, math.floor((budget - profile.base) / profile.per_member))
 
 
@@ -96,6 +106,17 @@ def _cpu_peak(build_step: StepBuilder, members: int, steps: int) -> int:
     for _ in range(steps):
         step()
     return process_peak()
+
+
+def reset_process_peak() -> bool:
+    """Start this process's peak resident set again from its current one (Linux >= 4.0:
+    ``5`` into ``/proc/self/clear_refs``), so a reused trial process measures its next
+    job's peak, not the biggest of every job it ran. False where it cannot."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
 
 
 def process_peak() -> int:

@@ -62,12 +62,14 @@ def start_recording(
     max_failures: int = 0,
     background: bool = True,
     checkpoints: Callable[[int], tuple[float, str] | None] | None = None,
+    fusion: Mapping[str, Any] | None = None,
 ) -> Recorder:
     """Create ``name`` in ``store`` (a stored name raises) and record ``engine`` into it.
 
     ``algorithm``/``allocator`` are what the user passed (a registry name, a
     class or an instance) with their options, so resume can rebuild them.
-    ``checkpoints`` is the runtime's ``latest_checkpoint(trial_id)``, if it has one.
+    ``checkpoints`` is the runtime's ``latest_checkpoint(trial_id)``, if it has one;
+    ``fusion`` the engine's fusion settings (``FusionBinder.settings()``), if it fuses.
     """
     algo = engine.algorithm
     # the common options are stored as columns, taken from the algorithm itself
@@ -80,6 +82,7 @@ def start_recording(
         max_budget=float(algo.max_budget), min_budget=float(algo.min_budget),
         num_trials=algo.num_trials, seed=algo.seed, max_failures=int(max_failures),
         space=dump_space(algo.space), trainable=trainable_ref(trainable), runtime=runtime,
+        fusion=None if fusion is None else to_jsonable(dict(fusion)),
     )
     return Recorder(store, name, engine, background=background, checkpoints=checkpoints)
 

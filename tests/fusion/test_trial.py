@@ -99,8 +99,9 @@ class Saver(Recorder):
         return self.restore_state
 
 
-def ckpt_train(config, trial):
-    """``train`` plus a checkpoint per step (a loop that pauses and resumes)."""
+def ckpt_train(config, trial, before_step=None):
+    """``train`` plus a checkpoint per step (a loop that pauses and resumes);
+    ``before_step(trial, step)`` runs before each step's training."""
     import torch
     import torch.nn.functional as F
 
@@ -114,6 +115,8 @@ def ckpt_train(config, trial):
     model = trial.model(make_model)
     opt = trial.optimizer(torch.optim.SGD, model, lr="lr", momentum="momentum")
     for step in trial.steps():
+        if before_step is not None:
+            before_step(trial, step)
         for i in range(0, 512, 128):
             loss, _ = trial.loss(F.cross_entropy, model(x[i:i + 128]), y[i:i + 128])
             opt.zero_grad()

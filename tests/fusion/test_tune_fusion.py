@@ -160,3 +160,61 @@ def test_fusion_arguments_are_checked_before_anything_runs():
         nbtune.tune(plain_train, SPACE, fusion=True, **kw)
     with pytest.raises(ValueError, match="shape_keys"):
         nbtune.tune(train, SPACE, fusion=2, shape_keys=["width"], **kw)
+
+
+def _launched_units(exp):
+    """unit -> its members, for every fused Launch from now on."""
+    from nbtune.core.commands import Launch
+
+    units: dict[int, set[int]] = {}
+    exp.engine.subscribe(lambda events, cmds: [units.setdefault(c.unit, set()).add(c.trial_id)
+                                               for c in cmds if isinstance(c, Launch)
+                                               and c.unit is not None])
+    return units
+
+
+CKPT_SPACE = {"seed": choice([0, 1, 2, 3]), "hidden": choice([16]), "lr": choice([0.3, 0.03]),
+              "momentum": choice([0.0, 0.9])}
+
+
+def _fates_per_member(df, units):
+    """Some unit's members went different ways: one stopped at a rung, another promoted."""
+    state = dict(zip(df["trial_id"], df["state"], strict=True))
+    used = dict(zip(df["trial_id"], df["budget_used"], strict=True))
+    return [m for m in units.values() if len({(state[t], used[t]) for t in m}) > 1]
+
+
+def test_hyperband_stops_and_promotes_fused_members_by_its_rungs(runtime):
+    """Hyperband (eta 2, budgets 1..4: brackets of 4, 3 and 3 trials) with fused units:
+    each bracket keeps exactly as many members per rung as unfused Hyperband does."""
+    import nbtune
+    from tests.fusion.test_trial import ckpt_train
+
+    exp = nbtune.tune(ckpt_train, CKPT_SPACE, algorithm="hyperband", metric="loss", mode="min",
+                      max_budget=4, min_budget=1, eta=2, runtime=runtime, seed=0, fusion=4,
+                      validate=True)
+    units = _launched_units(exp)
+    assert exp.wait(180)
+    df = exp.results()
+    assert len(df) == 10 and not (df["state"] == "error").any(), df
+    done = df[df["state"] == "completed"]
+    assert len(done) == 5 and (done["budget_used"] == 4).all(), df  # 1 + 1 + 3
+    assert sorted(df[df["state"] == "stopped"]["budget_used"]) == [1, 1, 2, 2, 2], df
+    assert any(len(m) > 1 for m in units.values()) and _fates_per_member(df, units), units
+
+
+def test_bohb_stops_and_promotes_fused_members_one_by_one(runtime):
+    import nbtune
+    from tests.fusion.test_trial import ckpt_train
+
+    exp = nbtune.tune(ckpt_train, CKPT_SPACE, algorithm="bohb", metric="loss", mode="min",
+                      max_budget=4, min_budget=1, eta=2, num_trials=8, runtime=runtime,
+                      seed=0, fusion=4, validate=True)
+    units = _launched_units(exp)
+    assert exp.wait(180)
+    df = exp.results()
+    assert len(df) == 8 and not (df["state"] == "error").any(), df
+    assert set(df["state"]) == {"stopped", "completed"}, df
+    assert set(df["budget_used"]) <= {1, 2, 4} and (df[df["state"] == "completed"]
+                                                     ["budget_used"] == 4).all(), df
+    assert any(len(m) > 1 for m in units.values()) and _fates_per_member(df, units), units

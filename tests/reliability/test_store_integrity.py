@@ -154,19 +154,23 @@ def test_store_of_schema_version_1_is_migrated_and_keeps_its_experiments(tmp_pat
     again.close()
 
 
-def test_store_of_schema_version_2_gains_the_fused_unit_column(tmp_path):
-    db = tmp_path / "v2.db"
+@pytest.mark.parametrize("version, table, column", [
+    (2, "trials", "unit"),  # version 3: the fused unit a trial ran in
+    (3, "experiments", "fusion"),  # version 4: tune's fusion settings, for resume
+])
+def test_store_of_an_older_schema_gains_its_new_column(tmp_path, version, table, column):
+    db = tmp_path / f"v{version}.db"
     Store(db).close()
     con = sqlite3.connect(db)
-    con.execute("ALTER TABLE trials DROP COLUMN unit")
-    con.execute("UPDATE schema_info SET version = 2")
+    con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    con.execute("UPDATE schema_info SET version = ?", (version,))
     con.commit()
     con.close()
     store = Store(db)
-    assert store.opened_version == 2
+    assert store.opened_version == version
     store.close()
     con = sqlite3.connect(db)
-    assert "unit" in {r[1] for r in con.execute("PRAGMA table_info(trials)")}
+    assert column in {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
     assert con.execute("SELECT version FROM schema_info").fetchall() == [(SCHEMA_VERSION,)]
     con.close()
 

@@ -174,13 +174,15 @@ class FusedDriver(RunDriver):
             return []
         if k == "ckpt":  # filed under the member's own trial id
             return super()._on_msg({**m, "trial": member.trial_id}, now)
+        # the unit's peak memory so far rides on a report (fusion=True sizes units by it)
+        mem = [ev.UnitMemoryMeasured(now, unit.unit, int(m["mem"]))] if "mem" in m else []
         if member.cancelled is not None:
-            return []  # told to leave: later progress is not counted
+            return mem  # told to leave: later progress is not counted
         if k == "report":
             member.last_step = max(member.last_step, float(m["step"]))
             run.last_step = max(run.last_step, member.last_step)
-            return [ev.TrialReported(now, member.trial_id, float(m["step"]),
-                                     dict(m["metrics"]))]
+            return [*mem, ev.TrialReported(now, member.trial_id, float(m["step"]),
+                                           dict(m["metrics"]))]
         if k == "recomputed":
             return [ev.TrialRecomputed(now, member.trial_id, float(m["step"]))]
         return []
