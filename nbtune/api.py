@@ -186,6 +186,8 @@ def tune(
     check_mode(metric, mode)  # accuracy minimised by mistake: say so before anything runs
     _check_numbers(max_failures, trial_timeout)
     f_max, keys = _check_fusion(fusion, shape_keys, trainable, space)
+    if f_max and scaling is not None:  # surrogates (width / S) and targets never share a unit
+        keys = (*keys, "scaling")
     if seed is None and store is not None and store is not False and isinstance(algorithm,
                                                                               str | type):
         seed = secrets.randbelow(2**31)  # resume replays the same draws: fix the seed now

@@ -24,13 +24,11 @@ from typing import Any
 
 from nbtune.algorithms.base import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
-from nbtune.core.roles import TARGET_KEY  # marks a TargetTrial; in core: allocators read it
+from nbtune.core.roles import SCALING_KEY, TARGET_KEY  # in core: allocators, results read them
 from nbtune.core.trial import Decision, TrialSpec, TrialState
 
 __all__ = ["SCALING_KEY", "TARGET_ID_BASE", "TARGET_KEY", "EagerTransfer", "build"]
 
-#: config key the training function reads: the surrogate's S (1 for a TargetTrial)
-SCALING_KEY = "scaling"
 #: trial and group ids of TargetTrials start here (the wrapped algorithm owns the ones below)
 TARGET_ID_BASE = 1_000_000
 
