@@ -51,16 +51,59 @@ def _member(config: dict[str, Any]) -> Any:
 
 
 def train(config: dict[str, Any], trial: Any) -> None:
-    """One epoch per budget unit, StepLR stepping once per epoch."""
+    """One epoch per budget unit, StepLR stepping once per epoch.
+
+    A fused unit (``tune(fusion=F)``: a :class:`~nbtune.fusion.trial.FusionTrial`, one
+    member or more) trains through the fusion trial API; an ordinary trial (no fusion:
+    the plain baseline) trains the ordinary way, with torch's own optimizer and StepLR,
+    so the baseline pays nothing for fusion. Both give the same numbers
+    (``tests/surrogate/test_fused_surrogate.py``).
+    """
+    from nbtune.fusion.trial import FusionTrial
+
+    if isinstance(trial, FusionTrial):
+        _train_fused(config, trial)
+    else:
+        _train_plain(config, trial)
+
+
+def _train_plain(config: dict[str, Any], trial: Any) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from nbtune.examples.digits import load_data
+
+    torch.set_num_threads(1)
+    x, y, xv, yv = load_data()
+    sur = _member(config)
+    opt = sur.optimizer(torch.optim.SGD, lr=config["lr"], momentum=config["momentum"])
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=config["gamma"])
+    model, bs = sur.module, int(config["batch_size"])
+    width = max(m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear))
+    for step in trial.steps():  # the runtime's steps are floats: 1.0, 2.0, ...
+        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(int(step)))
+        for i in range(0, len(order), bs):
+            idx = order[i:i + bs]
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        sched.step()
+        with torch.no_grad():
+            out = model(xv)
+            val = float(F.cross_entropy(out, yv))
+        trial.report(step=step, loss=val if val == val and val < 1e9 else 1e9,
+                     accuracy=float((out.argmax(1) == yv).float().mean()), width=width)
+
+
+def _train_fused(config: dict[str, Any], trial: Any) -> None:
     import torch
     import torch.nn.functional as F
 
     from nbtune.examples.digits import load_data
     from nbtune.fusion import FusedStepLR, member_accuracy
-    from nbtune.fusion.trial import as_fusion_trial
 
     torch.set_num_threads(1)
-    trial = as_fusion_trial(trial)
     x, y, xv, yv = load_data()
     model = trial.model(_member)
     opt = trial.optimizer(torch.optim.SGD, model, lr="lr", momentum="momentum")
