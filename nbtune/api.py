@@ -217,14 +217,12 @@ def tune(
                              f"(runtime='dask'); runtime {rt.name!r} has no wall clock to time")
         if hasattr(rt, "trial_timeout"):
             rt.trial_timeout = None if trial_timeout is None else float(trial_timeout)
+    run_options = None
     if scaling is not None:  # Hydro: shrink -> tune -> transfer (nbtune.surrogate)
-        from nbtune.surrogate.eager_transfer import EagerTransfer
+        from nbtune.surrogate.eager_transfer import surrogate_tuning
 
-        algo = EagerTransfer(algo, scaling=scaling, fraction=eager_fraction)
-        if alloc is not None:  # §5.2: a target that cannot fill a fast GPU gets an older one
-            from nbtune.allocators.hetero import HeterogeneityAware
-
-            alloc = alloc if isinstance(alloc, HeterogeneityAware) else HeterogeneityAware(alloc)
+        algo, alloc = surrogate_tuning(algo, alloc, scaling, eager_fraction)
+        run_options = {"scaling": scaling, "eager_fraction": eager_fraction}  # for resume
     executor = None
     if plan is not None:  # RubberBand: the plan's allocator and cluster executor
         from nbtune.planner.executor import PlanExecutor, check_plan_fits  # on demand
@@ -254,7 +252,7 @@ def tune(
                 st, name, engine, algorithm=algorithm, algorithm_options=algorithm_options,
                 allocator=allocator, allocator_options=allocator_options, trainable=trainable,
                 runtime=rt.name, max_failures=max_failures,
-                checkpoints=runtime_checkpoints(st, name, rt),
+                checkpoints=runtime_checkpoints(st, name, rt), run_options=run_options,
             )
     hooks = {} if executor is None else _executor_hooks(executor)
     return build_experiment(name, engine, rt, trainable, store=st, record=record, created=True,

@@ -41,8 +41,15 @@ def _v2_to_v3(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE trials ADD COLUMN unit INTEGER"))
 
 
+def _v3_to_v4(conn: Connection) -> None:
+    """Version 4 added ``experiments.run_options`` (``tune(scaling=S)``, for resume)."""
+    if "run_options" not in {c["name"] for c in inspect(conn).get_columns("experiments")}:
+        conn.execute(text("ALTER TABLE experiments ADD COLUMN run_options JSON"))
+
+
 #: ``MIGRATIONS[v](conn)`` turns a version-``v`` database into version ``v + 1``
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3,
+                                                       3: _v3_to_v4}
 
 
 def stored_version(conn: Connection) -> int | None:

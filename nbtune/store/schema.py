@@ -32,7 +32,7 @@ __all__ = [
 
 #: bumped when a table changes shape (with a step in :mod:`nbtune.store.migrations`); the
 #: store's version is in ``schema_info``, each experiment's in ``experiments.schema_version``
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class Base(DeclarativeBase):
@@ -66,6 +66,9 @@ class ExperimentRow(Base):
     #: "module:qualname" of an importable training function, so resume can find it
     trainable: Mapped[str | None] = mapped_column(String(500), nullable=True)
     runtime: Mapped[str] = mapped_column(String(100), nullable=False, default="")
+    #: what ``tune`` wrapped round the algorithm, so resume wraps it again: Hydro's
+    #: ``{"scaling": S, "eager_fraction": f}``; NULL for a plain run
+    run_options: Mapped[Any | None] = mapped_column(JSON, nullable=True)
     #: running | done
     state: Mapped[str] = mapped_column(String(20), nullable=False, default="running")
     restarts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)

@@ -171,6 +171,23 @@ def test_store_of_schema_version_2_gains_the_fused_unit_column(tmp_path):
     con.close()
 
 
+def test_store_of_schema_version_3_gains_the_run_options_column(tmp_path):
+    db = tmp_path / "v3.db"
+    Store(db).close()
+    con = sqlite3.connect(db)
+    con.execute("ALTER TABLE experiments DROP COLUMN run_options")
+    con.execute("UPDATE schema_info SET version = 3")
+    con.commit()
+    con.close()
+    store = Store(db)
+    assert store.opened_version == 3
+    store.close()
+    con = sqlite3.connect(db)
+    assert "run_options" in {r[1] for r in con.execute("PRAGMA table_info(experiments)")}
+    assert con.execute("SELECT version FROM schema_info").fetchall() == [(SCHEMA_VERSION,)]
+    con.close()
+
+
 def test_store_of_a_newer_schema_is_refused_with_what_to_do(tmp_path):
     db = tmp_path / "new.db"
     Store(db).close()
