@@ -4,7 +4,8 @@ eager transfer, the whole Hydro pipeline through the public call.
 The surrogates (width / S) train fused in units of several members; the target trial
 trains the best surrogate configuration at full width, alone; ``exp.results()`` keeps both,
 told apart by ``role`` and ``group``; nothing errors. Random search and ASHA (stopping
-fused members one by one) are run; the training function is the Hydro example's.
+fused members one by one) are run on every test run; SHA, Hyperband, BOHB, PBT and Optuna's
+TPE (slow) check the same; the training function is the Hydro example's.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _check_pipeline(exp, n):
     assert df["error"].isna().all(), df[df["error"].notna()][["trial_id", "error"]]
     sur = df[df["trial_id"] < TARGET_ID_BASE]
     tgt = df[df["trial_id"] >= TARGET_ID_BASE].sort_values("trial_id")
-    assert len(sur) == n and set(sur["role"]) == {"surrogate"}
+    assert (n is None or len(sur) == n) and set(sur["role"]) == {"surrogate"}
     assert set(tgt["role"]) == {"target"} and len(tgt) >= 1
     assert (sur["config/scaling"] == 4).all() and (tgt["config/scaling"] == 1).all()
     # surrogates were fused: a unit holds several of them; a target never shares its unit
@@ -75,3 +76,18 @@ def test_asha_stops_fused_surrogates_and_trains_the_best_on_the_target(runtime):
     df = _check_pipeline(exp, 8)
     sur = df[df["role"] == "surrogate"]
     assert (sur["state"] == "stopped").any() and (sur["state"] == "completed").any()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm,kw", [
+    ("sha", {"num_trials": 8, "eta": 2, "min_budget": 1}),
+    ("hyperband", {"eta": 2, "min_budget": 1}),
+    ("bohb", {"num_trials": 8, "eta": 2, "min_budget": 1}),
+    ("pbt", {"num_trials": 8, "perturbation_interval": 2}),
+    ("optuna-tpe", {"num_trials": 8}),
+])
+def test_the_other_algorithms_of_the_spine_run_the_pipeline(runtime, algorithm, kw):
+    if algorithm.startswith("optuna"):
+        pytest.importorskip("optuna")
+    n = kw.pop("num_trials", None)
+    _check_pipeline(_run(runtime, algorithm, n, 4, **kw), n)
