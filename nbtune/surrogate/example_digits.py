@@ -72,22 +72,17 @@ def _train_plain(config: dict[str, Any], trial: Any) -> None:
     import torch.nn.functional as F
 
     from nbtune.examples.digits import load_data
+    from nbtune.examples.fusion_digits import epochs
 
     torch.set_num_threads(1)
     x, y, xv, yv = load_data()
     sur = _member(config)
     opt = sur.optimizer(torch.optim.SGD, lr=config["lr"], momentum=config["momentum"])
     sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=config["gamma"])
-    model, bs = sur.module, int(config["batch_size"])
+    model = sur.module
     width = max(m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear))
-    for step in trial.steps():  # the runtime's steps are floats: 1.0, 2.0, ...
-        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(int(step)))
-        for i in range(0, len(order), bs):
-            idx = order[i:i + bs]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    for step in epochs(trial, lambda xb, yb: F.cross_entropy(model(xb), yb), opt, x, y,
+                       int(config["batch_size"])):
         sched.step()
         with torch.no_grad():
             out = model(xv)
@@ -101,6 +96,7 @@ def _train_fused(config: dict[str, Any], trial: Any) -> None:
     import torch.nn.functional as F
 
     from nbtune.examples.digits import load_data
+    from nbtune.examples.fusion_digits import epochs
     from nbtune.fusion import FusedStepLR, member_accuracy
 
     torch.set_num_threads(1)
@@ -108,17 +104,13 @@ def _train_fused(config: dict[str, Any], trial: Any) -> None:
     model = trial.model(_member)
     opt = trial.optimizer(torch.optim.SGD, model, lr="lr", momentum="momentum")
     sched = FusedStepLR(opt, 1, gamma=[trial.configs[i]["gamma"] for i in trial.alive])
-    bs = int(config["batch_size"])
     width = max(m.out_features for m in model.defuse(0).modules()
                 if isinstance(m, torch.nn.Linear))
-    for step in trial.steps():
-        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(step))
-        for i in range(0, len(order), bs):
-            idx = order[i:i + bs]
-            loss, _ = trial.loss(F.cross_entropy, model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+
+    def batch_loss(xb: Any, yb: Any) -> Any:
+        return trial.loss(F.cross_entropy, model(xb), yb)[0]
+
+    for step in epochs(trial, batch_loss, opt, x, y, int(config["batch_size"])):
         sched.step()
         with torch.no_grad():
             out = model(xv)

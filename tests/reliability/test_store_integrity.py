@@ -154,36 +154,23 @@ def test_store_of_schema_version_1_is_migrated_and_keeps_its_experiments(tmp_pat
     again.close()
 
 
-def test_store_of_schema_version_2_gains_the_fused_unit_column(tmp_path):
-    db = tmp_path / "v2.db"
+@pytest.mark.parametrize("version,table,column", [
+    (2, "trials", "unit"),  # v3: the fused unit a trial ran in (fusion=F)
+    (3, "experiments", "run_options"),  # v4: tune(scaling=S) for resume
+])
+def test_store_of_an_older_schema_gains_the_new_column(tmp_path, version, table, column):
+    db = tmp_path / f"v{version}.db"
     Store(db).close()
     con = sqlite3.connect(db)
-    con.execute("ALTER TABLE trials DROP COLUMN unit")
-    con.execute("UPDATE schema_info SET version = 2")
+    con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    con.execute(f"UPDATE schema_info SET version = {version}")
     con.commit()
     con.close()
     store = Store(db)
-    assert store.opened_version == 2
+    assert store.opened_version == version
     store.close()
     con = sqlite3.connect(db)
-    assert "unit" in {r[1] for r in con.execute("PRAGMA table_info(trials)")}
-    assert con.execute("SELECT version FROM schema_info").fetchall() == [(SCHEMA_VERSION,)]
-    con.close()
-
-
-def test_store_of_schema_version_3_gains_the_run_options_column(tmp_path):
-    db = tmp_path / "v3.db"
-    Store(db).close()
-    con = sqlite3.connect(db)
-    con.execute("ALTER TABLE experiments DROP COLUMN run_options")
-    con.execute("UPDATE schema_info SET version = 3")
-    con.commit()
-    con.close()
-    store = Store(db)
-    assert store.opened_version == 3
-    store.close()
-    con = sqlite3.connect(db)
-    assert "run_options" in {r[1] for r in con.execute("PRAGMA table_info(experiments)")}
+    assert column in {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
     assert con.execute("SELECT version FROM schema_info").fetchall() == [(SCHEMA_VERSION,)]
     con.close()
 
