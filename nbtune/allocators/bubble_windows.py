@@ -12,10 +12,24 @@ Two kinds are known to a real run, and only those are used (no oracle):
 * *published windows* — a co-located host job (a pipeline-parallel trainer)
   publishes each of its workers' measured busy/idle timeline as
   ``hints["bubbles"]``: ``{gpu_id: [IdleWindow, ...]}``. A worker inside one
-  of its windows has until the window's end; one outside every window is busy.
+  of its windows has the window's idle seconds left, ``(end − now) × capacity``
+  (a pipeline stage idle a measured fraction of every iteration until the host
+  ends publishes one window to the host's predicted end with that fraction,
+  :class:`nbtune.bubbles.runtime.BubbleRuntime`); one outside every window is busy.
+
+**Memory.** A window may say how much memory the host leaves beside it
+(``room_gb``: its measured limit less the stage's measured peak). A trial
+goes there only if its own measured peak fits that room (Hydro profiles each
+trial's memory and checks it against the stage's, Fig. 9b); a trial not
+measured yet counts as the largest peak measured so far, and before anything
+was measured as 0: the run's first trials are its probes.
 
 :func:`ledger_idle_windows` measures, after the fact, every stretch a worker
 held nothing in the engine's allocation log (what a benchmark reports).
+
+*Input stalls* are the third kind: a trial measured busy only a fraction of
+the time (waiting on its data) leaves its worker's compute idle; trials the
+base leaves waiting are packed there (:mod:`nbtune.allocators.stall_packing`).
 
 **The rule.** :class:`BubblesAllocator` lets its base allocator decide which
 pending trials start and with what share, then re-pairs the single-GPU
@@ -45,10 +59,13 @@ from typing import Any
 
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.bubbles import IdleWindow, straggler_gaps
+from nbtune.allocators.profiling import profile_for
+from nbtune.allocators.stall_packing import stall_launches, stall_max_share, stall_slots
 from nbtune.core.resources import Placement
 from nbtune.core.tolerance import EPS
 
-__all__ = ["BubblesAllocator", "bubbles_over", "best_fit", "use_registry", "barrier_windows", "published_windows", "ledger_idle_windows",
+__all__ = ["BubblesAllocator", "bubbles_over", "best_fit", "use_registry", "barrier_windows", "published_windows",
+           "published_room", "fits", "memory_need", "ledger_idle_windows",
            "remaining_work"]
 
 
@@ -131,33 +148,67 @@ def barrier_windows(view: SchedulingView) -> dict[int, float]:
 
 
 def published_windows(view: SchedulingView) -> dict[int, float]:
-    """Seconds left in the published idle window each GPU is in now (0: it is busy now)."""
+    """Idle seconds left in the published window each GPU is in now (0: it is busy now)."""
     pub = view.hints.get("bubbles")
     if not pub:
         return {}
     out = {}
     for g, windows in pub.items():
-        left = [w.end - view.time for w in windows if w.start <= view.time + EPS < w.end]
+        left = [(w.end - view.time) * w.capacity for w in windows
+                if w.start <= view.time + EPS < w.end]
         out[int(g)] = max(left, default=0.0)
     return out
 
 
-def best_fit(jobs: Sequence[int], places: Sequence[Placement],
-             fits: Any) -> dict[int, Placement]:
+def published_room(view: SchedulingView) -> dict[int, float]:
+    """Memory (GB) the host leaves beside each GPU whose published window holds now."""
+    pub = view.hints.get("bubbles")
+    out: dict[int, float] = {}
+    for g, windows in (pub or {}).items():
+        rooms = [w.room_gb for w in windows if w.start <= view.time + EPS < w.end]
+        if rooms:
+            out[int(g)] = min(rooms)
+    return out
+
+
+def fits(guest_peak: float, stage_peak: float, limit: float) -> bool:
+    """A guest may go beside a stage only if both measured peaks together stay within ``limit``."""
+    return guest_peak + stage_peak <= limit
+
+
+def memory_need(view: SchedulingView, config: Mapping[str, Any]) -> float:
+    """A trial's measured peak memory in GB (see the module docstring for an unmeasured one)."""
+    profiles = view.hints.get("profiles")
+    prof = profile_for(profiles, config)
+    if prof is not None and prof.demand.memory_gb > 0:
+        return float(prof.demand.memory_gb)
+    seen = [p.demand.memory_gb for t in view.running
+            if (p := profile_for(profiles, view.trial(t).config)) is not None]
+    return max(seen, default=0.0)
+
+
+def best_fit(jobs: Sequence[int], places: Sequence[Placement], fits: Any,
+             may: Any = None) -> dict[int, Placement]:
     """Pair ``jobs`` (shortest first) with ``places`` (shortest window first), most fits first.
 
-    Each place in turn takes the shortest job left if ``fits(job, place)``;
-    the places no job fitted then take the jobs left, in order.
+    Each place in turn takes the shortest job left that ``fits(job, place)``;
+    the places no job fitted then take the jobs left, in order, each the first
+    one that ``may(job, place)`` go there if any does (``fits`` less the window:
+    the memory check). Jobs and places come in equal numbers.
     """
     out: dict[int, Placement] = {}
-    i, skipped = 0, []
+    left, skipped = list(jobs), []
     for pl in places:
-        if i < len(jobs) and fits(jobs[i], pl):
-            out[jobs[i]] = pl
-            i += 1
-        else:
+        job = next((j for j in left if fits(j, pl)), None)
+        if job is None:
             skipped.append(pl)
-    out.update(zip(jobs[i:], skipped, strict=True))
+        else:
+            out[job] = pl
+            left.remove(job)
+    for pl in skipped:
+        job = next((j for j in left if may is None or may(j, pl)), left[0])
+        out[job] = pl
+        left.remove(job)
     return out
 
 
@@ -188,10 +239,10 @@ class BubblesAllocator(BaseAllocator):
             self.name = f"bubbles+{base if isinstance(base, str) else self.base.name}"
 
     def capacity(self, view: SchedulingView) -> int:
-        return self.base.capacity(view)
+        return self.base.capacity(view) + stall_slots(view)
 
     def max_share(self, view: SchedulingView, gpu_id: int) -> float:
-        return self.base.max_share(view, gpu_id)
+        return stall_max_share(view, gpu_id, self.base.max_share(view, gpu_id))
 
     def windows(self, view: SchedulingView) -> dict[int, float]:
         """Each idle GPU's idle window in seconds: published if its host said, else the barrier's."""
@@ -203,6 +254,14 @@ class BubblesAllocator(BaseAllocator):
 
     def allocate(self, view: SchedulingView) -> Allocation:
         alloc = self.base.allocate(view)
+        room = published_room(view)
+        configs = {s.trial_id: s.config for s in view.pending}
+        need = {t: memory_need(view, configs[t]) for t in alloc.launch if t in configs} \
+            if room else {}
+
+        def holds(tid: int, pl: Placement) -> bool:  # the host leaves the trial's peak room
+            return all(need.get(tid, 0.0) <= room.get(g, math.inf) + EPS for g, _ in pl)
+
         idle = view.idle_gpus
         held = getattr(view, "held", {})
         on_gpu: dict[int, int] = {}
@@ -212,8 +271,16 @@ class BubblesAllocator(BaseAllocator):
         movable = [tid for tid, pl in alloc.launch.items()
                    if len(pl) == 1 and pl[0][0] in idle and on_gpu[pl[0][0]] == 1
                    and tid not in held]
-        if len(movable) < 2:
-            return alloc
+        if len(movable) >= 2:
+            self._repair(view, alloc, movable, holds)
+        for tid in [t for t, pl in alloc.launch.items() if t not in held and not holds(t, pl)]:
+            del alloc.launch[tid]  # fits beside no host stage it was given: it waits
+        if not room:  # input stalls (not beside a host, whose stage's bubbles are its own)
+            stall_launches(view, alloc)
+        return alloc
+
+    def _repair(self, view: SchedulingView, alloc: Allocation, movable: list[int],
+                holds: Callable[[int, Placement], bool]) -> None:
         gpus = view.cluster.by_id()
         groups: dict[tuple[Any, ...], list[int]] = {}
         for tid in movable:
@@ -229,9 +296,10 @@ class BubblesAllocator(BaseAllocator):
             places: list[Placement] = sorted((alloc.launch[t] for t in tids),
                                              key=lambda pl: (window.get(pl[0][0], math.inf),
                                                              pl[0][0]))
-            alloc.launch.update(best_fit(sorted(tids, key=lambda t: (work[t], t)), places,
-                                         lambda t, pl: work[t] <= window.get(pl[0][0], math.inf)))
-        return alloc
+            alloc.launch.update(best_fit(
+                sorted(tids, key=lambda t: (work[t], t)), places,
+                lambda t, pl: work[t] <= window.get(pl[0][0], math.inf) and holds(t, pl),
+                holds))
 
 
 def bubbles_over(base_name: str) -> type[BubblesAllocator]:

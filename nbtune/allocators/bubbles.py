@@ -45,13 +45,18 @@ __all__ = ["IdleWindow", "straggler_gaps", "stall_oversubscription", "PipelineHo
 
 @dataclass(frozen=True)
 class IdleWindow:
-    """GPU ``gpu_id`` is idle (or has ``capacity`` of itself to spare) from ``start`` to ``end``."""
+    """GPU ``gpu_id`` is idle (or has ``capacity`` of itself to spare) from ``start`` to ``end``.
+
+    ``room_gb``: memory a guest may use beside what holds the GPU during the
+    window (a pipeline host's measured limit less its stage's measured peak).
+    """
 
     gpu_id: int
     start: float
     end: float
     kind: str
     capacity: float = 1.0
+    room_gb: float = math.inf
 
     @property
     def gpu_seconds(self) -> float:
@@ -114,6 +119,7 @@ class PipelineHost:
     weights_gb: float = 20.0
     activation_gb: float = 4.0
     efficiency: float = 0.6
+    idle: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.stages < 1 or self.micro_batches < 1 or self.gpus_per_stage < 1:
@@ -122,6 +128,8 @@ class PipelineHost:
             raise ValueError(f"iteration_time must be > 0, got {self.iteration_time}")
         if not 0 < self.efficiency <= 1:
             raise ValueError(f"efficiency must be in (0, 1], got {self.efficiency}")
+        if self.idle and (len(self.idle) != self.stages or not all(0 <= x < 1 for x in self.idle)):
+            raise ValueError(f"idle needs one fraction in [0, 1) per stage, got {self.idle}")
         if self.memory_left(0) < 0:
             raise ValueError("the host job's first stage does not fit its GPU memory")
 
@@ -130,6 +138,10 @@ class PipelineHost:
         """(p − 1)/(m + p − 1): the idle fraction of every stage in 1F1B."""
         p, m = self.stages, self.micro_batches
         return (p - 1) / (m + p - 1)
+
+    def stage_idle(self, stage: int) -> float:
+        """The idle fraction of ``stage``: measured if given, else :attr:`bubble_ratio`."""
+        return self.idle[stage] if self.idle else self.bubble_ratio
 
     def memory_left(self, stage: int) -> float:
         """GPU memory a guest may use on ``stage`` (activations for p − s micro-batches held)."""
@@ -147,6 +159,8 @@ class PipelineHost:
         """
         p, s, T = self.stages, stage, self.iteration_time
         slot = T / (self.micro_batches + p - 1)
+        if self.idle and self.bubble_ratio > 0:  # the formula's shape, the measured length
+            slot *= self.idle[s] / self.bubble_ratio
         out: list[IdleWindow] = []
         k = 0
         while k * T < horizon:
@@ -160,11 +174,10 @@ class PipelineHost:
         return out
 
     def ephemeral_gpus(self, first_id: int, node_prefix: str = "host") -> tuple[GPU, ...]:
-        """The host's GPUs as guests see them: speed = bubble ratio × efficiency, memory left."""
-        speed = self.bubble_ratio * self.efficiency
+        """The host's GPUs as guests see them: speed = idle fraction × efficiency, memory left."""
         return tuple(
-            GPU(first_id + s * self.gpus_per_stage + j, f"{node_prefix}{s}", "bubble", speed,
-                self.memory_left(s))
+            GPU(first_id + s * self.gpus_per_stage + j, f"{node_prefix}{s}", "bubble",
+                self.stage_idle(s) * self.efficiency, self.memory_left(s))
             for s in range(self.stages) for j in range(self.gpus_per_stage)
         )
 

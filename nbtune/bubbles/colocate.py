@@ -14,14 +14,10 @@ import queue
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from nbtune.allocators.bubble_windows import fits
 from nbtune.bubbles.guest import GuestResult, GuestSpec, guest_main
 
 __all__ = ["fits", "place", "run_alone"]
-
-
-def fits(guest_peak: int, stage_peak: int, limit: int) -> bool:
-    """A guest may go beside a stage only if both peaks together stay within ``limit`` bytes."""
-    return guest_peak + stage_peak <= limit
 
 
 def place(guest_peaks: Mapping[str, int], stage_peaks: Sequence[int],

@@ -197,7 +197,7 @@ def _stage_main(rank: int, spec: HostSpec, gate: Gate | None, out: Any, store: s
             t1 = now()
             if not spec.gated(it):
                 host.release()
-            out.put(("iter", rank, it, (t0, t1), host.take()))
+            out.put(("iter", rank, it, (t0, t1), host.take(), peak_rss()))
         host.end()
         dist.barrier()
         weights = {k: v.detach().numpy().copy() for k, v in part.state_dict().items()}
@@ -234,13 +234,7 @@ class PipelineHost:
         go = ctx.Event()
         gates = [Gate(ctx) if s in guests else None for s in range(spec.stages)]
         procs = []
-        run = HostRun(spec, iterations=[[[] for _ in range(spec.stages)]
-                                        for _ in range(spec.iterations)],
-                      iter_spans=[(0.0, 0.0)] * spec.iterations,
-                      stage_spans=[[(0.0, 0.0)] * spec.stages for _ in range(spec.iterations)],
-                      weights=[{}] * spec.stages, peak_rss=[0] * spec.stages,
-                      handoffs=[[] for _ in range(spec.stages)], stops=[0] * spec.stages,
-                      stopped=[[] for _ in range(spec.stages)])
+        run = empty_run(spec)
         deadline = now() + spec.timeout
         with tempfile.TemporaryDirectory() as tmp:
             try:
@@ -281,15 +275,33 @@ class PipelineHost:
             if kind not in kinds:
                 raise RuntimeError(f"unexpected message {kind!r}")
             got += 1
-            if kind == "iter":
-                _, rank, it, span, ivs = msg
-                run.iterations[it][rank] = ivs
-                run.stage_spans[it][rank] = span
-                if rank == 0:
-                    run.iter_spans[it] = span
-            elif kind == "stage":
-                _, rank, w, rss, hand, stops, stopped = msg
-                run.weights[rank], run.peak_rss[rank], run.stopped[rank] = w, rss, stopped
-                run.handoffs[rank], run.stops[rank] = hand, stops
-            elif kind == "guest":
-                run.guests[msg[1]] = msg[2]
+            absorb(run, msg)
+
+
+def absorb(run: HostRun, msg: tuple) -> None:
+    """File one message of a stage or guest process into ``run``."""
+    kind = msg[0]
+    if kind == "iter":
+        _, rank, it, span, ivs, rss = msg
+        run.iterations[it][rank] = ivs
+        run.stage_spans[it][rank] = span
+        run.peak_rss[rank] = max(run.peak_rss[rank], rss)
+        if rank == 0:
+            run.iter_spans[it] = span
+    elif kind == "stage":
+        _, rank, w, rss, hand, stops, stopped = msg
+        run.weights[rank], run.peak_rss[rank], run.stopped[rank] = w, rss, stopped
+        run.handoffs[rank], run.stops[rank] = hand, stops
+    elif kind == "guest":
+        run.guests[msg[1]] = msg[2]
+
+
+def empty_run(spec: HostSpec) -> HostRun:
+    """A :class:`HostRun` with a slot for every iteration and stage, filled as messages come."""
+    return HostRun(spec, iterations=[[[] for _ in range(spec.stages)]
+                                     for _ in range(spec.iterations)],
+                   iter_spans=[(0.0, 0.0)] * spec.iterations,
+                   stage_spans=[[(0.0, 0.0)] * spec.stages for _ in range(spec.iterations)],
+                   weights=[{}] * spec.stages, peak_rss=[0] * spec.stages,
+                   handoffs=[[] for _ in range(spec.stages)], stops=[0] * spec.stages,
+                   stopped=[[] for _ in range(spec.stages)])

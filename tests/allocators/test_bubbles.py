@@ -36,6 +36,24 @@ def test_every_stage_idles_the_bubble_ratio_of_each_iteration(p, m, T, iters):
         assert all(w.kind == "bubble" for w in ws)
 
 
+@given(st.integers(2, 6), st.integers(1, 16), st.floats(0.1, 5.0), st.integers(1, 4), st.data())
+def test_a_host_fed_measured_idle_shares_idles_them_not_the_formula(p, m, T, iters, data):
+    idle = tuple(data.draw(st.floats(0.0, 0.95)) for _ in range(p))
+    host = PipelineHost(p, m, iteration_time=T, activation_gb=1.0, efficiency=0.5, idle=idle)
+    gpus = host.ephemeral_gpus(0)
+    for s in range(p):
+        total = sum(w.end - w.start for w in host.windows(s, iters * T))
+        assert total == pytest.approx(iters * T * idle[s], rel=1e-9, abs=1e-9)
+        assert gpus[s].speed == pytest.approx(idle[s] * 0.5)
+
+
+def test_measured_idle_shares_must_be_one_per_stage_and_below_one():
+    with pytest.raises(ValueError, match="one fraction"):
+        PipelineHost(2, 4, idle=(0.4,))
+    with pytest.raises(ValueError, match="one fraction"):
+        PipelineHost(2, 4, idle=(0.4, 1.0))
+
+
 def test_early_stages_have_least_memory_left():
     host = PipelineHost(4, 8, gpu_memory_gb=80, weights_gb=20, activation_gb=5)
     left = [host.memory_left(s) for s in range(4)]

@@ -1,0 +1,96 @@
+"""A tuning trial run as a gated guest: the user's ``train(config, trial)`` inside a stage's bubbles.
+
+The trial process is the Dask runtime's (:func:`nbtune.runtimes.dask._child.run_job`
+with its :class:`~nbtune.runtimes.dask.trial_api.Trial`), so a training
+function runs unchanged here and there. What differs is the channel: every
+report is a step boundary, where the guest pauses if its stage wants the
+compute slot (:meth:`~nbtune.bubbles.gate.GuestSide.checkpoint`), and a stop
+is read at the next report, so the process always leaves the gate cleanly
+(a guest killed while holding the slot would leave the stage waiting out its
+grace at every chunk). Between reports the SIGSTOP fallback protects the
+stage; :func:`gate_layers` adds Hydro's layer-boundary checkpoints to a model
+(a no-op outside a gated guest, so the same function runs alone).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+from typing import Any
+
+from nbtune.bubbles.gate import Gate, GuestSide
+from nbtune.bubbles.guest import peak_rss, pin
+from nbtune.bubbles.timeline import now
+
+__all__ = ["GatedChannel", "gate_layers", "trial_worker"]
+
+_SIDE: list[GuestSide] = []  # the gate of the guest this process runs (at most one)
+
+
+def gate_layers(model: Any) -> Any:
+    """Pause at every layer boundary of ``model`` while the host stage computes; returns
+    ``model``. Outside a gated guest (a trial run alone, on Dask) it does nothing."""
+    if _SIDE:
+        _SIDE[-1].attach(model)
+    return model
+
+
+class GatedChannel:
+    """The Trial's channel: messages to the runtime's queue, a pause at every report."""
+
+    def __init__(self, trial_id: int, run: int, side: GuestSide, out: Any, control: Any) -> None:
+        self.trial_id, self.run, self.side = trial_id, run, side
+        self.out, self.control = out, control
+
+    def send(self, msg: dict[str, Any]) -> None:
+        msg.setdefault("t", now())
+        if msg.get("k") == "report":
+            msg["rss"] = peak_rss()  # the trial's measured peak so far, for the memory check
+        self.out.put(("trial", self.trial_id, self.run, msg))
+        if msg.get("k") in ("report", "recomputed"):
+            self.side.checkpoint()  # a step boundary: give the slot back if the stage wants it
+
+    def poll_control(self) -> list[dict[str, Any]]:
+        out = []
+        while True:
+            try:
+                out.append(self.control.get_nowait())
+            except queue.Empty:
+                return out
+
+
+def _run(job: dict[str, Any], gate: Gate, out: Any, inbox: Any, max_wait: float) -> None:
+    """One trial, gated; its running intervals go back with the exit message."""
+    from nbtune.runtimes.dask._child import run_job
+
+    side = GuestSide(gate, max_wait=max_wait)
+    _SIDE.append(side)
+    tid, run = int(job["trial_id"]), int(job["run"])
+    try:
+        side.start()
+        res = run_job(job, GatedChannel(tid, run, side, out, inbox))
+    finally:
+        side.finish()
+        _SIDE.clear()
+    res.update(intervals=side.intervals, pauses=side.pauses, rss=peak_rss(), t=now())
+    out.put(("trial", tid, run, res))
+
+
+def trial_worker(stage: int, gate: Gate, inbox: Any, out: Any, nice: int, idle_class: bool,
+                 max_wait: float) -> None:
+    """A stage's guest process, started with the host so torch is imported before a trial
+    lands (a spawn costs seconds, a whole host run on a short job): lowest priority, it
+    runs the jobs its inbox brings one at a time (``job["env"]`` pins it to the stage's
+    core) until told to quit."""
+    pin(None)  # torch imported, one thread
+    os.nice(nice)
+    if idle_class and hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    out.put(("worker", stage, os.getpid()))
+    while True:
+        msg = inbox.get()
+        if msg.get("k") == "quit":
+            return
+        if msg.get("k") == "job":
+            _run(msg, gate, out, inbox, max_wait)
+        # anything else: a stop for a trial that had already returned
