@@ -189,6 +189,8 @@ def tune(
     check_mode(metric, mode)  # accuracy minimised by mistake: say so before anything runs
     _check_numbers(max_failures, trial_timeout)
     f_max, keys = _check_fusion(fusion, shape_keys, trainable, space)
+    if f_max and scaling is not None:  # surrogates (width / S) and targets never share a unit
+        keys = (*keys, "scaling")
     if seed is None and store is not None and store is not False and isinstance(algorithm,
                                                                               str | type):
         seed = secrets.randbelow(2**31)  # resume replays the same draws: fix the seed now
@@ -218,14 +220,12 @@ def tune(
                              f"(runtime='dask'); runtime {rt.name!r} has no wall clock to time")
         if hasattr(rt, "trial_timeout"):
             rt.trial_timeout = None if trial_timeout is None else float(trial_timeout)
+    run_options = None
     if scaling is not None:  # Hydro: shrink -> tune -> transfer (nbtune.surrogate)
-        from nbtune.surrogate.eager_transfer import EagerTransfer
+        from nbtune.surrogate.eager_transfer import surrogate_tuning
 
-        algo = EagerTransfer(algo, scaling=scaling, fraction=eager_fraction)
-        if alloc is not None:  # §5.2: a target that cannot fill a fast GPU gets an older one
-            from nbtune.allocators.hetero import HeterogeneityAware
-
-            alloc = alloc if isinstance(alloc, HeterogeneityAware) else HeterogeneityAware(alloc)
+        algo, alloc = surrogate_tuning(algo, alloc, scaling, eager_fraction)
+        run_options = {"scaling": scaling, "eager_fraction": eager_fraction}  # for resume
     executor = None
     if plan is not None:  # RubberBand: the plan's allocator and cluster executor
         from nbtune.planner.executor import PlanExecutor, check_plan_fits  # on demand
@@ -256,7 +256,7 @@ def tune(
                 st, name, engine, algorithm=algorithm, algorithm_options=algorithm_options,
                 allocator=allocator, allocator_options=allocator_options, trainable=trainable,
                 runtime=rt.name, max_failures=max_failures,
-                checkpoints=runtime_checkpoints(st, name, rt),
+                checkpoints=runtime_checkpoints(st, name, rt), run_options=run_options,
                 fusion=None if engine.fusion is None else engine.fusion.settings(),
             )
     hooks = {} if executor is None else _executor_hooks(executor)

@@ -10,6 +10,7 @@ import pandas as pd
 from nbtune.core import events as ev
 from nbtune.core.best import best_index
 from nbtune.core.listing import error_line
+from nbtune.core.roles import role
 from nbtune.core.trial import TrialState
 from nbtune.engine.engine import Engine
 from nbtune.runtimes.base import Runtime
@@ -180,7 +181,8 @@ class Experiment:
         """One row per trial: id, config columns, state, best metric, budget, GPU-seconds, times.
 
         With ``tune(..., fusion=F)`` a ``group`` column gives the fused unit each trial
-        last ran in (members of one fused model share it)."""
+        last ran in (members of one fused model share it); with ``tune(..., scaling=S)`` a
+        ``role`` column says ``surrogate`` or ``target`` (the full model)."""
         rows = []
         fused = getattr(self.engine, "fusion", None) is not None
         now = self.engine.time
@@ -199,12 +201,15 @@ class Experiment:
                 "failures": t.failures,
                 "error": t.error,
                 **({"group": t.unit} if fused else {}),
+                "role": role(t.config),
             })
         cols = ["trial_id", "state", self.metric, "last", "budget_used", "gpu_seconds", "start",
                 "end", "failures", "error", *(["group"] if fused else [])]
         df = pd.DataFrame(rows)
         if df.empty:
             return pd.DataFrame(columns=cols)
+        if not df["role"].any():
+            df = df.drop(columns="role")
         return df.sort_values("trial_id").reset_index(drop=True)
 
     @property

@@ -95,6 +95,12 @@ def prepare_resume(
     work = rebuild_trainable(row, trainable)
     algo = rebuild_algorithm(row, algorithm)
     alloc = rebuild_allocator(row, allocator)
+    scaling = (row.run_options or {}).get("scaling")
+    if scaling is not None:  # tune(scaling=S) wrapped both: wrap them again, as it did
+        from nbtune.surrogate.eager_transfer import surrogate_tuning  # torch, on demand
+
+        algo, alloc = surrogate_tuning(algo, alloc, scaling,
+                                       row.run_options.get("eager_fraction", 0.5))
     engine = RestartableEngine(algo, alloc, validate=validate, max_failures=row.max_failures)
     if row.fusion:  # fused as the first run was: the replay rebuilds the same units
         fusion_units.enable(engine, **row.fusion)

@@ -25,7 +25,7 @@ have reported their peak memory its units are sized under the smallest worker's 
 less a margin.
 
 Pure, like the engine: no clock, no I/O. Specs that restore another trial's checkpoint
-(PBT) are not fused.
+(PBT) and Hydro target trials (the full model, :mod:`nbtune.core.roles`) are not fused.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from nbtune.allocators.base import Allocation
 from nbtune.core import events as ev
 from nbtune.core.commands import Command, Pause
 from nbtune.core.resources import Placement
+from nbtune.core.roles import is_target
 from nbtune.core.trial import TrialSpec
 from nbtune.engine.errors import EngineError
 from nbtune.engine.fusion_memory import PROBES, Key, MemoryFit, shape_key
@@ -92,8 +93,9 @@ class FusionBinder:
         """The pending queue as units, in the queue order of their first member."""
         pending = list(eng.pending)
         order = {s.trial_id: i for i, s in enumerate(pending)}
-        fusible = [s for s in pending if s.restore_from is None]
-        out = [[s] for s in pending if s.restore_from is not None]
+        # a PBT clone restores another trial's checkpoint; a Hydro target trains alone (§4.3)
+        fusible = [s for s in pending if s.restore_from is None and not is_target(s.config)]
+        out = [[s] for s in pending if s.restore_from is not None or is_target(s.config)]
         configs = [{**s.config, _START: eng.trials[s.trial_id].budget_used, _BUDGET: s.budget}
                    for s in fusible]
         idle = len(eng.idle_gpus)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["make_model", "train"]
+__all__ = ["epochs", "make_model", "train"]
 
 
 def make_model(config: dict[str, Any]) -> Any:
@@ -22,6 +22,23 @@ def make_model(config: dict[str, Any]) -> Any:
     torch.manual_seed(int(config["seed"]))
     hidden = int(config.get("hidden", 128))
     return nn.Sequential(nn.Flatten(), nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+
+
+def epochs(trial: Any, batch_loss: Any, opt: Any, x: Any, y: Any, batch_size: int) -> Any:
+    """Yield each step of ``trial`` after one epoch of minibatch updates on ``(x, y)``, in
+    an order seeded by the step (a relaunch sees the same batches); ``batch_loss(xb, yb)``
+    is the scalar to minimise (a fused model's: the sum of the members' mean losses)."""
+    import torch
+
+    for step in trial.steps():
+        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(int(step)))
+        for i in range(0, len(order), batch_size):
+            idx = order[i:i + batch_size]
+            loss = batch_loss(x[idx], y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        yield step
 
 
 def train(config: dict[str, Any], trial: Any) -> None:
@@ -39,14 +56,11 @@ def train(config: dict[str, Any], trial: Any) -> None:
     model = trial.model(make_model)
     opt = trial.optimizer(torch.optim.SGD, model, lr="lr", momentum="momentum")
     bs = int(config.get("batch_size", 64))
-    for step in trial.steps():
-        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(step))
-        for i in range(0, len(order), bs):
-            idx = order[i:i + bs]
-            loss, _ = trial.loss(F.cross_entropy, model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+
+    def batch_loss(xb: Any, yb: Any) -> Any:
+        return trial.loss(F.cross_entropy, model(xb), yb)[0]
+
+    for step in epochs(trial, batch_loss, opt, x, y, bs):
         with torch.no_grad():
             out = model(xv)
             _, per_loss = trial.loss(F.cross_entropy, out, yv)

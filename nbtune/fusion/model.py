@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Sequence
 
 import torch
-from torch import nn
+from torch import fx, nn
 
 from .base import FusedOp
 from .ops_conv import FusedConv
@@ -44,8 +44,9 @@ STATELESS_LAYERS: tuple[type, ...] = (
     nn.Flatten, nn.Unflatten,
 )
 
-#: containers whose forward is the template's own code
-CONTAINERS: tuple[type, ...] = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+#: containers whose forward is the template's own code (a GraphModule's is generated code
+#: that calls its submodules, so it is one too)
+CONTAINERS: tuple[type, ...] = (nn.Sequential, nn.ModuleList, nn.ModuleDict, fx.GraphModule)
 
 
 def supported_layers() -> list[str]:
@@ -67,11 +68,18 @@ def _check_stateless(name: str, m: nn.Module) -> None:
         raise FusionError(f"fuse: layer {name!r} (Unflatten(dim=0)) splits the batch axis")
 
 
+def _kind(m: nn.Module) -> object:
+    """What must agree between members at one module: its type; for a traced
+    ``GraphModule`` (torch.fx gives every instance a class of its own, e.g. a shrunk
+    Hydro surrogate) its generated forward code instead."""
+    return ("GraphModule", m.code) if isinstance(m, fx.GraphModule) else type(m)
+
+
 def _check_same(models: Sequence[nn.Module]) -> None:
-    ref = [(n, type(m)) for n, m in models[0].named_modules()]
+    ref = [(n, _kind(m)) for n, m in models[0].named_modules()]
     ref_state = {k: v.shape for k, v in models[0].state_dict().items()}
     for i, m in enumerate(models[1:], 1):
-        if [(n, type(x)) for n, x in m.named_modules()] != ref:
+        if [(n, _kind(x)) for n, x in m.named_modules()] != ref:
             raise FusionError(f"fuse: model {i} has a different module structure from model 0")
         if {k: v.shape for k, v in m.state_dict().items()} != ref_state:
             raise FusionError(f"fuse: model {i} has different parameter shapes from model 0 "

@@ -9,7 +9,7 @@ this module is written from torch's documented update rules.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -41,7 +41,8 @@ class FusedOptimizer(torch.optim.Optimizer):
 
     kind = ""
 
-    def __init__(self, params: Iterable[nn.Parameter], members: int, **hp) -> None:
+    def __init__(self, params: Iterable[nn.Parameter], members: int, *,
+                 scales: Sequence[tuple[float, float]] | None = None, **hp) -> None:
         params = list(params)
         for p in params:
             if p.dim() == 0 or p.shape[0] != members:
@@ -62,6 +63,13 @@ class FusedOptimizer(torch.optim.Optimizer):
         self.members = members
         self.owner: FusedModel | None = None
         super().__init__(params, vecs)
+        scales = [(1.0, 1.0)] * len(params) if scales is None else [
+            (float(lm), float(wm)) for lm, wm in scales]
+        if len(scales) != len(params):
+            raise ValueError(f"{type(self).__name__}: {len(scales)} per-parameter scales for "
+                             f"{len(params)} parameters")
+        # a list, not a tensor: keep() slices the member axis and leaves it as it is
+        self.param_groups[0]["scales"] = scales
 
     # torch's Optimizer pickles/copies only defaults, state and param_groups
     _extra = ("members", "owner", "nesterov")
@@ -75,6 +83,15 @@ class FusedOptimizer(torch.optim.Optimizer):
     @staticmethod
     def _b(v: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         return v.to(p.dtype).view(-1, *([1] * (p.dim() - 1)))
+
+    @staticmethod
+    def _scaled(g: dict) -> Iterable[tuple[nn.Parameter, torch.Tensor, torch.Tensor]]:
+        """Each parameter with its lr and weight-decay vectors times its own factors (µP's
+        per-layer rules for a Hydro surrogate; 1 otherwise)."""
+        for p, (lm, wm) in zip(g["params"], g.get("scales") or [(1.0, 1.0)] * len(g["params"]),
+                               strict=True):
+            lr = g["lr"] if lm == 1.0 else g["lr"] * lm
+            yield p, lr, g["weight_decay"] if wm == 1.0 else g["weight_decay"] * wm
 
     def keep(self, indices: Sequence[int],
              remap: dict[nn.Parameter, nn.Parameter] | None = None) -> None:
@@ -117,12 +134,12 @@ class FusedSGD(FusedOptimizer):
             any_wd = bool((g["weight_decay"] != 0).any())
             all_mom, no_mom = bool((mom_v != 0).all()), bool((mom_v == 0).all())
             damped = bool((g["dampening"] != 0).any())
-            for p in g["params"]:
+            for p, lr, wd in self._scaled(g):
                 if p.grad is None:
                     continue
                 d = p.grad
                 if any_wd:
-                    d = d.addcmul(p, self._b(g["weight_decay"], p))
+                    d = d.addcmul(p, self._b(wd, p))
                 if no_mom:
                     step = d
                 else:
@@ -138,7 +155,7 @@ class FusedSGD(FusedOptimizer):
                     step = d.addcmul(buf, mom) if self.nesterov else buf
                     if not all_mom:  # members with momentum 0 step on d (torch: no buffer)
                         step = torch.where(mom != 0, step, d)
-                p.addcmul_(step, self._b(g["lr"], p), value=-1)
+                p.addcmul_(step, self._b(lr, p), value=-1)
         return loss
 
 
@@ -152,7 +169,7 @@ class FusedAdam(FusedOptimizer):
     def step(self, closure=None):  # noqa: D102
         loss = None if closure is None else torch.enable_grad()(closure)()
         for g in self.param_groups:
-            for p in g["params"]:
+            for p, lr, wd in self._scaled(g):
                 if p.grad is None:
                     continue
                 st = self.state[p]
@@ -162,7 +179,6 @@ class FusedAdam(FusedOptimizer):
                     st["exp_avg_sq"] = torch.zeros_like(p)
                 st["step"] += 1
                 t = float(st["step"])
-                lr, wd = g["lr"], g["weight_decay"]
                 grad = p.grad
                 if self.decoupled:
                     p.mul_(1 - self._b(lr * wd, p))
@@ -191,7 +207,9 @@ _BY_TORCH = {torch.optim.SGD: FusedSGD, torch.optim.Adam: FusedAdam,
              torch.optim.AdamW: FusedAdamW}
 
 
-def fused_optimizer(cls: type[torch.optim.Optimizer], fused: FusedModel,
+def fused_optimizer(cls: type[torch.optim.Optimizer], fused: FusedModel, *,
+                    lr_mults: Mapping[str, float] | None = None,
+                    wd_mults: Mapping[str, float] | None = None,
                     **per_member_hparams) -> FusedOptimizer:
     """The fused counterpart of ``cls(model.parameters(), **hparams)`` for ``fused``.
 
@@ -199,13 +217,27 @@ def fused_optimizer(cls: type[torch.optim.Optimizer], fused: FusedModel,
     ``fused_optimizer(torch.optim.SGD, fm, lr=[0.1, 0.01], momentum=0.9)``. Adam's
     ``betas`` may be a pair or per-member ``beta1=``/``beta2=`` sequences. The optimizer
     follows ``fused.keep(...)`` by itself.
+
+    ``lr_mults`` / ``wd_mults`` (member parameter name, as in the unfused module, ->
+    factor) scale one parameter's lr / weight decay for every member: the per-layer µP
+    rules of a Hydro surrogate (:meth:`nbtune.surrogate.Surrogate.lr_multipliers`), which
+    all members share because they share the width. A scheduler still scales the base lr.
     """
     if cls not in _BY_TORCH:
         raise TypeError(f"fused_optimizer: {getattr(cls, '__name__', cls)!r} is not supported; "
                         "use torch.optim.SGD, torch.optim.Adam or torch.optim.AdamW")
     if not isinstance(fused, FusedModel):
         raise TypeError("fused_optimizer: pass the FusedModel returned by fuse()")
-    opt = _BY_TORCH[cls](fused.parameters(), fused.members, **per_member_hparams)
+    scales = None
+    if lr_mults is not None or wd_mults is not None:
+        names = [n.removeprefix("body.") for n, _ in fused.named_parameters()]
+        for what, given in (("lr_mults", lr_mults), ("wd_mults", wd_mults)):
+            missing = sorted(set(names) - set(given)) if given is not None else []
+            if missing:
+                raise ValueError(f"fused_optimizer: {what} has no factor for {missing}")
+        scales = [((lr_mults or {}).get(n, 1.0), (wd_mults or {}).get(n, 1.0)) for n in names]
+    opt = _BY_TORCH[cls](fused.parameters(), fused.members, scales=scales,
+                         **per_member_hparams)
     opt.owner = fused
     fused.follow(opt)
     return opt

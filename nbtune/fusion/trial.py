@@ -54,6 +54,7 @@ class FusionTrial:
         self.impl = impl
         self.alive = list(range(len(configs)))  # original member indices, in fused order
         self._model: FusedModel | None = None
+        self._surrogate: Any = None  # the members' shared µP rules (a Hydro surrogate)
         self._optimizer: FusedOptimizer | None = None
         self._last: list[int] = []  # the members that ended together at the last report
 
@@ -62,16 +63,30 @@ class FusionTrial:
         """The first member's config: its shape keys are every member's."""
         return self.configs[self.alive[0]]
 
-    def model(self, build: Callable[[Mapping[str, Any]], nn.Module]) -> FusedModel:
-        """``build(config)`` once per member, fused (forward returns ``(F, N, ...)``)."""
-        self._model = fuse([build(self.configs[i]) for i in self.alive], impl=self.impl)
+    def model(self, build: Callable[[Mapping[str, Any]], Any]) -> FusedModel:
+        """``build(config)`` once per member, fused (forward returns ``(F, N, ...)``).
+
+        ``build`` returns an ``nn.Module``, or a Hydro surrogate
+        (``nbtune.surrogate.build(make_model, config)``: anything with ``module`` and
+        ``lr_multipliers``/``weight_decay_multipliers``); its modules are fused and
+        :meth:`optimizer` applies its per-layer µP rules to every member.
+        """
+        built = [build(self.configs[i]) for i in self.alive]
+        self._surrogate = _surrogate_of(built)
+        modules = [getattr(b, "module", b) if self._surrogate is not None else b for b in built]
+        self._model = fuse(modules, impl=self.impl)
         return self._model
 
     def optimizer(self, cls: type[torch.optim.Optimizer], model: FusedModel,
                   **hparams: Any) -> FusedOptimizer:
-        """``cls`` per member; a ``str`` value is the config key to read per member."""
+        """``cls`` per member; a ``str`` value is the config key to read per member.
+        The lr is the *target's*: a surrogate's layers get theirs scaled (µP)."""
         resolved = {k: [self.configs[i][v] for i in self.alive] if isinstance(v, str) else v
                     for k, v in hparams.items()}
+        sur = self._surrogate if model is self._model else None
+        if sur is not None:
+            resolved["lr_mults"] = sur.lr_multipliers(cls)
+            resolved["wd_mults"] = sur.weight_decay_multipliers(cls)
         self._optimizer = fused_optimizer(cls, model, **resolved)
         saved = [_restored(self.members[i]) for i in self.alive]
         if any(ck is not None for ck in saved):
@@ -120,6 +135,20 @@ class FusionTrial:
             else:  # all stop at once (a segment's end): the model still holds every one
                 self._last = list(self.alive)
             self.alive = [self.alive[pos] for pos in survivors]
+
+
+def _surrogate_of(built: Sequence[Any]) -> Any:
+    """The first member's surrogate when ``build`` gave surrogates (all members share one
+    scale, so one set of per-layer rules), None for plain modules; a mix is refused."""
+    is_sur = [hasattr(b, "module") and hasattr(b, "lr_multipliers") for b in built]
+    if not any(is_sur):
+        return None
+    scales = {getattr(b, "scale", None) for b in built}
+    if not all(is_sur) or len(scales) != 1:
+        raise ValueError("trial.model: build(config) must give every member the same kind of "
+                         f"model; got surrogates {is_sur} with scales {sorted(map(str, scales))}"
+                         " (add the scaling key to shape_keys)")
+    return built[0]
 
 
 def _per_member(name: str, value: Any, f: int) -> list[float]:

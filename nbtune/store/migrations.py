@@ -42,9 +42,12 @@ def _v2_to_v3(conn: Connection) -> None:
 
 
 def _v3_to_v4(conn: Connection) -> None:
-    """Version 4 added ``experiments.fusion``: the ``fusion=`` settings resume fuses with."""
-    if "fusion" not in {c["name"] for c in inspect(conn).get_columns("experiments")}:
-        conn.execute(text("ALTER TABLE experiments ADD COLUMN fusion JSON"))
+    """Version 4 added ``experiments.fusion`` (the ``fusion=`` settings resume fuses with)
+    and ``experiments.run_options`` (``tune(scaling=S)``, for resume)."""
+    have = {c["name"] for c in inspect(conn).get_columns("experiments")}
+    for col in ("fusion", "run_options"):
+        if col not in have:
+            conn.execute(text(f"ALTER TABLE experiments ADD COLUMN {col} JSON"))
 
 
 #: ``MIGRATIONS[v](conn)`` turns a version-``v`` database into version ``v + 1``

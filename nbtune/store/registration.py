@@ -63,15 +63,18 @@ def start_recording(
     background: bool = True,
     checkpoints: Callable[[int], tuple[float, str] | None] | None = None,
     fusion: Mapping[str, Any] | None = None,
+    run_options: Mapping[str, Any] | None = None,
 ) -> Recorder:
     """Create ``name`` in ``store`` (a stored name raises) and record ``engine`` into it.
 
     ``algorithm``/``allocator`` are what the user passed (a registry name, a
     class or an instance) with their options, so resume can rebuild them.
     ``checkpoints`` is the runtime's ``latest_checkpoint(trial_id)``, if it has one;
-    ``fusion`` the engine's fusion settings (``FusionBinder.settings()``), if it fuses.
+    ``fusion`` the engine's fusion settings (``FusionBinder.settings()``), if it fuses;
+    ``run_options`` (JSON) what ``tune`` wrapped round the algorithm (``scaling``).
     """
-    algo = engine.algorithm
+    # a wrapper (tune(scaling=S)'s EagerTransfer, in run_options) records what it wraps
+    algo = getattr(engine.algorithm, "inner", engine.algorithm)
     # the common options are stored as columns, taken from the algorithm itself
     alg_name, alg_opts = _describe(algorithm, {k: v for k, v in (algorithm_options or {}).items()
                                                if k not in _COMMON})
@@ -83,6 +86,7 @@ def start_recording(
         num_trials=algo.num_trials, seed=algo.seed, max_failures=int(max_failures),
         space=dump_space(algo.space), trainable=trainable_ref(trainable), runtime=runtime,
         fusion=None if fusion is None else to_jsonable(dict(fusion)),
+        run_options=dict(run_options) if run_options else None,
     )
     return Recorder(store, name, engine, background=background, checkpoints=checkpoints)
 

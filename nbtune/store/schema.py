@@ -69,6 +69,9 @@ class ExperimentRow(Base):
     #: ``tune(..., fusion=...)``'s settings (:meth:`FusionBinder.settings`), so a resumed run
     #: fuses as the first one did; NULL when fusion was off (version 4)
     fusion: Mapped[Any | None] = mapped_column(JSON, nullable=True)
+    #: what ``tune`` wrapped round the algorithm, so resume wraps it again: Hydro's
+    #: ``{"scaling": S, "eager_fraction": f}``; NULL for a plain run
+    run_options: Mapped[Any | None] = mapped_column(JSON, nullable=True)
     #: running | done
     state: Mapped[str] = mapped_column(String(20), nullable=False, default="running")
     restarts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)

@@ -34,6 +34,7 @@ from sqlalchemy.pool import StaticPool
 
 from nbtune.core import events as ev
 from nbtune.core.commands import Command
+from nbtune.core.roles import role
 from nbtune.core.tolerance import EPS
 from nbtune.store.batch import WriteBatch, commit_batch, now_utc
 from nbtune.store.migrations import migrate
@@ -279,14 +280,15 @@ class Store:
         if not rows:
             return pd.DataFrame(columns=cols)
         fused = any(r.unit is not None for r in rows)  # tune(fusion=F): the fused unit
-        return pd.DataFrame([{
+        df = pd.DataFrame([{
             "trial_id": r.trial_id,
             **{f"config/{k}": v for k, v in from_jsonable(r.config).items()},
             "state": r.state, exp.metric: r.best, "last": r.last, "budget_used": r.budget_used,
             "gpu_seconds": r.gpu_seconds, "start": r.start, "end": r.end,
             "failures": r.failures, "error": r.error,
-            **({"group": r.unit} if fused else {}),
+            **({"group": r.unit} if fused else {}), "role": role(from_jsonable(r.config)),
         } for r in rows])
+        return df if df["role"].any() else df.drop(columns="role")  # tune(scaling=S)
 
     def learning_curves(self, name: str) -> pd.DataFrame:
         """Every stored report, trial by trial: trial_id, time, budget and the metrics."""

@@ -24,13 +24,12 @@ from typing import Any
 
 from nbtune.algorithms.base import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
-from nbtune.core.roles import TARGET_KEY  # marks a TargetTrial; in core: allocators read it
+from nbtune.core.roles import SCALING_KEY, TARGET_KEY  # in core: allocators, results read them
 from nbtune.core.trial import Decision, TrialSpec, TrialState
 
-__all__ = ["SCALING_KEY", "TARGET_ID_BASE", "TARGET_KEY", "EagerTransfer", "build"]
+__all__ = ["SCALING_KEY", "TARGET_ID_BASE", "TARGET_KEY", "EagerTransfer", "build",
+           "surrogate_tuning"]
 
-#: config key the training function reads: the surrogate's S (1 for a TargetTrial)
-SCALING_KEY = "scaling"
 #: trial and group ids of TargetTrials start here (the wrapped algorithm owns the ones below)
 TARGET_ID_BASE = 1_000_000
 
@@ -183,3 +182,17 @@ class EagerTransfer(BaseAlgorithm):
         return {t: {"config": c, "state": self.ended.get(t),
                     "loss": min(self.history.get(t, {}).values(), default=None)}
                 for t, c in self.targets.items()}
+
+
+def surrogate_tuning(algorithm: BaseAlgorithm, allocator: Any, scaling: float,
+                     fraction: float = 0.5) -> tuple[EagerTransfer, Any]:
+    """What ``tune(scaling=S)`` runs, and ``resume`` of such a run rebuilds: the algorithm
+    wrapped in :class:`EagerTransfer`, and the allocator (None: a plan brings its own) in
+    :class:`~nbtune.allocators.hetero.HeterogeneityAware` (§5.2: a target that cannot fill
+    a fast GPU gets an older one)."""
+    from nbtune.allocators.hetero import HeterogeneityAware
+
+    algo = EagerTransfer(algorithm, scaling=scaling, fraction=fraction)
+    if allocator is not None and not isinstance(allocator, HeterogeneityAware):
+        allocator = HeterogeneityAware(allocator)
+    return algo, allocator

@@ -181,3 +181,19 @@ def test_a_concurrency_cap_counts_fused_units():
     eng.handle(ev.ConcurrencyChanged(0.0, 2))
     units = units_of(eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(4))))
     assert len(units) == 2 and sum(len(ls) for ls in units.values()) > 2
+
+
+def test_hydro_target_trials_are_never_fused():
+    """A target trial trains the full model alone (Hydro §4.3), even beside another target
+    with equal shape keys (a replaced target still pending when its successor comes)."""
+    from nbtune.core.roles import TARGET_KEY
+
+    algo = OneShot({"x": uniform(0, 1), "width": choice([8]), TARGET_KEY: choice([True])},
+                   metric="loss", max_budget=3, num_trials=4, seed=0)
+    eng = Engine(algo, validate=True)
+    enable(eng, 4, ("width",))
+    cmds = eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(2)))
+    units = units_of(cmds)
+    assert len(units) == 2 and all(len(ls) == 1 for ls in units.values())
+    (g, share), = next(iter(units.values()))[0].placement
+    assert share == 1.0

@@ -16,3 +16,4 @@ def test_notebook_05_executes():
     assert "coordinate check passed" in text  # µP is not
     assert "application/vnd.bokehjs_exec.v0+json" in text  # the plots rendered
     assert "TargetTrial(s); the last one completed" in text
+    assert "12 surrogates in" in text and "fused units" in text  # scaling + fusion

@@ -157,6 +157,7 @@ def test_store_of_schema_version_1_is_migrated_and_keeps_its_experiments(tmp_pat
 @pytest.mark.parametrize("version, table, column", [
     (2, "trials", "unit"),  # version 3: the fused unit a trial ran in
     (3, "experiments", "fusion"),  # version 4: tune's fusion settings, for resume
+    (3, "experiments", "run_options"),  # version 4 too: tune(scaling=S), for resume
 ])
 def test_store_of_an_older_schema_gains_its_new_column(tmp_path, version, table, column):
     db = tmp_path / f"v{version}.db"

@@ -16,14 +16,14 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from nbtune.core.resources import GPU, ClusterSpec
 
 __all__ = ["Slot", "Inventory", "connect", "DaskConnectError", "probe_worker", "pin_cores",
-           "listen_all", "unlisten_all"]
+           "listen_all", "unlisten_all", "check_speeds"]
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,34 @@ def probe_worker(gpus: bool, dask_worker: Any = None) -> dict[str, Any]:
     }
 
 
-class Inventory:
-    """GPU id <-> (worker, slot), stable across worker restarts."""
+def check_speeds(speeds: Mapping[str, float] | None) -> dict[str, float]:
+    """``DaskRuntime(gpu_speeds=...)`` checked: names to relative speeds > 0."""
+    out: dict[str, float] = {}
+    for name, v in (speeds or {}).items():
+        if (not isinstance(name, str) or not name or isinstance(v, bool)
+                or not isinstance(v, int | float) or not v > 0):
+            raise ValueError(f"gpu_speeds maps a GPU name (or part of one, e.g. 'A100') or a "
+                             f"worker's name to a relative speed > 0; got {name!r}: {v!r}")
+        out[name] = float(v)
+    return out
 
-    def __init__(self, gpus: bool) -> None:
+
+class Inventory:
+    """GPU id <-> (worker, slot), stable across worker restarts.
+
+    ``speeds`` (``DaskRuntime(gpu_speeds=...)``) gives GPUs their relative speed in the
+    cluster spec: a key is a worker's name (that worker's slots) or part of a GPU's NVML
+    name, case-insensitive (``{"A100": 2.0, "V100": 1.0}``; the longest matching key
+    wins); a GPU nothing matches has speed 1.0. Speeds are what tell GPU generations apart
+    (Hydro §5.2's placement of target trials on older GPUs reads them); NVML reports names,
+    not throughputs, so they are declared.
+    """
+
+    check_speeds = staticmethod(check_speeds)
+
+    def __init__(self, gpus: bool, speeds: Mapping[str, float] | None = None) -> None:
         self.gpus = gpus
+        self.speeds = check_speeds(speeds)
         self._ids: dict[tuple[str, int], int] = {}
         self.slots: dict[int, Slot] = {}
         self.workers: dict[str, dict[str, Any]] = {}
@@ -122,8 +145,17 @@ class Inventory:
         self.adopt({a: w for a, w in self.workers.items() if a != address})
         return set(self.slots) != before
 
+    def speed(self, slot: Slot) -> float:
+        """The declared relative speed of ``slot`` (1.0 when nothing declared matches)."""
+        name = (self.workers.get(slot.worker) or {}).get("name")
+        if name is not None and str(name) in self.speeds:
+            return self.speeds[str(name)]
+        kind = slot.kind.lower()
+        hits = [k for k in self.speeds if k.lower() in kind]
+        return self.speeds[max(hits, key=len)] if hits else 1.0
+
     def spec(self) -> ClusterSpec:
-        gpus = [GPU(s.gpu_id, s.node, s.kind, 1.0, s.memory_gb)
+        gpus = [GPU(s.gpu_id, s.node, s.kind, self.speed(s), s.memory_gb)
                 for s in sorted(self.slots.values(), key=lambda s: s.gpu_id)]
         cpus: dict[str, float] = {}
         for w in self.workers.values():

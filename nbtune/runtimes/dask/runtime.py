@@ -79,7 +79,7 @@ class DaskRuntime(FusedDriver):
     ``reuse_processes`` (default: on CPU yes, on GPU no) lets a process that
     ended a trial cleanly run the next one: imports are paid once, but module
     globals the training function sets persist into the next trial (pass
-    False for full isolation).
+    False for full isolation). ``gpu_speeds``: relative speeds by GPU or worker name.
     A runtime runs any number of experiments, one after another, on the same
     cluster and warm processes. A cluster it started itself is shut down when
     an experiment ends unless ``keep=True`` (then on :meth:`close`, as
@@ -114,7 +114,7 @@ class DaskRuntime(FusedDriver):
         reuse_processes: bool | None = None,
         shutdown_grace: float = 30.0,
         profiler: Any = None,
-        keep: bool = False,
+        keep: bool = False, gpu_speeds: dict[str, float] | None = None,
     ) -> None:
         if threads_per_worker < 1:
             raise ValueError(f"threads_per_worker must be >= 1, got {threads_per_worker}")
@@ -130,7 +130,7 @@ class DaskRuntime(FusedDriver):
             trial_memory_limit = parse_bytes(trial_memory_limit)
         if trial_memory_limit is not None and trial_memory_limit <= 0:
             raise ValueError(f"trial_memory_limit must be > 0, got {trial_memory_limit}")
-        self.cluster_arg = cluster
+        self.cluster_arg, self.gpu_speeds = cluster, Inventory.check_speeds(gpu_speeds)
         self.gpus = gpus
         self.n_workers = n_workers
         self.threads_per_worker = int(threads_per_worker)
@@ -220,7 +220,7 @@ class DaskRuntime(FusedDriver):
             security=self.security, timeout=self.connect_timeout)
         try:
             self.gpus, self.mps, self.inventory = prepare_workers(
-                self.client, gpus, self.mps, self.warm_processes, self.preload)
+                self.client, gpus, self.mps, self.warm_processes, self.preload, self.gpu_speeds)
         except BaseException:
             self._shutdown_cluster()
             self.client = None

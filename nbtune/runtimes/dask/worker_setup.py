@@ -47,7 +47,8 @@ def worker_plugins(gpus: bool | None, mps: bool | None, warm_processes: int,
 
 
 def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_processes: int,
-                    preload: tuple[str, ...]) -> tuple[bool, bool | None, Inventory]:
+                    preload: tuple[str, ...], speeds: Any = None
+                    ) -> tuple[bool, bool | None, Inventory]:
     """Wait for a worker, settle GPU and MPS mode, install the plugins: ``(gpus, mps, inventory)``.
 
     ``gpus`` None (an existing cluster): GPU mode if its workers see GPUs;
@@ -64,7 +65,7 @@ def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_proce
     gpus = bool(gpus)
     if mps is None:
         mps = gpus and gpu.mps_available()
-    inventory = Inventory(gpus)
+    inventory = Inventory(gpus, speeds)  # speeds: DaskRuntime(gpu_speeds=...)
     inventory.refresh(client)
     if not inventory.slots:
         raise RuntimeError(
