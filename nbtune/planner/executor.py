@@ -225,7 +225,7 @@ class PlanExecutor:
                 slots = dict(rt.inventory.slots) if rt.inventory is not None else {}
                 busy = {slots[g].worker for p in list(rt._engine.running.values())
                         for g, _ in p if g in slots} if rt._engine is not None else set()
-                for run in list(rt._runs.values()):
+                for run in list(rt.runs.values()):
                     busy |= {r.worker for r in run.ranks if not r.exited}
                 return busy
             except RuntimeError:

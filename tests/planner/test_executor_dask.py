@@ -202,3 +202,39 @@ def test_retiring_the_worker_of_a_wide_trial_as_it_is_relaunched_loses_nothing(t
     assert exp.engine.done and not exp.engine.running
     # (not checked here: a rank lost before its last checkpoint was written restarts one step
     # back and reports that step again, kept twice in the trial's results; see the stop note)
+
+
+def test_a_process_the_engine_no_longer_runs_keeps_its_worker_busy(tmp_path):
+    """After a stop the engine runs no trial, but the trial's process trains on to its next
+    report. The executor reads the runtime's live runs through ``DaskRuntime.runs`` (a
+    read-only view of the run driver's state) and must still count that worker as busy."""
+    from nbtune.core import events as ev
+    from nbtune.core.space import uniform
+    from nbtune.planner.executor import PlanExecutor
+    from nbtune.runtimes.dask import DaskRuntime
+    from tests.dask_cluster import wait_for_budget, watched_engine
+    from tests.engine.toy import OneShot
+
+    algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=4, num_trials=1, seed=0)
+    eng, _ = watched_engine(algo)
+    cluster = local_cluster()
+    rt = DaskRuntime(cluster, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
+                     sample_interval=0.5)
+    try:
+        rt.start(eng, functools.partial(train_steps, sleep=4.0))
+        wait_for_budget(eng, 0, 1, 90)
+        rt.submit(ev.ExperimentStopRequested(rt.clock.now()))
+        deadline = time.monotonic() + 10
+        while not rt.finishing:
+            assert time.monotonic() < deadline, "the stop never reached Finish"
+            time.sleep(0.02)
+        live = {r.worker for run in dict(rt.runs).values() for r in run.ranks if not r.exited}
+        assert not eng.running and len(live) == 1  # stopped, its process still in its step
+        assert PlanExecutor(make_plan(), rt)._busy_workers() == live
+        with pytest.raises(TypeError):
+            rt.runs[0] = None  # type: ignore[index]  # the driver's state, read-only
+        assert rt.wait(60)
+        assert not rt.runs  # every process has left
+    finally:
+        rt.close()
+        cluster.close()

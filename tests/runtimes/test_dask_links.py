@@ -104,7 +104,7 @@ def test_broken_stream_requeues_its_runs_and_the_worker_comes_back(client, tmp_p
     try:
         wait_for_budget(eng, 0, 2, 60)
         victim = rt.inventory.slots[eng.running[0][0][0]].worker
-        old_run = f"{rt._runs[0].run_key}/0"
+        old_run = f"{rt.runs[0].run_key}/0"
         assert client.run(_end_stream, rt._topic, workers=[victim])[victim]
         # the worker is alive: the old run's process must not train on beside the relaunch
         deadline = time.monotonic() + 10
@@ -268,7 +268,7 @@ def test_a_worker_lost_after_finish_does_not_hang_the_experiment(client, tmp_pat
         pid = client.run(os.getpid, workers=[victim])[victim]
         rt.submit(ev.ExperimentStopRequested(rt.clock.now()))
         deadline = time.monotonic() + 10
-        while rt._finish_at is None:
+        while not rt.finishing:
             assert time.monotonic() < deadline, "the stop never reached Finish"
             time.sleep(0.02)
         os.kill(pid, signal.SIGKILL)

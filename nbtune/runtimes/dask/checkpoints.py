@@ -14,15 +14,24 @@ import pickle
 import re
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from nbtune.core.tolerance import EPS
 
 __all__ = ["CheckpointLocationError", "checkpoint_path", "latest_checkpoint", "list_checkpoints", "save_state", "load_state",
-           "adopt_checkpoint"]
+           "adopt_checkpoint", "experiment_dir"]
 
 _NAME = re.compile(r"^budget-(?P<step>[0-9.eE+-]+)\.pt$")
+
+
+def experiment_dir(given: str | os.PathLike[str] | None) -> Path:
+    """Where an experiment's checkpoints go: ``given`` (a store may pass a str), or a new
+    temporary directory; made if missing."""
+    path = Path(given) if given is not None else Path(tempfile.mkdtemp(prefix="nbtune-ckpt-"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def trial_dir(root: str | os.PathLike[str], trial_id: int) -> Path:

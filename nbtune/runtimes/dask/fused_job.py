@@ -15,23 +15,28 @@ in the same process, which ends when no member is left. A member whose run ends 
 its budget (an error, the function returned early) fails alone; a lost worker fails every
 member it held (the engine requeues them, from their checkpoints).
 
-Kept apart from :mod:`.driver` (the unfused run state machine) as a mixin over it: fused
-runs live in ``_runs`` under the key ``-1 - run_id`` (never a trial id), so the driver's
-loop, its Finish grace and ``trial_timeout`` handle them like any run.
+:class:`FusedUnits` is a collaborator of the experiment's
+:class:`~nbtune.runtimes.dask.driver.RunDriver` (its ``units``), which offers it each
+batch of commands, each message, failed launch and run end first. Fused runs live in the
+driver's ``runs`` under the key ``-1 - run_id`` (never a trial id), so the driver's loop,
+its Finish grace and ``trial_timeout`` handle them like any run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from nbtune.core import events as ev
 from nbtune.core.commands import Command, Launch, Pause, Stop
 from nbtune.core.trial import TrialState
-from nbtune.runtimes.dask.driver import RunDriver
+from nbtune.runtimes.dask.jobs import restore_point
 from nbtune.runtimes.dask.runs import EPS, Run
 
-__all__ = ["FusedDriver", "FusedState", "MemberRun", "UnitRun"]
+if TYPE_CHECKING:
+    from nbtune.runtimes.dask.driver import RunDriver
+
+__all__ = ["FusedUnits", "MemberRun", "UnitRun"]
 
 
 @dataclass
@@ -50,27 +55,24 @@ class UnitRun:
     members: dict[int, MemberRun]
 
 
-@dataclass
-class FusedState:
-    """Per experiment: the live fused runs, and unit launches waiting for a member's old run."""
-
-    units: dict[int, UnitRun] = field(default_factory=dict)  # run id -> its unit
-    live: dict[int, int] = field(default_factory=dict)  # member trial -> run id
-    waiting: list[list[Launch]] = field(default_factory=list)
-
-
 def run_key(run_id: int) -> int:
-    """A fused run's key in ``_runs``: negative, so it never shadows a trial's own run."""
+    """A fused run's key in the driver's ``runs``: negative, so it never shadows a trial's."""
     return -1 - run_id
 
 
-class FusedDriver(RunDriver):
-    """Mixin of :class:`~nbtune.runtimes.dask.DaskRuntime`: fused units as single runs."""
+class FusedUnits:
+    """One experiment's fused units, each trained as one run of its ``driver``."""
 
-    _fusion: FusedState
+    def __init__(self, driver: RunDriver) -> None:
+        self.driver = driver
+        self.units: dict[int, UnitRun] = {}  # run id -> its unit
+        self.live: dict[int, int] = {}  # member trial -> run id
+        #: unit launches waiting for a member's previous process to exit
+        self.waiting: list[list[Launch]] = []
 
     # ------------------------------------------------------------ commands
-    def _execute(self, cmds: list[Command]) -> None:
+    def take(self, cmds: list[Command]) -> list[Command]:
+        """Carry out the units' launches and their members' stops; return the other commands."""
         rest: list[Command] = []
         units: dict[int, list[Launch]] = {}
         for c in cmds:
@@ -78,32 +80,36 @@ class FusedDriver(RunDriver):
                 units.setdefault(c.unit, []).append(c)
             elif not (isinstance(c, Pause | Stop) and self._member_leaves(c)):
                 rest.append(c)
-        self._fusion.waiting.extend(units.values())
+        self.waiting.extend(units.values())
         if units:
             self._start_waiting()
-        super()._execute(rest)
+        return rest
 
     def _member_leaves(self, c: Pause | Stop) -> bool:
         """Tell one member of a live fused run to leave it; False if it is in none."""
-        rid = self._fusion.live.get(c.trial_id)
-        run = self._by_id.get(rid) if rid is not None else None
+        rid = self.live.get(c.trial_id)
+        run = self.driver.by_id.get(rid) if rid is not None else None
         if run is None:
             return False
-        members = self._fusion.units[run.run_id].members
+        members = self.units[run.run_id].members
         m = members[c.trial_id]
         if m.cancelled is None and run.cancelled is None:
             m.cancelled = "pause" if isinstance(c, Pause) else "stop"
-            self._signal(run, {"k": "stop", "reason": m.cancelled, "m": c.trial_id})
+            self.driver.signal(run, {"k": "stop", "reason": m.cancelled, "m": c.trial_id})
             if all(x.cancelled is not None for x in members.values()):
                 run.cancelled = m.cancelled  # nothing it does later counts
         return True
 
+    def restart_waiting(self) -> None:
+        """A run ended: a unit that waited for its process may start now."""
+        if self.waiting:
+            self._start_waiting()
+
     def _start_waiting(self) -> None:
         """Start the unit launches whose members' previous processes have all exited."""
-        assert self._engine is not None
-        trials, running = self._engine.trials, self._engine.running
+        trials, running = self.driver.engine.trials, self.driver.engine.running
         still: list[list[Launch]] = []
-        for launches in self._fusion.waiting:
+        for launches in self.waiting:
             launches = [c for c in launches if c.trial_id in running
                         and trials[c.trial_id].state is TrialState.RUNNING
                         and trials[c.trial_id].unit == c.unit]
@@ -113,56 +119,57 @@ class FusedDriver(RunDriver):
                 still.append(launches)
             else:
                 self._start_unit(launches)
-        self._fusion.waiting = still
+        self.waiting = still
 
     def _busy(self, tid: int) -> bool:
         """A trial's previous process still trains it: its own run, or a fused run it has
         not been told to leave. A member told to leave may start again at once: it resumes
         from a checkpoint already written (files are replaced atomically), and what its old
         process still reports is not counted."""
-        if tid in self._runs:
+        if tid in self.driver.runs:
             return True
-        rid = self._fusion.live.get(tid)
-        unit = self._fusion.units.get(rid) if rid is not None else None
+        rid = self.live.get(tid)
+        unit = self.units.get(rid) if rid is not None else None
         return unit is not None and unit.members[tid].cancelled is None
 
     def _start_unit(self, launches: list[Launch]) -> None:
-        assert self._engine is not None and self.inventory is not None
+        d = self.driver
         lead = launches[0]
-        placement = self._engine.fusion.placements[lead.unit]
-        missing = [g for g, _ in placement if self.inventory.slots.get(g) is None]
+        placement = d.engine.fusion.placements[lead.unit]
+        missing = [g for g, _ in placement if d.inventory.slots.get(g) is None]
         if missing:
-            now = self._clock.now()
-            self._local.extend(ev.TrialFailed(now, c.trial_id, worker_lost=True,
-                                              error=f"GPU(s) {missing} left the cluster")
-                               for c in launches)
+            now = d.clock.now()
+            d.pending.extend(ev.TrialFailed(now, c.trial_id, worker_lost=True,
+                                            error=f"GPU(s) {missing} left the cluster")
+                             for c in launches)
             return
         members = []
         for c in launches:
-            found = self._restore_point(c.trial_id, c.start_budget, None)
+            found = restore_point(d.settings.checkpoint_dir, c.trial_id, c.start_budget, None)
             members.append({"trial_id": c.trial_id, "config": dict(c.config),
                             "restore_path": None if found is None else str(found[1]),
                             "restore_step": None if found is None else found[0]})
-        run = self._start_run(lead.trial_id, lead.config, lead.start_budget, lead.budget,
-                              placement, None, members=members, unit=lead.unit, hold=False)
+        run = d.start_run(lead.trial_id, lead.config, lead.start_budget, lead.budget,
+                          placement, None, members=members, unit=lead.unit, hold=False)
         assert run is not None
-        del self._runs[lead.trial_id]
-        self._runs[run_key(run.run_id)] = run
-        self._fusion.units[run.run_id] = UnitRun(lead.unit, {
+        del d.runs[lead.trial_id]
+        d.runs[run_key(run.run_id)] = run
+        self.units[run.run_id] = UnitRun(lead.unit, {
             c.trial_id: MemberRun(c.trial_id, float(c.budget), float(c.start_budget))
             for c in launches})
         for c in launches:
-            self._fusion.live[c.trial_id] = run.run_id
+            self.live[c.trial_id] = run.run_id
 
     # ------------------------------------------------------------ messages
-    def _on_msg(self, m: dict[str, Any], now: float) -> list[ev.Event]:
-        unit = self._fusion.units.get(int(m.get("run", -1)))
+    def on_msg(self, m: dict[str, Any], now: float) -> list[ev.Event] | None:
+        """Events for a message of a fused run; None for any other message."""
+        unit = self.units.get(int(m.get("run", -1)))
         if unit is None:
-            return super()._on_msg(m, now)
-        run = self._by_id[int(m["run"])]
+            return None
+        run = self.driver.by_id[int(m["run"])]
         k = m.get("k")
         if k == "exit":
-            return self._rank_exited(run, int(m["rank"]), m, now)
+            return self.driver.rank_exited(run, int(m["rank"]), m, now)
         if k == "started":
             if int(m["rank"]) == 0 and not run.started:
                 run.started = True
@@ -173,7 +180,7 @@ class FusedDriver(RunDriver):
         if member is None:
             return []
         if k == "ckpt":  # filed under the member's own trial id
-            return super()._on_msg({**m, "trial": member.trial_id}, now)
+            return self.driver.on_checkpoint({**m, "trial": member.trial_id})
         # the unit's peak memory so far rides on a report (fusion=True sizes units by it)
         mem = [ev.UnitMemoryMeasured(now, unit.unit, int(m["mem"]))] if "mem" in m else []
         if member.cancelled is not None:
@@ -187,12 +194,13 @@ class FusedDriver(RunDriver):
             return [ev.TrialRecomputed(now, member.trial_id, float(m["step"]))]
         return []
 
-    def _on_launch_failed(self, run_id: int, rank: int, error: str, lost: bool,
-                          now: float) -> list[ev.Event]:
-        unit = self._fusion.units.get(run_id)
-        run = self._by_id.get(run_id)
+    def on_launch_failed(self, run_id: int, rank: int, error: str, lost: bool,
+                         now: float) -> list[ev.Event] | None:
+        """A fused run's worker could not be reached: its members fail (worker lost)."""
+        unit = self.units.get(run_id)
+        run = self.driver.by_id.get(run_id)
         if unit is None or run is None or not lost or run.ranks[rank].exited:
-            return super()._on_launch_failed(run_id, rank, error, lost, now)
+            return None
         return self._lose(run, unit, error, now, finishing=False)
 
     # ------------------------------------------------------------ run ends
@@ -204,41 +212,40 @@ class FusedDriver(RunDriver):
             out = [ev.TrialFailed(now, tid, worker_lost=True, error=error)
                    for tid in self._still_running(unit)]
         run.cancelled = "killed" if finishing else "lost"
-        self._signal(run, {"k": "kill", "reason": error})
+        self.driver.signal(run, {"k": "kill", "reason": error})
         for r in run.ranks:
             r.exited = True
-        return out + self._finalize(run, now)
+        return out + self.driver.finalize(run, now)
 
     def _still_running(self, unit: UnitRun) -> list[int]:
         """Members not told to leave that the engine still runs in this unit."""
-        assert self._engine is not None
-        trials = self._engine.trials
+        trials = self.driver.engine.trials
         return [tid for tid, x in unit.members.items() if x.cancelled is None
                 and trials[tid].state is TrialState.RUNNING and trials[tid].unit == unit.unit]
 
-    def _end_runs_on(self, address: str, now: float) -> list[ev.Event]:
+    def end_runs_on(self, address: str, now: float) -> list[ev.Event]:
+        """A worker left: the fused runs with a rank on it are lost."""
         out: list[ev.Event] = []
-        for rid, unit in list(self._fusion.units.items()):
-            run = self._by_id.get(rid)
+        for rid, unit in list(self.units.items()):
+            run = self.driver.by_id.get(rid)
             if run is not None and any(r.worker == address for r in run.ranks):
                 out.extend(self._lose(run, unit, f"worker {address} was lost", now,
-                                      finishing=self._finish_at is not None))
-        return out + super()._end_runs_on(address, now)
-
-    def _end_run(self, run: Run, now: float) -> list[ev.Event]:
-        unit = self._fusion.units.pop(run.run_id, None)
-        out = super()._end_run(run, now) if unit is None else self._end_unit(run, unit, now)
-        if self._fusion.waiting:
-            self._start_waiting()  # a member's old process is gone: its next unit may start
+                                      finishing=self.driver.finishing))
         return out
 
-    def _end_unit(self, run: Run, unit: UnitRun, now: float) -> list[ev.Event]:
-        """A fused run ended: each member still in it completed its segment or fails."""
-        self._runs.pop(run_key(run.run_id), None)
-        self._by_id.pop(run.run_id, None)
+    def end_run(self, run: Run, now: float) -> list[ev.Event] | None:
+        """A fused run ended: each member still in it completed its segment or fails.
+
+        None if ``run`` is no fused unit's (the driver ends it as a trial's own run).
+        """
+        unit = self.units.pop(run.run_id, None)
+        if unit is None:
+            return None
+        self.driver.runs.pop(run_key(run.run_id), None)
+        self.driver.by_id.pop(run.run_id, None)
         for tid in unit.members:
-            if self._fusion.live.get(tid) == run.run_id:
-                del self._fusion.live[tid]
+            if self.live.get(tid) == run.run_id:
+                del self.live[tid]
         if run.cancelled is not None:
             return []  # lost (members failed already), killed at the end, or all told to leave
         out: list[ev.Event] = []

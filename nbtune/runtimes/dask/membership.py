@@ -19,9 +19,12 @@ if TYPE_CHECKING:
     from nbtune.runtimes.dask.cluster import Inventory
     from nbtune.runtimes.dask.links import WorkerLinks
 
-__all__ = ["Membership", "scheduler_item"]
+__all__ = ["ITEMS", "Membership", "scheduler_item"]
 
 log = logging.getLogger("nbtune.dask")
+
+#: the inbox items :meth:`Membership.on` handles (the runtime's loop routes them here)
+ITEMS = frozenset({"lost", "joined", "linked", "probed", "unlinked"})
 
 
 def scheduler_item(event: Any) -> tuple[str, str] | None:

@@ -18,7 +18,8 @@ from nbtune.core.tolerance import EPS
 if TYPE_CHECKING:
     from nbtune.runtimes.dask.cluster import Slot
 
-__all__ = ["Run", "RunRank", "rank_env", "overdue", "check_timeout", "WallClock", "EPS"]
+__all__ = ["Run", "RunRank", "rank_env", "overdue", "check_timeout", "check_memory_limit",
+           "WallClock", "EPS"]
 
 
 def check_timeout(seconds: float | None) -> float | None:
@@ -28,6 +29,17 @@ def check_timeout(seconds: float | None) -> float | None:
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
         raise ValueError(f"trial_timeout must be a number of seconds > 0 or None, got {seconds!r}")
     return float(seconds)
+
+
+def check_memory_limit(limit: int | str | None) -> int | None:
+    """``trial_memory_limit`` as given by a user: None (no limit), bytes > 0 or a size ("2GB")."""
+    if isinstance(limit, str):
+        from dask.utils import parse_bytes
+
+        limit = parse_bytes(limit)
+    if limit is not None and limit <= 0:
+        raise ValueError(f"trial_memory_limit must be > 0, got {limit}")
+    return limit
 
 
 @dataclass

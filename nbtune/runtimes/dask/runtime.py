@@ -1,20 +1,15 @@
 """The Dask runtime: the engine's commands carried out on a real Dask cluster.
 
-One background *driver* thread owns the :class:`~nbtune.engine.Engine`. It
-takes everything that happens from one inbox, in arrival order (trial
-messages streamed by the workers over direct links, worker arrivals and
-losses from the scheduler's ``all`` topic, launches that failed, events a
-person submits), turns the batch into engine events, calls ``engine.handle`` once
-and carries out the commands:
-
-* Launch: one direct call per rank to the worker owning each GPU of the
-  placement, which runs it on a thread of its own (see :mod:`.handlers` and
-  :mod:`.executor`); a trial whose previous process is still writing its last
-  checkpoint is launched when that process exits.
-* Stop / Pause / Resize: a control message to each rank; the trial leaves at
-  its next ``report`` boundary. After a resize the driver relaunches it on the
-  engine's new placement from its checkpoint.
-* Finish: wait for the last processes to leave, then the experiment is done.
+One background *driver* thread owns the :class:`~nbtune.engine.Engine`. It takes
+everything that happens from one :class:`~.inbox.Inbox`, in arrival order (trial
+messages streamed by the workers over direct links, worker arrivals and losses,
+launches that failed, events a person submits), routes each item (worker arrivals
+and losses to :class:`~.membership.Membership`, trial messages and failed launches to
+the experiment's :class:`~.driver.RunDriver`), calls ``engine.handle`` once on the
+batch and hands the commands to the driver: a Launch becomes one direct call per rank
+to the worker owning each GPU (:mod:`.handlers`, :mod:`.executor`); Stop, Pause and
+Resize a control message to each rank, which leaves at its next ``report``; after
+Finish the experiment is done once the last processes have left.
 
 Faults: a trial that raises becomes ``TrialFailed(error=traceback)``; a dead
 worker becomes ``TrialFailed(worker_lost=True)`` for each trial on it followed
@@ -27,25 +22,27 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import queue
-import tempfile
 import threading
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from nbtune.core import events as ev
-from nbtune.core.commands import Launch
 from nbtune.runtimes.base import check_trainable
 from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.cluster import Inventory, close_cluster, connect, listen_all, unlisten_all
 from nbtune.runtimes.dask.dask_page import Publisher, page_link
-from nbtune.runtimes.dask.fused_job import FusedDriver, FusedState
+from nbtune.runtimes.dask.driver import RunDriver
+from nbtune.runtimes.dask.fused_job import FusedUnits
+from nbtune.runtimes.dask.inbox import Inbox, route
+from nbtune.runtimes.dask.jobs import RunSettings
 from nbtune.runtimes.dask.links import WorkerLinks
-from nbtune.runtimes.dask.membership import Membership, scheduler_item
-from nbtune.runtimes.dask.runs import Run, WallClock, check_timeout
+from nbtune.runtimes.dask.membership import Membership
+from nbtune.runtimes.dask.runs import Run, WallClock, check_memory_limit, check_timeout
 from nbtune.runtimes.dask.trainable import check_signature, pickled
 from nbtune.runtimes.dask.worker_setup import prepare_workers, worker_plugins
 from nbtune.runtimes.dask.worker_setup import tolerate_lost_workers as tolerant
@@ -62,7 +59,7 @@ class DaskRuntimeError(RuntimeError):
     """The driver thread stopped on an error (shown with its cause)."""
 
 
-class DaskRuntime(FusedDriver):
+class DaskRuntime:
     """Run training functions ``train(config, trial)`` on a Dask cluster.
 
     ``cluster``: None (start a local cluster: dask-cuda's ``LocalCUDACluster``
@@ -124,12 +121,6 @@ class DaskRuntime(FusedDriver):
             raise ValueError(f"sample_interval must be > 0 seconds, got {sample_interval}")
         if warm_processes < 0:
             raise ValueError(f"warm_processes must be >= 0, got {warm_processes}")
-        if isinstance(trial_memory_limit, str):
-            from dask.utils import parse_bytes
-
-            trial_memory_limit = parse_bytes(trial_memory_limit)
-        if trial_memory_limit is not None and trial_memory_limit <= 0:
-            raise ValueError(f"trial_memory_limit must be > 0, got {trial_memory_limit}")
         self.cluster_arg, self.gpu_speeds = cluster, Inventory.check_speeds(gpu_speeds)
         self.gpus = gpus
         self.n_workers = n_workers
@@ -139,7 +130,7 @@ class DaskRuntime(FusedDriver):
         self.memory_limit = memory_limit
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.sample_interval = float(sample_interval)
-        self.trial_memory_limit = trial_memory_limit
+        self.trial_memory_limit = check_memory_limit(trial_memory_limit)
         self.trial_timeout = check_timeout(trial_timeout)
         self.security, self.connect_timeout = security, float(connect_timeout)
         self.warm_processes = int(warm_processes)
@@ -150,8 +141,6 @@ class DaskRuntime(FusedDriver):
         self.profiler = profiler  # measures c, d, α, β, ε, demands (nbtune.runtimes.profiler)
         #: keep a cluster this runtime started up after an experiment, for the next one
         self.keep = bool(keep)
-        #: latest checkpoint per trial, ``trial_id -> (step, path)``, as the trials wrote them
-        self.checkpoints: dict[int, tuple[float, str]] = {}
         self.client: Any = None
         self.inventory: Inventory | None = None
         self._cluster: Any = None
@@ -164,25 +153,17 @@ class DaskRuntime(FusedDriver):
 
     def _new_experiment(self) -> None:
         """Per-experiment state: a runtime runs experiments one after another on one cluster."""
-        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._local: list[ev.Event] = []
+        self._inbox = Inbox()
         self._engine: Engine | None = None
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
         self._halt = threading.Event()
         self._error: BaseException | None = None
-        self._runs: dict[int, Run] = {}
-        self._by_id: dict[int, Run] = {}
-        self._deferred: dict[int, Launch] = {}
-        self._clones: dict[int, list[Launch]] = {}
-        self._fusion = FusedState()  # fused units' runs (tune(fusion=F))
-        self._finish_at: float | None = None
-        self._members: Membership | None = None  # type: ignore[assignment]
+        self._driver: RunDriver | None = None  # owns the experiment's runs (.driver)
+        self._members: Membership | None = None
         self._topic = f"nbtune-{uuid.uuid4().hex[:12]}"
         self._sampler_name: str | None = None
-        self._fn: bytes = b""
-        self._checkpointing = False
-        self._links: WorkerLinks | None = None  # type: ignore[assignment]
+        self._links: WorkerLinks | None = None
         self._clock = WallClock()
         self._page = Publisher()  # the Dask dashboard's nbtune page (dask_page)
 
@@ -194,6 +175,22 @@ class DaskRuntime(FusedDriver):
     @property
     def done(self) -> bool:
         return self._done.is_set()
+
+    @property
+    def runs(self) -> Mapping[int, Run]:
+        """The experiment's live runs (process groups) by trial id, a fused unit's under a
+        negative key; read-only. The driver thread changes it: copy it to read elsewhere."""
+        return MappingProxyType(self._driver.runs if self._driver is not None else {})
+
+    @property
+    def finishing(self) -> bool:
+        """The engine said Finish: the runs are ending (within ``shutdown_grace``)."""
+        return self._driver is not None and self._driver.finishing
+
+    @property
+    def checkpoints(self) -> Mapping[int, tuple[float, str]]:
+        """Latest checkpoint per trial, ``trial_id -> (step, path)``, as the trials wrote them."""
+        return MappingProxyType(self._driver.checkpoints if self._driver is not None else {})
 
     @property
     def dashboard_link(self) -> str | None:
@@ -244,7 +241,6 @@ class DaskRuntime(FusedDriver):
                                    "to end before starting the next one")
             self._release_experiment()  # the last one's subscriptions (kept until now)
             self._new_experiment()  # the cluster and its warm processes stay up
-            self.checkpoints = {}
             if self._own_ckpt:
                 self.checkpoint_dir = None  # trial ids start again at 0: a fresh directory
             elif self.checkpoint_dir is not None:
@@ -254,22 +250,25 @@ class DaskRuntime(FusedDriver):
         from nbtune.runtimes.dask.trial_api import uses_checkpoints
         from nbtune.runtimes.profiler import attach_profiler
 
-        self._fn = pickled(trainable)
-        self._checkpointing = uses_checkpoints(trainable)
+        fn, checkpointing = pickled(trainable), uses_checkpoints(trainable)
         self.connect()
         assert self.inventory is not None
         self._engine = engine
-        if self.checkpoint_dir is None:
-            self.checkpoint_dir = Path(tempfile.mkdtemp(prefix="nbtune-ckpt-"))
-        self.checkpoint_dir = Path(self.checkpoint_dir)  # a store may have set a str
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        self.client.subscribe_topic(self._topic, self._on_topic)
-        listen_all(self.client, self._on_all)
+        self.checkpoint_dir = ck.experiment_dir(self.checkpoint_dir)
+        self.client.subscribe_topic(self._topic, self._inbox.on_topic)
+        listen_all(self.client, self._inbox.on_all)
         self.inventory.refresh(self.client)  # a worker that came or went before we listened
         self._links = WorkerLinks(self.client, self._topic, self._inbox)
         workers = sorted({s.worker for s in self.inventory.slots.values()})
         self._links.open_all(workers)  # a worker it cannot reach goes through the scheduler
-        self._members = Membership(self.client, self.inventory, self._links, self._end_runs_on)
+        reuse = not self.gpus if self.reuse_processes is None else self.reuse_processes
+        settings = RunSettings(
+            self._topic, fn, self.checkpoint_dir, checkpointing, bool(self.gpus), bool(self.mps),
+            bool(reuse), self.trial_memory_limit, self.trial_timeout, self.shutdown_grace)
+        self._driver = RunDriver(engine, self._clock, self.inventory, self._links, settings,
+                                 self._run_ids, FusedUnits)
+        self._members = Membership(self.client, self.inventory, self._links,
+                                   self._driver.end_runs_on)
         sampler = UtilizationSampler(self._topic, self.sample_interval, bool(self.gpus))
         self._sampler_name = sampler.name
         tolerant(lambda: self.client.register_plugin(sampler, name=sampler.name), "sampler")
@@ -324,19 +323,20 @@ class DaskRuntime(FusedDriver):
     def _release_experiment(self) -> None:
         """Kill the experiment's live trial processes, drop its subscriptions and streams."""
         if self.client is not None and self._links is not None:
-            for run in list(self._runs.values()):
-                self._signal(run, {"k": "kill", "reason": "the runtime was closed"})
+            if self._driver is not None:
+                self._driver.kill_all("the runtime was closed")
             self._links.close()
         if self.client is not None:
             with contextlib.suppress(Exception):
                 self.client.unsubscribe_topic(self._topic)
-            unlisten_all(self.client, self._on_all)
+            unlisten_all(self.client, self._inbox.on_all)
             if self._sampler_name is not None:
                 with contextlib.suppress(Exception):
                     self.client.unregister_worker_plugin(self._sampler_name)
                 self._sampler_name = None  # released once: close() after an experiment's end
-        self._runs.clear()
-        self._by_id.clear()
+        if self._driver is not None:
+            self._driver.runs.clear()
+            self._driver.by_id.clear()
 
     def _shutdown_cluster(self) -> None:
         if self.client is not None and self._owns_client:
@@ -353,45 +353,33 @@ class DaskRuntime(FusedDriver):
 
     def __repr__(self) -> str:
         n = len(self.inventory.slots) if self.inventory else 0
-        return f"<DaskRuntime {'gpu' if self.gpus else 'cpu'} {n} slots, {len(self._runs)} live>"
+        return f"<DaskRuntime {'gpu' if self.gpus else 'cpu'} {n} slots, {len(self.runs)} live>"
 
-    # -------------------------------------------------------------- inbox
-    def _on_topic(self, event: Any) -> None:
-        self._inbox.put(("msgs", event[1]))
-
-    def _on_all(self, event: Any) -> None:
-        item = scheduler_item(event)
-        if item is not None:
-            self._inbox.put(item)
-
+    # ------------------------------------------------------- the driver thread
     def _loop(self) -> None:
-        engine = self._engine
-        assert engine is not None
+        engine, driver, members = self._engine, self._driver, self._members
+        assert engine is not None and driver is not None and members is not None
         try:
             while not self._halt.is_set():
-                items: list[tuple[str, Any]] = []
-                try:
-                    items.append(self._inbox.get(timeout=0.05))
-                    while len(items) < 2000:
-                        items.append(self._inbox.get_nowait())
-                except queue.Empty:
-                    pass
-                events, self._local = self._local, []
+                items = self._inbox.batch()
+                events = driver.take_pending()
                 if items and log.isEnabledFor(logging.DEBUG):
                     log.debug("t=%.3f inbox %s", self._clock.now(), [k for k, _ in items])
-                for kind, payload in items:
-                    events.extend(self._translate(kind, payload))
-                events.extend(self._housekeeping())
+                for kind, payload in items:  # to membership or the run driver (.inbox)
+                    events.extend(route(kind, payload, members, driver, self._clock))
+                driver.enforce_deadlines()
                 if events:
-                    self._execute(engine.handle(*events))
-                if self._finish_at is not None and not self._runs and not self._local:
+                    driver.execute(engine.handle(*events))
+                    # the engine just changed: the Dask dashboard's page may show it
+                    self._page.tick(self.client, engine, self.inventory, self._topic,
+                                    self._clock.now(), force=engine.done)
+                if driver.finished:
                     break
         except BaseException as exc:  # surfaced by wait(); the trials must not outlive it
             log.exception("nbtune Dask driver failed")
             self._error = exc
             if self._links is not None:
-                for run in list(self._runs.values()):
-                    self._signal(run, {"k": "kill", "reason": f"driver error: {exc!r}"})
+                driver.kill_all(f"driver error: {exc!r}")
         finally:
             if self._cluster is not None and not self._halt.is_set() and not self.keep:
                 self.close()  # a cluster we started ends with its experiment; else the

@@ -1,0 +1,85 @@
+"""What a run's processes are launched with: the experiment's launch settings, one job per rank.
+
+The :class:`~nbtune.runtimes.dask.driver.RunDriver` decides *when* a run
+starts and ends; this module says *what* each rank's trial process is told
+(the pickled training function, its config and share, the checkpoint to
+resume from, its environment). :class:`RunSettings` is fixed when an
+experiment starts, so the driver is built with it rather than reading the
+runtime's attributes.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nbtune.runtimes.dask import checkpoints as ck
+from nbtune.runtimes.dask.runs import EPS, Run, rank_env
+
+if TYPE_CHECKING:
+    from nbtune.engine.engine import Engine
+    from nbtune.runtimes.dask.cluster import Slot
+
+__all__ = ["RunSettings", "rank_jobs", "restore_point"]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What every launch of one experiment shares (taken from the runtime when it starts)."""
+
+    topic: str  # the experiment's topic: run keys and messages carry it
+    fn: bytes  # the pickled training function
+    checkpoint_dir: Path
+    checkpointing: bool  # the function calls trial.checkpoint (trial_api.uses_checkpoints)
+    gpus: bool
+    mps: bool
+    reuse: bool  # a process that ended a trial cleanly may run the next one
+    memory_limit: int | None  # trial_memory_limit, bytes
+    trial_timeout: float | None
+    shutdown_grace: float  # seconds the runs get to leave after Finish
+
+
+def restore_point(checkpoint_dir: Path, tid: int, start: float,
+                  restore_from: int | None) -> tuple[float, Path] | None:
+    """The checkpoint a launch at ``start`` resumes from, or None for a fresh start.
+
+    A trial cloned from another (PBT's exploit, ``restore_from``) gets a
+    copy of the donor's checkpoint filed as its own, and its own newer
+    files are dropped: every later relaunch (resize, lost worker, resume)
+    then finds the cloned lineage, never the state it had before.
+    """
+    if restore_from is not None and restore_from != tid:
+        donor = ck.latest_checkpoint(checkpoint_dir, restore_from, start)
+        if donor is None:
+            return None
+        return donor[0], ck.adopt_checkpoint(donor[1], checkpoint_dir, tid, donor[0])
+    if start <= EPS:
+        return None
+    return ck.latest_checkpoint(checkpoint_dir, tid, start)
+
+
+def rank_jobs(run: Run, slots: list[Slot], s: RunSettings, engine: Engine,
+              found: tuple[float, Path] | None, **extra: Any) -> list[tuple[str, dict[str, Any]]]:
+    """``(worker, job)`` for each rank of ``run``, in rank order; ``extra``: a fused unit's."""
+    jobs: list[tuple[str, dict[str, Any]]] = []
+    world = len(run.placement)
+    for rank, ((_g, share), slot) in enumerate(zip(run.placement, slots, strict=True)):
+        threads, env = rank_env(run.trial_id, slot, share, gpus=s.gpus, mps=s.mps)
+        job = {
+            "topic": s.topic, "run_key": run.run_key, "run_id": run.run_id,
+            "trial_id": run.trial_id, "rank": rank, "world_size": world, "slot": slot.index,
+            "config": dict(run.config), "start_step": run.start_step, "budget": run.budget,
+            "fn": s.fn, "checkpoint_dir": str(s.checkpoint_dir), "env": env, "threads": threads,
+            "restore_path": None if found is None else str(found[1]),
+            "restore_step": None if found is None else found[0],
+            "device": "cuda" if s.gpus else "cpu", "sys_path": list(sys.path),
+            "memory_limit": s.memory_limit, "max_budget": engine.max_budget,
+            "metric": engine.metric, "checkpoints": s.checkpointing,
+            "hold": bool(getattr(engine, "algorithm", None) and engine.algorithm.waits_at_rungs),
+            "reuse": s.reuse,
+            **extra,  # a fused unit's members (.fused_job)
+        }
+        jobs.append((slot.worker, job))
+    return jobs
