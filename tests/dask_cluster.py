@@ -20,7 +20,7 @@ def local_client(n_workers: int = 2, **cluster_kwargs: Any) -> Iterator[distribu
     cluster = distributed.LocalCluster(
         n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
         dashboard_address=None, resources={"GPU": 1},
-        scheduler_kwargs={"dashboard_address": ":0"},  # never fight over port 8787
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},  # never fight over port 8787
         **cluster_kwargs,
     )
     client = distributed.Client(cluster, set_as_default=False)

@@ -40,8 +40,9 @@ def test_every_server_of_the_default_local_cluster_listens_on_localhost_only():
     """Scheduler, dashboard, workers, nannies: a dashboard at ':0' bound 0.0.0.0 before the fix."""
     from nbtune.runtimes.dask import DaskRuntime
 
+    before = set(listening(psutil.Process()))  # another test's server is not this one's
     with DaskRuntime(n_workers=1, warm_processes=0, preload=()) as rt:
-        socks = listening(psutil.Process())
+        socks = [s for s in listening(psutil.Process()) if s not in before]
         assert rt.dashboard_link and rt.dashboard_link.startswith("http://127.0.0.1:")
     assert len(socks) >= 4  # scheduler, its dashboard, a worker, its nanny
     exposed = [s for s in socks if s[1] not in LOCAL]
