@@ -46,7 +46,7 @@ help:
 	@echo "make bench    run every benchmarks/*.py (results: benchmarks/RESULTS.md)"
 	@echo "make docs     build the Sphinx docs into docs/_build/html (warnings are errors)"
 	@echo "make labext   build the JupyterLab extension into nbtune/labextension (needs npm)"
-	@echo "make sysdeps  install Debian's chromium for browser tests (root only)"
+	@echo "make sysdeps  install Debian's chromium (browser tests) and PostgreSQL (root only)"
 	@echo "make clean    remove build outputs and caches; distclean also removes .venv"
 
 # --- environment --------------------------------------------------------------
@@ -84,9 +84,16 @@ $(STAMP_DEV): pyproject.toml $(STAMP_TORCH)
 demo: install
 	$(BIN)/nbtune demo
 
-test: install-dev $(TEST_SYSDEPS) docs
+# Set-up in parallel (pip, apt, npm do not wait on each other), then the docs; the
+# suite runs on two pytest-xdist workers, then the `serial` tests (they measure time
+# or CPU share: see tests/conftest.py) alone. PYTEST_ADDOPTS reaches both phases.
+PYTEST_WORKERS ?= 2
+test:
+	$(MAKE) -j3 install-dev $(TEST_SYSDEPS)
+	$(MAKE) docs
 	$(BIN)/ruff check nbtune tests benchmarks
-	.ci/with-postgres $(BIN)/pytest -q
+	.ci/with-postgres sh -c '$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" \
+		&& $(BIN)/pytest -q -m serial'
 
 # --- everything else ----------------------------------------------------------
 
@@ -127,12 +134,14 @@ $(LABEXT_NODE): $(LABEXT_DIR)/package-lock.json $(LABEXT_DIR)/package.json
 	@touch $@
 
 # Debian's chromium for browser tests; Playwright is pointed at /usr/bin/chromium
-# (its own browser download cannot be used here).
+# (its own browser download cannot be used here). PostgreSQL comes in the same apt
+# call when missing, for the store contract suite (.ci/with-postgres starts it).
 sysdeps:
 	@if [ -x /usr/bin/chromium ]; then \
 		:; \
 	elif [ "$$(id -u)" = 0 ]; then \
-		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+			chromium $$(ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1 || echo postgresql); \
 	else \
 		echo "sysdeps: /usr/bin/chromium is missing and we are not root;" \
 		     "run: sudo apt-get install chromium" >&2; \
