@@ -223,8 +223,8 @@ class PlanExecutor:
         for _ in range(5):  # the driver thread mutates these dicts: retry a torn read
             try:
                 slots = dict(rt.inventory.slots) if rt.inventory is not None else {}
-                busy = {slots[g].worker for p in list(rt._engine.running.values())
-                        for g, _ in p if g in slots} if rt._engine is not None else set()
+                busy = {slots[g].worker for p in rt.placements().values()
+                        for g, _ in p if g in slots}
                 for run in list(rt.runs.values()):
                     busy |= {r.worker for r in run.ranks if not r.exited}
                 return busy

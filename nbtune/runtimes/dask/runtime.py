@@ -182,6 +182,15 @@ class DaskRuntime:
         negative key; read-only. The driver thread changes it: copy it to read elsewhere."""
         return MappingProxyType(self._driver.runs if self._driver is not None else {})
 
+    closed = property(lambda self: self._closed, doc="Closed: make a new runtime to run more.")
+    busy = property(lambda self: self._engine is not None and not self.done,
+                    doc="An experiment is attached and has not ended.")
+
+    def placements(self) -> dict[int, tuple[tuple[int, float], ...]]:
+        """The engine's running placements (trial id -> (gpu id, share)...), copied."""
+        eng = self._engine
+        return {} if eng is None else dict(eng.running)
+
     @property
     def finishing(self) -> bool:
         """The engine said Finish: the runs are ending (within ``shutdown_grace``)."""

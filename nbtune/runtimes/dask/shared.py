@@ -29,7 +29,7 @@ def shared_runtime() -> Any:
 
     with _LOCK:
         rt = _SHARED[0] if _SHARED else None
-        if rt is not None and rt._closed:
+        if rt is not None and rt.closed:
             _SHARED.clear()
             rt = None
         if rt is None:
@@ -37,7 +37,7 @@ def shared_runtime() -> Any:
             _SHARED.append(rt)
             atexit.register(_close_shared)
             return rt
-        if rt._engine is not None and not rt.done:
+        if rt.busy:
             return DaskRuntime()  # busy: this experiment gets its own cluster
         return rt
 
