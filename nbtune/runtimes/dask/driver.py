@@ -29,7 +29,7 @@ from nbtune.core.resources import Placement
 from nbtune.core.trial import TrialState
 from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.dask_page import Publisher
-from nbtune.runtimes.dask.runs import EPS, Run, RunRank, overdue, rank_env
+from nbtune.runtimes.dask.runs import EPS, Run, RunRank, job_hints, overdue, rank_env
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
@@ -110,7 +110,7 @@ class RunDriver:
         if k == "report":
             if run.cancelled is not None:
                 return []  # the engine already stopped or paused it: later progress is not counted
-            run.last_step = max(run.last_step, float(m["step"]))
+            run.reported(m)
             return [ev.TrialReported(now, run.trial_id, float(m["step"]), dict(m["metrics"]))]
         if k == "recomputed":
             return [ev.TrialRecomputed(now, run.trial_id, float(m["step"]))]
@@ -305,6 +305,7 @@ class RunDriver:
                     self._signal(run, {"k": "stop", "reason": reason})
             elif isinstance(c, Finish):
                 self._finish_at = time.monotonic() + self.shutdown_grace
+        Run.send_verdicts(list(self._runs.values()), self._signal)  # after any stop it was sent
         eng = self._engine  # the engine just changed: the Dask dashboard's page may show it
         self._page.tick(self.client, eng, self.inventory, self._topic, self._clock.now(),
                         force=bool(eng is not None and eng.done))
@@ -359,8 +360,7 @@ class RunDriver:
                 "max_budget": self._engine.max_budget if self._engine else float(budget),
                 "metric": self._engine.metric if self._engine else None,
                 "checkpoints": self._checkpointing,
-                "hold": bool(getattr(self._engine, "algorithm", None)
-                             and self._engine.algorithm.waits_at_rungs),
+                **job_hints(self._engine),  # "hold", "verdicts"
                 "reuse": not self.gpus if self.reuse_processes is None else self.reuse_processes,
                 **extra,  # a fused unit's members (.fused_job)
             }

@@ -15,16 +15,20 @@ probed again afterwards so that only live workers become GPUs (issue 9).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from nbtune.runtimes.dask.cluster import Inventory
 
-__all__ = ["WARM_TIMEOUT", "prepare_workers", "tolerate_lost_workers", "worker_plugins"]
+__all__ = ["LAST_PHASES", "WARM_TIMEOUT", "prepare_workers", "tolerate_lost_workers", "worker_plugins"]
 
 log = logging.getLogger("nbtune.dask")
 
 WARM_TIMEOUT = 120.0  # seconds connect() waits for the warm processes' imports (then goes on)
+
+#: seconds per step of this process's latest :func:`prepare_workers` (diagnostics)
+LAST_PHASES: dict[str, float] = {}
 
 
 def worker_plugins(gpus: bool | None, mps: bool | None, warm_processes: int,
@@ -47,15 +51,23 @@ def worker_plugins(gpus: bool | None, mps: bool | None, warm_processes: int,
 
 
 def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_processes: int,
-                    preload: tuple[str, ...]) -> tuple[bool, bool | None, Inventory]:
+                    preload: tuple[str, ...], phases: dict[str, float] | None = None,
+                    ) -> tuple[bool, bool | None, Inventory]:
     """Wait for a worker, settle GPU and MPS mode, install the plugins: ``(gpus, mps, inventory)``.
 
     ``gpus`` None (an existing cluster): GPU mode if its workers see GPUs;
-    ``mps`` None: on where GPUs are used and MPS is available.
+    ``mps`` None: on where GPUs are used and MPS is available. The seconds
+    each step took (``workers``, ``plugins``, ``warm``) go to ``phases``
+    (default :data:`LAST_PHASES`): start-up is what a user waits for before the
+    first trial, and ``benchmarks/startup.py`` reports where it goes.
     """
     from nbtune.runtimes.dask import gpu
     from nbtune.runtimes.dask.pool import wait_pool_ready
 
+    if phases is None:
+        phases = LAST_PHASES
+        phases.clear()
+    t0 = time.perf_counter()
     client.wait_for_workers(1, timeout=120)
     if gpus is None:  # an existing cluster: GPU mode if its workers see GPUs
         probe = Inventory(gpus=True)
@@ -71,9 +83,13 @@ def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_proce
             f"the Dask cluster at {client.scheduler.address} offers no "
             f"{'GPUs' if gpus else 'workers'} to run trials on"
         )
+    t1 = time.perf_counter()
+    phases["workers"] = t1 - t0
     for plugin in worker_plugins(gpus, mps, warm_processes, preload):
         tolerate_lost_workers(lambda p=plugin: client.register_plugin(p, name=p.name),
                               f"installing {plugin.name}")
+    t2 = time.perf_counter()
+    phases["plugins"] = t2 - t1
     if warm_processes:
         # the experiment's clock must not include interpreter start-up and preloads;
         # a worker that dies meanwhile answers with its error instead of raising here
@@ -87,6 +103,7 @@ def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_proce
             if not inventory.slots:  # every worker died: wait for the nanny's restart
                 client.wait_for_workers(1, timeout=120)
                 inventory.refresh(client)
+    phases["warm"] = time.perf_counter() - t2
     return gpus, mps, inventory
 
 
