@@ -47,7 +47,7 @@ from nbtune.runtimes.dask.links import WorkerLinks
 from nbtune.runtimes.dask.membership import Membership, scheduler_item
 from nbtune.runtimes.dask.runs import Run, WallClock, check_timeout
 from nbtune.runtimes.dask.trainable import check_signature, pickled
-from nbtune.runtimes.dask.worker_setup import prepare_workers, worker_plugins
+from nbtune.runtimes.dask.worker_setup import preload_trainable, prepare_workers, worker_plugins
 from nbtune.runtimes.dask.worker_setup import tolerate_lost_workers as tolerant
 
 if TYPE_CHECKING:
@@ -256,7 +256,7 @@ class DaskRuntime(FusedDriver):
 
         self._fn = pickled(trainable)
         self._checkpointing = uses_checkpoints(trainable)
-        self.connect()
+        preload_trainable(self.connect().client, trainable)  # its modules, in warm processes
         assert self.inventory is not None
         self._engine = engine
         if self.checkpoint_dir is None:
