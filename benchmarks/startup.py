@@ -69,7 +69,7 @@ def one(kind: str, space: dict[str, Any]) -> dict[str, float]:
             spent["cluster"] = time.perf_counter() - t
 
     rt_mod.connect = timed_connect
-    worker_setup.LAST_PHASES.clear()
+    getattr(worker_setup, "LAST_PHASES", {}).clear()
     with open(LOG, "w"):
         pass
     t0 = time.time()
@@ -84,7 +84,7 @@ def one(kind: str, space: dict[str, Any]) -> dict[str, float]:
     with open(LOG) as f:
         rows = [json.loads(ln) for ln in f]
     first = min(rows, key=lambda r: r["report"])
-    out = {"cluster": spent.get("cluster", 0.0), **dict(worker_setup.LAST_PHASES),
+    out = {"cluster": spent.get("cluster", 0.0), **dict(getattr(worker_setup, "LAST_PHASES", {})),
            "tune": t1 - t0, "first_launch": min(r["enter"] for r in rows) - t0,
            "first_report": first["report"] - t0, "first_epoch": first["report"] - first["enter"],
            "run": done - t0, "errors": sum(t.state.value == "error"
