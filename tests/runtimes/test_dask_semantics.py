@@ -242,6 +242,30 @@ def test_warm_processes_import_what_torch_imports_lazily(client, tmp_path):  # n
     assert warm == [1.0, 1.0]
 
 
+def wave_seen(config, trial):
+    """Imports ``wave`` only in a branch that never runs: reports whether it was there."""
+    if config["lr"] > 2.0:
+        import wave  # noqa: F401
+    trial.report(1, loss=config["lr"], wave=float("wave" in sys.modules))
+
+
+def test_warm_processes_import_the_trainables_modules(client, tmp_path):  # noqa: F811
+    """When an experiment starts, the warm processes import what its function imports (its
+    first epoch then does not): by the next experiment on the runtime they have."""
+    import nbtune
+
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ckpt", preload=(), warm_processes=1,
+                     keep=True)
+    try:
+        for seed in (0, 1):
+            exp = nbtune.tune(wave_seen, SPACE, algorithm="random", metric="loss",
+                              max_budget=1, num_trials=2, runtime=rt, seed=seed)
+            exp.wait(180)
+    finally:
+        rt.close()
+    assert [r["wave"] for t in exp.engine.trials.values() for _, _, r in t.results] == [1.0, 1.0]
+
+
 def report_cores(config, trial):
     import os
 

@@ -286,8 +286,12 @@ async def wait_pool_ready(timeout: float = 120.0, need: int | None = None) -> bo
     return await asyncio.to_thread(get_pool().wait_ready, timeout, need)
 
 
-def pool_imports(modules: list[str]) -> None:
-    """Run on every worker when an experiment starts: its trainable's modules, preloaded."""
+async def pool_imports(modules: list[str]) -> None:
+    """Run on every worker when an experiment starts: its trainable's modules, preloaded.
+
+    A coroutine: ``client.run(..., wait=False)`` takes only those (sending on
+    the idle processes' pipes does not block the worker's loop).
+    """
     get_pool().add_imports(list(modules))
 
 
