@@ -190,7 +190,7 @@ def main(argv: list[str]) -> None:
         if job.get("k") == "import":  # an experiment's trainable: its modules, ahead of its jobs
             _import(list(job.get("modules", ())))
             continue
-        if job.get("k") == "stop":
+        if job.get("k") in ("stop", "verdict"):
             continue  # addressed to the previous trial, which had already returned
         if job.get("k") != "job":
             os._exit(0)

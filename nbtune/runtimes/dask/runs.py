@@ -69,13 +69,14 @@ class Run:
         """The engine has judged the batch: every run still waiting for a verdict trains on.
 
         Runs the engine stopped, paused or moved were sent their stop already
-        (``cancelled``); the verdict goes only to those it let go on. Called once
-        per engine batch, after its commands, so a stop always arrives first.
+        (``cancelled``, ``resize``); the verdict goes only to those it let go on.
+        Called once per engine batch, after its commands. (A verdict that still
+        reaches a process after its trial returned is dropped there, as a stop is.)
         """
         for run in runs:
             if run.awaiting:
                 run.awaiting = False
-                if run.cancelled is None:
+                if run.cancelled is None and not run.resize:  # a resize's stop woke it
                     signal(run, {"k": "verdict", "step": run.last_step})
 
 
