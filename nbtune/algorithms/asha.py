@@ -5,11 +5,14 @@ in Syne Tune (``type=``):
 
 * ``"stopping"`` (the default, Ray Tune's ``ASHAScheduler``): every trial is
   launched for ``max_budget`` and trains on past the rungs; when it reaches
-  rung ``k`` its result joins the rung's and it is stopped unless it is in
-  the top ``1/eta`` of what that rung has seen so far (Ray's rule: stop when
-  its loss is above the ``100/eta`` percentile of the rung's losses, its own
-  included, so the first trial at a rung always goes on). Nothing is paused
-  or relaunched, so a training loop needs no checkpoint.
+  rung ``k`` it is stopped unless it is in the top ``1/eta`` of what that
+  rung has seen so far (Ray's rule: stop when its loss is above the
+  ``100/eta`` percentile of the losses recorded there before it, so the
+  first trial at a rung always goes on), then its result joins the rung's.
+  Nothing is paused or relaunched, so a training loop needs no checkpoint.
+  The rungs below ``max_budget`` are :attr:`ASHA.stop_budgets`: a runtime
+  lets the trial wait there for the verdict, so a stopped trial trains no
+  unit past its rung (Ray's function trainables block in ``report`` alike).
 * ``"promotion"`` (Li et al.'s Algorithm 2): every trial trains to its
   rung's budget and pauses. Whenever a slot frees up, :meth:`ASHA.ask`
   first looks for a promotion — from the highest rung down, a paused trial
@@ -60,48 +63,61 @@ def promotable(results: Mapping[int, float], eta: float) -> list[int]:
     return ranked[:k]
 
 
-def asha_keeps(rung_losses: list[float], loss: float, eta: float) -> bool:
-    """The stopping rule: does a trial with ``loss`` go on past a rung holding ``rung_losses``?
+def asha_keeps(others: list[float], loss: float, eta: float) -> bool:
+    """The stopping rule: does a trial with ``loss`` go on past a rung where ``others`` are?
 
-    ``rung_losses`` includes the trial's own result. As Ray's ASHA it keeps
-    the trial unless its loss is above the ``100/eta`` percentile (linear
-    interpolation) of the rung: the top ``1/eta`` go on, and so does the
-    first trial to reach a rung. A missing or NaN result counts as the worst.
+    Ray's ``ASHAScheduler``: ``others`` are the results recorded at the rung
+    *before* this trial's own; it is stopped when its loss is above their
+    ``100/eta`` percentile (linear interpolation; Ray's
+    ``nanpercentile(rewards, (1 - 1/rf) * 100)`` on negated losses), and the
+    first trial at a rung always goes on. Counting the trial's own result in
+    the percentile, as this rule did before, kept one rank more at every
+    rung: with 3 results recorded, the second best of 4 went on, where Ray
+    stops it unless it is within two thirds of the way to the best.
+    Unlike Ray (whose NaN reward is never stopped), a missing or NaN result
+    counts as the worst; ``-inf`` as the best.
     """
-    vals = np.array([rank_key(v) for v in rung_losses], float)
-    loss = rank_key(loss)
-    finite = vals[np.isfinite(vals)]
-    if len(finite) < len(vals):  # inf - inf interpolates to NaN: rank with a finite stand-in
-        big = (finite.max() if len(finite) else 0.0) + 1.0
-        vals = np.where(np.isfinite(vals), vals, big)
-        loss = big if not np.isfinite(loss) else loss
+    if not others:
+        return True
+    keys = [rank_key(v) for v in others]
+    key = rank_key(loss)
+    bottom, top = _stand_ins([k for k in (*keys, key) if math.isfinite(k)])
+    vals = np.array([_finite(k, bottom, top) for k in keys], float)
     cutoff = float(np.percentile(vals, 100.0 / eta))
-    return loss <= cutoff + 1e-12
+    return _finite(key, bottom, top) <= cutoff + 1e-12
+
+
+def _stand_ins(finite: list[float]) -> tuple[float, float]:
+    """Finite stand-ins for ``-inf`` and ``+inf``/NaN keys: interpolating with an infinity
+    gives NaN; below and above every finite key they keep the order."""
+    return (min(finite) - 1.0, max(finite) + 1.0) if finite else (-1.0, 1.0)
+
+
+def _finite(key: float, bottom: float, top: float) -> float:
+    return key if math.isfinite(key) else (bottom if key == -math.inf else top)
 
 
 def asha_keeps_ranked(ranked: list[tuple[float, int]], loss: float, eta: float) -> bool:
-    """:func:`asha_keeps` on a rung kept sorted by ``(rank_key, trial_id)``: O(log n), not O(n).
+    """:func:`asha_keeps` on ``others`` kept sorted by ``(rank_key, trial_id)``: O(log n), not O(n).
 
     Judging every report against the whole rung made a 10,000-trial ASHA run
     quadratic (49 s, 90 % of it here). The rung is already sorted, so the
     percentile is two look-ups and numpy's linear interpolation between them;
-    non-finite keys (NaN's ``inf``, ``±inf``) stand in as the largest finite
-    key + 1, as in :func:`asha_keeps`, so both give the same answers.
+    non-finite keys get the stand-ins of :func:`asha_keeps`, so both give the
+    same answers.
     """
     n = len(ranked)
+    if n == 0:
+        return True
     neg = bisect.bisect_right(ranked, (-math.inf, math.inf))  # keys == -inf
     fin_end = bisect.bisect_left(ranked, (math.inf, -math.inf))  # keys < +inf
-    finite = fin_end - neg
     key = rank_key(loss)
-    if finite == n:
-        def value(i: int) -> float:
-            return ranked[i][0]
-    else:
-        big = (ranked[fin_end - 1][0] if finite else 0.0) + 1.0
-        key = key if math.isfinite(key) else big
+    ends = [ranked[neg][0], ranked[fin_end - 1][0]] if fin_end > neg else []
+    bottom, top = _stand_ins(ends + ([key] if math.isfinite(key) else []))
 
-        def value(i: int) -> float:
-            return ranked[neg + i][0] if i < finite else big
+    def value(i: int) -> float:
+        return bottom if i < neg else (top if i >= fin_end else ranked[i][0])
+
     virtual = (100.0 / eta / 100.0) * (n - 1)  # numpy's "linear" method, step by step
     lo = int(math.floor(virtual))
     hi = min(lo + 1, n - 1)
@@ -109,7 +125,7 @@ def asha_keeps_ranked(ranked: list[tuple[float, int]], loss: float, eta: float) 
     a, b = value(lo), value(hi)
     diff = b - a
     cutoff = b - diff * (1 - t) if t >= 0.5 else a + diff * t
-    return key <= cutoff + 1e-12
+    return _finite(key, bottom, top) <= cutoff + 1e-12
 
 
 class ASHA(BaseAlgorithm):
@@ -221,11 +237,15 @@ class ASHA(BaseAlgorithm):
         while k + 1 < len(self.rungs) and budget >= self.rungs[k + 1] - EPS:
             k += 1  # a runtime reporting on a coarser grid may pass several rungs at once
         self.level[trial_id] = k
+        others = self._ranked[k]  # judged against the rung before its own result, as Ray
+        if trial_id in self.rung_results[k]:
+            others = [x for x in others if x[1] != trial_id]
+        last = k == len(self.rungs) - 1  # max_budget: the engine completes it
+        keep = last or asha_keeps_ranked(others, latest_loss(self.history, trial_id), self.eta)
         self._reach_rung(trial_id)
         self.level[trial_id] = k + 1
-        if k == len(self.rungs) - 1:
-            return Decision.CONTINUE  # max_budget: the engine completes it
-        keep = asha_keeps_ranked(self._ranked[k], self.rung_results[k][trial_id], self.eta)
+        if last:
+            return Decision.CONTINUE
         if keep:
             self.promoted[k].add(trial_id)
         return Decision.CONTINUE if keep else Decision.STOP
@@ -257,6 +277,11 @@ class ASHA(BaseAlgorithm):
         self._active.discard(trial_id)
         self._paused.discard(trial_id)
         self._settle()
+
+    @property
+    def stop_budgets(self) -> tuple[float, ...]:
+        """Stopping mode: the rungs below ``max_budget``, where :meth:`on_report` may stop."""
+        return tuple(self.rungs[:-1]) if self.stopping else ()
 
     @property
     def finished(self) -> bool:

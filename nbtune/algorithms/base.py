@@ -165,6 +165,17 @@ class BaseAlgorithm:
         """
         return []
 
+    @property
+    def stop_budgets(self) -> tuple[float, ...]:
+        """The budgets at whose report :meth:`on_report` may stop a trial, if only those.
+
+        A runtime whose trials report asynchronously lets a trial wait for the
+        verdict after reporting one of these, so a trial that is stopped trains
+        no unit past it (Ray's function trainables block in ``report`` alike);
+        anywhere else it trains on at once. Default: none named (no waiting).
+        """
+        return ()
+
     def on_segment_end(self, trial_id: int, budget: float) -> None:
         """The trial reached the budget its spec asked for and is paused (not terminal)."""
 

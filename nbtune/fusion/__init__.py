@@ -8,10 +8,29 @@ would get alone. ``FusedModel.defuse(k)`` and ``keep(indices)`` take members out
 
 from __future__ import annotations
 
-from .loss import fused_loss, member_accuracy
-from .model import FusedModel, FusionError, fuse, supported_layers
-from .optim import FusedAdam, FusedAdamW, FusedOptimizer, FusedSGD, fused_optimizer
-from .schedulers import FusedCosineAnnealingLR, FusedScheduler, FusedStepLR
+import importlib
+from typing import Any
+
+#: where each public name lives; imported on first use (PEP 562), because these need torch
+#: and the engine imports :mod:`nbtune.fusion.planner` (pure): an eager import here made
+#: ``import nbtune`` (and every Dask worker, through nbtune's plugins) import torch,
+#: 10 of 16 s of a worker's start-up on the loaded 2-core machine (issue 15)
+_WHERE = {
+    "fused_loss": "loss", "member_accuracy": "loss",
+    "FusedModel": "model", "FusionError": "model", "fuse": "model", "supported_layers": "model",
+    "FusedAdam": "optim", "FusedAdamW": "optim", "FusedOptimizer": "optim", "FusedSGD": "optim",
+    "fused_optimizer": "optim",
+    "FusedCosineAnnealingLR": "schedulers", "FusedScheduler": "schedulers",
+    "FusedStepLR": "schedulers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "FusedAdam", "FusedAdamW", "FusedCosineAnnealingLR", "FusedModel", "FusedOptimizer",

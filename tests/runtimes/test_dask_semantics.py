@@ -82,6 +82,36 @@ def test_ray_style_loop_without_checkpoints(client, tmp_path, algorithm):  # noq
         assert budgets == sorted(set(budgets))
 
 
+def counting(config, trial):
+    """Ray's loop that notes every epoch it trains (a stop that arrives late costs epochs)."""
+    import os
+
+    from nbtune import report
+
+    for epoch in range(1, EPOCHS + 1):
+        time.sleep(0.01)
+        with open(os.path.join(trial.checkpoint_dir, "epochs.log"), "a") as f:
+            f.write(f"{trial.trial_id} {epoch}\n")
+        report({"loss": config["lr"] + 1.0 / epoch})
+
+
+def test_asha_stops_a_trial_before_it_trains_past_its_rung(client, tmp_path):  # noqa: F811
+    """The trial waits in report for the verdict at ASHA's rungs (as Ray's function trainables
+    do): every stopped trial trained exactly the epochs it reported, none more."""
+    exp = tune(client, tmp_path, counting, "asha", num_trials=12)
+    trained: dict[int, int] = {}
+    for line in (tmp_path / "ckpt" / "epochs.log").read_text().split("\n"):
+        if line:
+            tid, epoch = map(int, line.split())
+            trained[tid] = max(trained.get(tid, 0), epoch)
+    trials = exp.engine.trials.values()
+    stopped = [t for t in trials if t.state.value == "stopped"]
+    assert stopped and [t.error for t in trials if t.state.value == "error"] == []
+    assert {t.trial_id: trained[t.trial_id] for t in trials} == {
+        t.trial_id: t.budget_used for t in trials}
+    assert {t.budget_used for t in stopped} <= {1.0, 3.0}
+
+
 def test_optuna_style_loop_under_successive_halving(client, tmp_path):  # noqa: F811
     exp = tune(client, tmp_path, optuna_style, "sha")
     trials = list(exp.engine.trials.values())
@@ -210,6 +240,30 @@ def test_warm_processes_import_what_torch_imports_lazily(client, tmp_path):  # n
     exp, _ = one_epoch_each(client, tmp_path, lazy_imports_seen, preload=("torch",))
     warm = [r.get("dynamo_warm") for t in exp.engine.trials.values() for _, _, r in t.results]
     assert warm == [1.0, 1.0]
+
+
+def wave_seen(config, trial):
+    """Imports ``wave`` only in a branch that never runs: reports whether it was there."""
+    if config["lr"] > 2.0:
+        import wave  # noqa: F401
+    trial.report(1, loss=config["lr"], wave=float("wave" in sys.modules))
+
+
+def test_warm_processes_import_the_trainables_modules(client, tmp_path):  # noqa: F811
+    """When an experiment starts, the warm processes import what its function imports (its
+    first epoch then does not): by the next experiment on the runtime they have."""
+    import nbtune
+
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ckpt", preload=(), warm_processes=1,
+                     keep=True)
+    try:
+        for seed in (0, 1):
+            exp = nbtune.tune(wave_seen, SPACE, algorithm="random", metric="loss",
+                              max_budget=1, num_trials=2, runtime=rt, seed=seed)
+            exp.wait(180)
+    finally:
+        rt.close()
+    assert [r["wave"] for t in exp.engine.trials.values() for _, _, r in t.results] == [1.0, 1.0]
 
 
 def report_cores(config, trial):

@@ -152,6 +152,35 @@ def test_a_trial_without_checkpoints_waits_at_its_rung(tmp_path):
     assert "held" not in [m["k"] for m in ch2.sent]
 
 
+def test_a_trial_waits_for_the_verdict_after_reporting_a_stop_rung(tmp_path):
+    """ASHA may stop a trial at 1 and 3: report waits there for the verdict (a stopped trial
+    trains no step past its rung), and nowhere else; a stop while waiting ends the trial."""
+    trial, ch = make(tmp_path, budget=9.0, max_budget=9.0, verdicts=[1.0, 3.0])
+    waited: list[float] = []
+
+    def wait_control(timeout):
+        waited.append(trial.step)
+        return [{"k": "verdict", "step": trial.step}]
+
+    ch.wait_control = wait_control
+    assert [trial.report(loss=1.0) for _ in range(3)] == [False, False, False]
+    assert waited == [1.0, 3.0]
+    assert [m.get("wait", False) for m in ch.sent if m["k"] == "report"] == [True, False, True]
+    stopped, ch2 = make(tmp_path, budget=9.0, max_budget=9.0, verdicts=[1.0, 3.0])
+    ch2.wait_control = lambda timeout: [{"k": "stop", "reason": "stop"}]
+    assert stopped.report(1, loss=1.0) is True and stopped.stop_reason == "stop"
+    ray, ch5 = make(tmp_path, budget=9.0, max_budget=9.0, verdicts=[1.0, 3.0])
+    ch5.wait_control = lambda timeout: [{"k": "stop", "reason": "stop"}]
+    with pytest.raises(TrialInterrupted):  # Ray's form: its loops never look at the answer
+        ray.report({"loss": 1.0})
+    crossed, ch3 = make(tmp_path, budget=9.0, max_budget=9.0, verdicts=[3.0])
+    ch3.wait_control = lambda timeout: [{"k": "verdict", "step": 4.0}]
+    assert crossed.report(step=2, loss=1.0) is False and crossed.report(step=4, loss=1.0) is False
+    assert [m.get("wait", False) for m in ch3.sent] == [False, True]  # 4 passed the rung at 3
+    silent, ch4 = make(tmp_path, budget=9.0, max_budget=9.0, verdicts=[1.0])
+    assert silent._await_verdict(timeout=0.05) is False  # no answer: trains on after it
+
+
 def test_uses_checkpoints_reads_the_code():
     from nbtune.runtimes.dask.trial_api import uses_checkpoints
 

@@ -164,23 +164,33 @@ def run_job(job: dict[str, Any], channel: PipeChannel) -> dict[str, Any]:
 _LAZY_COMPANIONS: dict[str, tuple[str, ...]] = {"torch": ("torch._dynamo",)}
 
 
+def _import(modules: list[str]) -> None:
+    """Import what trials will need; a module that fails here fails (or not) in the trial."""
+    for mod in modules:
+        for name in (mod, *_LAZY_COMPANIONS.get(mod, ())):
+            with contextlib.suppress(Exception):
+                __import__(name)
+
+
 def main(argv: list[str]) -> None:
     fd = int(argv[1])
     preload = [m for m in (argv[2].split(",") if len(argv) > 2 else []) if m]
+    imports = [m for m in (argv[3].split(",") if len(argv) > 3 else []) if m]
     _watch_parent()
     conn = Connection(fd)
-    for mod in preload:
-        for name in (mod, *_LAZY_COMPANIONS.get(mod, ())):
-            with contextlib.suppress(ImportError):
-                __import__(name)
+    _import(preload)
     channel = PipeChannel(conn)
     channel.send({"k": "ready"})  # imports done: WarmPool.wait_ready counts this process warm
+    _import(imports)  # the trainables' modules (WarmPool.add_imports): a job may queue behind
     while True:
         try:
             job = conn.recv()
         except (EOFError, OSError):
             os._exit(0)
-        if job.get("k") == "stop":
+        if job.get("k") == "import":  # an experiment's trainable: its modules, ahead of its jobs
+            _import(list(job.get("modules", ())))
+            continue
+        if job.get("k") in ("stop", "verdict"):
             continue  # addressed to the previous trial, which had already returned
         if job.get("k") != "job":
             os._exit(0)

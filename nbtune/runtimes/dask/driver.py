@@ -125,7 +125,7 @@ class RunDriver:
         if k == "report":
             if run.cancelled is not None:
                 return []  # the engine already stopped or paused it: later progress is not counted
-            run.last_step = max(run.last_step, float(m["step"]))
+            run.reported(m)
             return [ev.TrialReported(now, run.trial_id, float(m["step"]), dict(m["metrics"]))]
         if k == "recomputed":
             return [ev.TrialRecomputed(now, run.trial_id, float(m["step"]))]
@@ -337,6 +337,7 @@ class RunDriver:
                     self.signal(run, {"k": "stop", "reason": reason})
             elif isinstance(c, Finish):
                 self.finish_at = time.monotonic() + self.settings.shutdown_grace
+        Run.send_verdicts(list(self.runs.values()), self.signal)  # after any stop it was sent
 
     def _launch(self, c: Launch) -> None:
         """Carry out a Launch now, or once the trial's previous process has exited."""

@@ -90,8 +90,8 @@ def run_fused(fn: Any, job: dict[str, Any], channel: Any) -> Any:
 
     members = job["members"]
     hub = _Hub(channel, [int(m["trial_id"]) for m in members], job.get("device", "cpu"))
-    trials = [Trial({**job, **m, "hold": False}, MemberChannel(hub, int(m["trial_id"])))
-              for m in members]
+    trials = [Trial({**job, **m, "hold": False, "verdicts": []},  # members never wait alone
+                    MemberChannel(hub, int(m["trial_id"]))) for m in members]
     budget = int(math.floor(float(job["budget"]) + 1e-9))
     fused = FusionTrial([t.config for t in trials], trials, budget,
                         start_step=resume_step(trials))

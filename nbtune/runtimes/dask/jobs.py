@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbtune.runtimes.dask import checkpoints as ck
-from nbtune.runtimes.dask.runs import EPS, Run, rank_env
+from nbtune.runtimes.dask.runs import EPS, Run, job_hints, rank_env
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
@@ -77,7 +77,7 @@ def rank_jobs(run: Run, slots: list[Slot], s: RunSettings, engine: Engine,
             "device": "cuda" if s.gpus else "cpu", "sys_path": list(sys.path),
             "memory_limit": s.memory_limit, "max_budget": engine.max_budget,
             "metric": engine.metric, "checkpoints": s.checkpointing,
-            "hold": bool(getattr(engine, "algorithm", None) and engine.algorithm.waits_at_rungs),
+            **job_hints(engine),  # "hold", "verdicts"
             "reuse": s.reuse,
             **extra,  # a fused unit's members (.fused_job)
         }

@@ -24,7 +24,10 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["WarmPool", "get_pool", "wait_pool_ready"]
+__all__ = ["WarmPool", "get_pool", "wait_pool_ready", "pool_imports"]
+
+#: seconds the filler waits for a new process's imports before starting the next anyway
+READY_TIMEOUT = 120.0
 
 _LOCK = threading.Lock()
 _POOL: WarmPool | None = None
@@ -66,6 +69,8 @@ class WarmPool:
     def __init__(self, size: int = 2, preload: tuple[str, ...] = ("torch",)) -> None:
         self.size = max(int(size), 0)
         self.preload = tuple(preload)
+        #: the trainables' own modules (:meth:`add_imports`), imported after ``preload``
+        self.imports: list[str] = []
         self._idle: deque[_Child] = deque()
         self._lock = threading.Lock()
         self._closed = False
@@ -79,7 +84,7 @@ class WarmPool:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         proc = subprocess.Popen(
             [sys.executable, "-m", "nbtune.runtimes.dask._child", str(theirs.fileno()),
-             ",".join(self.preload)],
+             ",".join(self.preload), ",".join(self.imports)],
             pass_fds=(theirs.fileno(),), env=env,
             # its own session: a kernel interrupt (SIGINT to the kernel's process group)
             # is for exp.wait(), never for a trial; it still ends with its worker (_watch_parent)
@@ -89,7 +94,13 @@ class WarmPool:
         return _Child(proc, ours)
 
     def fill(self) -> None:
-        """Start processes until ``size`` are idle (one filler at a time: no overshoot)."""
+        """Start processes until ``size`` are idle (one filler at a time: no overshoot).
+
+        One at a time, each joining the pool once its imports are done: started
+        together, two processes importing torch on a 2-core machine (times the
+        workers) were both ready only after twice as long, and the first trial
+        waited for both.
+        """
         with self._lock:
             if self._filling:
                 return
@@ -100,6 +111,7 @@ class WarmPool:
                     if self._closed or len(self._idle) >= self.size:
                         return
                 child = self._spawn()
+                child.await_ready(READY_TIMEOUT)  # ours alone until it joins the pool
                 with self._lock:
                     if self._closed:
                         child.kill()
@@ -111,17 +123,20 @@ class WarmPool:
                 self._filling = False
                 self._ready.notify_all()
 
-    def wait_ready(self, timeout: float) -> bool:
-        """Block until ``size`` idle processes have finished their imports, or ``timeout``.
+    def wait_ready(self, timeout: float, need: int | None = None) -> bool:
+        """Block until ``need`` (default ``size``) idle processes have done their imports.
 
         A runtime calls this before its experiment's clock starts, so that the
         first trials do not pay interpreter start-up and ``preload`` imports
-        (the cluster is started, then the experiment). The idle processes are
-        taken out of the pool while they are waited on: a pipe has one reader.
+        (the cluster is started, then the experiment); it waits for one per
+        worker, the rest fill in behind. The idle processes are taken out of
+        the pool while they are waited on: a pipe has one reader.
         """
+        need = self.size if need is None else min(max(int(need), 0), self.size)
         deadline = time.monotonic() + timeout
         while True:
-            self.fill()
+            if not self._filling:  # the filler waits for each process: not on this thread
+                self.fill_async()
             with self._lock:
                 waiting, self._idle = list(self._idle), deque()
             if not waiting:  # another thread is still starting them
@@ -132,10 +147,26 @@ class WarmPool:
             finally:
                 with self._lock:
                     self._idle.extendleft(reversed([c for c in waiting if c.alive()]))
-                    enough = sum(c.ready for c in self._idle) >= self.size
+                    enough = sum(c.ready for c in self._idle) >= need
                     self._ready.notify_all()
             if enough or self._closed or time.monotonic() >= deadline:
                 return enough
+
+    def add_imports(self, modules: list[str]) -> None:
+        """Have every idle process, and every one started from now on, import ``modules``.
+
+        The training function's own imports (:func:`nbtune.core.code_names.modules_used`),
+        so that a trial does not pay them in its first epoch. Additive: processes
+        that imported an earlier experiment's modules stay warm.
+        """
+        with self._lock:
+            new = [m for m in modules if m not in self.imports and m not in self.preload]
+            self.imports.extend(new)
+            idle = list(self._idle)
+        if new:
+            for c in idle:
+                with contextlib.suppress(OSError, ValueError):
+                    c.conn.send({"k": "import", "modules": new})
 
     def fill_async(self) -> None:
         threading.Thread(target=self.fill, name="nbtune-warm-pool", daemon=True).start()
@@ -243,15 +274,25 @@ def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None) ->
     return pool
 
 
-async def wait_pool_ready(timeout: float = 120.0) -> bool:
-    """Run on every worker by ``DaskRuntime.connect``: True once its warm pool is ready.
+async def wait_pool_ready(timeout: float = 120.0, need: int | None = None) -> bool:
+    """Run on every worker by ``DaskRuntime.connect``: True once ``need`` (default: all) of
+    its warm processes are ready.
 
     A coroutine, waiting in a thread: ``client.run`` calls a plain function on the
     worker's event loop, which forwards every running trial's messages.
     """
     import asyncio
 
-    return await asyncio.to_thread(get_pool().wait_ready, timeout)
+    return await asyncio.to_thread(get_pool().wait_ready, timeout, need)
+
+
+async def pool_imports(modules: list[str]) -> None:
+    """Run on every worker when an experiment starts: its trainable's modules, preloaded.
+
+    A coroutine: ``client.run(..., wait=False)`` takes only those (sending on
+    the idle processes' pipes does not block the worker's loop).
+    """
+    get_pool().add_imports(list(modules))
 
 
 def _shutdown_pool() -> None:

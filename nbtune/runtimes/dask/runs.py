@@ -18,8 +18,8 @@ from nbtune.core.tolerance import EPS
 if TYPE_CHECKING:
     from nbtune.runtimes.dask.cluster import Slot
 
-__all__ = ["Run", "RunRank", "rank_env", "overdue", "check_timeout", "check_memory_limit",
-           "WallClock", "EPS"]
+__all__ = ["Run", "RunRank", "job_hints", "rank_env", "overdue", "check_timeout",
+           "check_memory_limit", "WallClock", "EPS"]
 
 
 def check_timeout(seconds: float | None) -> float | None:
@@ -68,6 +68,37 @@ class Run:
     #: its process waits in place at the segment's end (no checkpoint to resume from)
     held: bool = False
     launched: float = field(default_factory=time.monotonic)  # for trial_timeout
+    #: its process waits in ``report`` for the verdict on its last report (a stop rung)
+    awaiting: bool = False
+
+    def reported(self, msg: dict[str, Any]) -> None:
+        """A report came: where the run is, and whether its process waits for the verdict."""
+        self.last_step = max(self.last_step, float(msg["step"]))
+        self.awaiting = self.awaiting or bool(msg.get("wait"))
+
+    @staticmethod
+    def send_verdicts(runs: Any, signal: Any) -> None:
+        """The engine has judged the batch: every run still waiting for a verdict trains on.
+
+        Runs the engine stopped, paused or moved were sent their stop already
+        (``cancelled``, ``resize``); the verdict goes only to those it let go on.
+        Called once per engine batch, after its commands. (A verdict that still
+        reaches a process after its trial returned is dropped there, as a stop is.)
+        """
+        for run in runs:
+            if run.awaiting:
+                run.awaiting = False
+                if run.cancelled is None and not run.resize:  # a resize's stop woke it
+                    signal(run, {"k": "verdict", "step": run.last_step})
+
+
+def job_hints(engine: Any) -> dict[str, Any]:
+    """What a trial process is told of its algorithm: may it wait at a rung (``hold``), and
+    after reporting which budgets it waits for the verdict (``verdicts``, see
+    :attr:`~nbtune.algorithms.base.BaseAlgorithm.stop_budgets`)."""
+    algo = getattr(engine, "algorithm", None)
+    return {"hold": bool(algo and algo.waits_at_rungs),
+            "verdicts": [float(b) for b in getattr(algo, "stop_budgets", ())]}
 
 
 def overdue(runs: list[Run], limit: float | None, now: float) -> list[Run]:

@@ -44,7 +44,7 @@ from nbtune.runtimes.dask.links import WorkerLinks
 from nbtune.runtimes.dask.membership import Membership
 from nbtune.runtimes.dask.runs import Run, WallClock, check_memory_limit, check_timeout
 from nbtune.runtimes.dask.trainable import check_signature, pickled
-from nbtune.runtimes.dask.worker_setup import prepare_workers, worker_plugins
+from nbtune.runtimes.dask.worker_setup import preload_trainable, prepare_workers, worker_plugins
 from nbtune.runtimes.dask.worker_setup import tolerate_lost_workers as tolerant
 
 if TYPE_CHECKING:
@@ -260,7 +260,7 @@ class DaskRuntime:
         from nbtune.runtimes.profiler import attach_profiler
 
         fn, checkpointing = pickled(trainable), uses_checkpoints(trainable)
-        self.connect()
+        preload_trainable(self.connect().client, trainable)  # its modules, in warm processes
         assert self.inventory is not None
         self._engine = engine
         self.checkpoint_dir = ck.experiment_dir(self.checkpoint_dir)

@@ -19,6 +19,10 @@ Semantics (modelled on Ray's ``session.report`` and Optuna's ``should_prune``):
 * Canonical order in the loop: train, ``report``, then ``checkpoint``; the
   checkpoint is filed under the step just reported, so a pause or resize at
   that boundary resumes exactly there. :meth:`Trial.steps` wraps the loop.
+* After reporting a budget where the algorithm may stop it (``verdicts``: ASHA's
+  rungs in stopping mode) a trial waits in ``report`` for the verdict, as in Ray:
+  once stopped, ``report`` returns True (raises :class:`TrialInterrupted` when
+  called in Ray's form, whose loops never check) and no further unit is trained.
 * A single-process trial whose loop keeps no checkpoint does not return at
   the end of a segment below ``max_budget`` (a synchronous rung): ``report``
   sends ``held`` and blocks until the engine promotes it (``go``: it returns
@@ -50,6 +54,8 @@ from nbtune.runtimes.dask.metrics import check_metric
 from nbtune.runtimes.dask.metrics import clean as _clean
 
 __all__ = ["Trial", "TrialInterrupted", "report", "should_stop", "get_trial", "uses_checkpoints"]
+
+VERDICT_TIMEOUT = 30.0  #: seconds a trial waits in ``report`` for a verdict, then trains on
 
 
 class TrialInterrupted(BaseException):
@@ -86,6 +92,8 @@ class Trial:
         #: True when the training function is known to write checkpoints (then it never waits)
         self.checkpoints: bool = bool(job.get("checkpoints", False))
         self._may_wait = bool(job.get("hold", False))  # the algorithm's rungs allow waiting
+        #: budgets after whose report the trial waits for the engine's verdict (stop rungs)
+        self._verdicts: tuple[float, ...] = tuple(float(b) for b in job.get("verdicts") or ())
         #: reports of steps the trial had already done (a relaunch with no checkpoint)
         self.recomputed = 0
         self.last_checkpoint: str | None = None
@@ -117,6 +125,8 @@ class Trial:
                 f"({self._requested or 'budget reached'}); return from the training function "
                 "when report() or should_stop() returns True"
             )
+        ray_form = step is None and self._yielded is None and (
+            not args or (len(args) == 1 and isinstance(args[0], Mapping)))
         step, metrics = self._parse(args, step, metrics)
         check_metric(self.trial_id, self.metric, metrics)
         if not math.isfinite(step) or step <= self._last + EPS:
@@ -135,9 +145,15 @@ class Trial:
                 f"trial {self.trial_id}: reported step {step} is past the budget {self.budget} "
                 "this segment was launched for; stop when report() returns True"
             )
+        wait = self.world_size == 1 and any(self.step + EPS < b <= step + EPS
+                                             for b in self._verdicts)
         self._last = self.step = step
         if self.rank == 0:
-            self._channel.send({"k": "report", "step": step, "metrics": _clean(metrics)})
+            msg = {"k": "report", "step": step, "metrics": _clean(metrics)}
+            self._channel.send({**msg, "wait": True} if wait else msg)
+        if wait and self._await_verdict() and ray_form:
+            # Ray's report never returns to a stopped trial; its users' loops do not check
+            raise TrialInterrupted(f"trial {self.trial_id} stopped at its rung")
         self._poll()
         if step >= self.budget - EPS:
             if self._requested is None and self._may_hold():
@@ -220,6 +236,29 @@ class Trial:
                     raise TrialInterrupted(f"trial {self.trial_id} stopped at its rung")
             if wait is None:
                 time.sleep(0.01)
+
+    def _await_verdict(self, timeout: float = VERDICT_TIMEOUT) -> bool:
+        """After a report at a stop rung: wait for the engine's verdict; True: stopped.
+
+        Training on while the verdict travels costs a unit thrown away when it
+        is a stop (one epoch per stopped trial: an eighth of an ASHA run's). A
+        ``go`` read meanwhile is kept for :meth:`_hold`; no answer: train on.
+        """
+        wait = getattr(self._channel, "wait_control", None)
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            msgs = wait(min(left, 1.0)) if wait is not None else self._channel.poll_control()
+            for msg in msgs:
+                k = msg.get("k")
+                if k == "stop" and self._requested is None:
+                    self._requested = str(msg.get("reason", "stop"))
+                elif k == "go":
+                    self._early.append(msg)
+                if k in ("stop", "verdict"):
+                    return self._requested is not None
+            if wait is None:
+                time.sleep(0.005)
+        return False
 
     @property
     def stop_reason(self) -> str | None:

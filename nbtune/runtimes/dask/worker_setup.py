@@ -15,16 +15,21 @@ probed again afterwards so that only live workers become GPUs (issue 9).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from nbtune.runtimes.dask.cluster import Inventory
 
-__all__ = ["WARM_TIMEOUT", "prepare_workers", "tolerate_lost_workers", "worker_plugins"]
+__all__ = ["LAST_PHASES", "WARM_TIMEOUT", "preload_trainable", "prepare_workers",
+           "tolerate_lost_workers", "worker_plugins"]
 
 log = logging.getLogger("nbtune.dask")
 
 WARM_TIMEOUT = 120.0  # seconds connect() waits for the warm processes' imports (then goes on)
+
+#: seconds per step of this process's latest :func:`prepare_workers` (diagnostics)
+LAST_PHASES: dict[str, float] = {}
 
 
 def worker_plugins(gpus: bool | None, mps: bool | None, warm_processes: int,
@@ -47,16 +52,24 @@ def worker_plugins(gpus: bool | None, mps: bool | None, warm_processes: int,
 
 
 def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_processes: int,
-                    preload: tuple[str, ...], speeds: Any = None
+                    preload: tuple[str, ...], speeds: Any = None,
+                    phases: dict[str, float] | None = None,
                     ) -> tuple[bool, bool | None, Inventory]:
     """Wait for a worker, settle GPU and MPS mode, install the plugins: ``(gpus, mps, inventory)``.
 
     ``gpus`` None (an existing cluster): GPU mode if its workers see GPUs;
-    ``mps`` None: on where GPUs are used and MPS is available.
+    ``mps`` None: on where GPUs are used and MPS is available. The seconds
+    each step took (``workers``, ``plugins``, ``warm``) go to ``phases``
+    (default :data:`LAST_PHASES`): start-up is what a user waits for before the
+    first trial, and ``benchmarks/startup.py`` reports where it goes.
     """
     from nbtune.runtimes.dask import gpu
     from nbtune.runtimes.dask.pool import wait_pool_ready
 
+    if phases is None:
+        phases = LAST_PHASES
+        phases.clear()
+    t0 = time.perf_counter()
     client.wait_for_workers(1, timeout=120)
     if gpus is None:  # an existing cluster: GPU mode if its workers see GPUs
         probe = Inventory(gpus=True)
@@ -72,13 +85,18 @@ def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_proce
             f"the Dask cluster at {client.scheduler.address} offers no "
             f"{'GPUs' if gpus else 'workers'} to run trials on"
         )
+    t1 = time.perf_counter()
+    phases["workers"] = t1 - t0
     for plugin in worker_plugins(gpus, mps, warm_processes, preload):
         tolerate_lost_workers(lambda p=plugin: client.register_plugin(p, name=p.name),
                               f"installing {plugin.name}")
+    t2 = time.perf_counter()
+    phases["plugins"] = t2 - t1
     if warm_processes:
         # the experiment's clock must not include interpreter start-up and preloads;
         # a worker that dies meanwhile answers with its error instead of raising here
-        answers = client.run(wait_pool_ready, WARM_TIMEOUT, on_error="return")
+        # one ready process per worker is enough to start: the others fill in behind
+        answers = client.run(wait_pool_ready, WARM_TIMEOUT, 1, on_error="return")
         for address, answer in answers.items():
             if isinstance(answer, BaseException):
                 log.warning("worker %s was lost while its warm processes started (%r); "
@@ -88,7 +106,27 @@ def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_proce
             if not inventory.slots:  # every worker died: wait for the nanny's restart
                 client.wait_for_workers(1, timeout=120)
                 inventory.refresh(client)
+    phases["warm"] = time.perf_counter() - t2
     return gpus, mps, inventory
+
+
+def preload_trainable(client: Any, trainable: Any) -> None:
+    """Have every worker's warm processes import the modules ``trainable`` uses, now.
+
+    Its first trial in a fresh process then does not import them inside its
+    first epoch (scikit-learn and the data set's module: 1-2 s of a 3-4 s first
+    epoch, issue 15). Fire and forget: a failure here only means they are
+    imported by the trial itself, as before.
+    """
+    from nbtune.core.code_names import modules_used
+    from nbtune.runtimes.dask.pool import pool_imports
+
+    try:
+        modules = modules_used(trainable)
+        if modules:
+            client.run(pool_imports, modules, wait=False)
+    except Exception as exc:  # noqa: BLE001 - an optimisation must never fail an experiment
+        log.debug("preloading the trainable's modules failed: %r", exc)
 
 
 def tolerate_lost_workers(call: Callable[[], Any], what: str, attempts: int = 3) -> Any:

@@ -1,0 +1,121 @@
+"""Where a cold ``nbtune.tune(...)`` spends its time before the first trial reports.
+
+A fresh Python process imports nbtune and runs ``vs_peers``' training function
+(a small CNN on scikit-learn's digits) with ``runtime="auto"`` defaults, twice:
+*cold* (the local Dask cluster and its warm trial processes start inside the
+call, as in a new notebook) and *warm* (a second experiment in the same
+process: the cluster and warm processes are kept). Printed phases, in seconds:
+
+* ``cluster``: the LocalCluster and its worker processes up, a client connected;
+* ``workers``, ``plugins``, ``warm``: :func:`nbtune.runtimes.dask.worker_setup.prepare_workers`
+  (workers probed, worker plugins installed, warm processes' imports done);
+* ``tune``: the whole ``tune()`` call (the above plus the experiment's start);
+* ``first_launch`` / ``first_report``: from the ``tune()`` call to the first
+  training function entered / to its first ``report`` (the clocks are the
+  same machine's), and ``first_epoch``: that first report minus its entry
+  (imports and the data set loaded on first use land there).
+
+Goal (issue 15): start-up (cluster + warm processes: the ``tune()`` call)
+<= 3 s cold, and 0 s for the second experiment (<= 0.25 s accepted as 0).
+Ends with one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+LOG = f"/tmp/nbtune-startup-{os.getpid()}.log"
+TRIALS = 4
+EPOCHS = 3
+
+
+def train(config: dict[str, Any], trial: Any) -> None:
+    """vs_peers' loop; the first call in a process notes when it entered and first reported."""
+    entered = time.time()
+    import vs_peers as vp
+
+    model, opt = vp.make(config)
+    for e in range(1, EPOCHS + 1):
+        acc = vp.epoch(model, opt, config, e)
+        if e == 1:
+            with open(LOG, "a") as f:
+                f.write(json.dumps({"pid": os.getpid(), "enter": entered, "report": time.time()})
+                        + "\n")
+        if trial.report(e, val_acc=acc):
+            return
+
+
+def one(kind: str, space: dict[str, Any]) -> dict[str, float]:
+    import nbtune
+    from nbtune.runtimes.dask import runtime as rt_mod
+    from nbtune.runtimes.dask import worker_setup
+
+    real_connect, spent = rt_mod.connect, {}
+
+    def timed_connect(*a: Any, **k: Any) -> Any:  # the cluster phase, as connect() sees it
+        t = time.perf_counter()
+        try:
+            return real_connect(*a, **k)
+        finally:
+            spent["cluster"] = time.perf_counter() - t
+
+    rt_mod.connect = timed_connect
+    getattr(worker_setup, "LAST_PHASES", {}).clear()
+    with open(LOG, "w"):
+        pass
+    t0 = time.time()
+    try:
+        exp = nbtune.tune(train, space, metric="val_acc", mode="max", max_budget=EPOCHS,
+                          num_trials=TRIALS, seed=0)
+    finally:
+        rt_mod.connect = real_connect
+    t1 = time.time()
+    exp.wait()
+    done = time.time()
+    with open(LOG) as f:
+        rows = [json.loads(ln) for ln in f]
+    first = min(rows, key=lambda r: r["report"])
+    out = {"cluster": spent.get("cluster", 0.0), **dict(getattr(worker_setup, "LAST_PHASES", {})),
+           "tune": t1 - t0, "first_launch": min(r["enter"] for r in rows) - t0,
+           "first_report": first["report"] - t0, "first_epoch": first["report"] - first["enter"],
+           "run": done - t0, "errors": sum(t.state.value == "error"
+                                           for t in exp.engine.trials.values())}
+    print(f"{kind:>5}: " + ", ".join(f"{k} {v:.2f}" for k, v in out.items()), flush=True)
+    return out
+
+
+def main() -> None:
+    t = time.perf_counter()
+    import nbtune
+    from nbtune import choice, loguniform, uniform
+
+    imported = time.perf_counter() - t
+    print(f"import nbtune: {imported:.2f} s; load average {os.getloadavg()[0]:.1f} (2 cores)")
+    space = {"lr": loguniform(1e-3, 0.3), "momentum": uniform(0.5, 0.99),
+             "channels": choice([4, 8, 16]), "batch_size": choice([16, 32, 64]),
+             "weight_decay": loguniform(1e-6, 1e-2)}
+    cold = one("cold", space)
+    warm = one("warm", space)
+    from nbtune.runtimes.dask.shared import shared_runtime
+
+    shared_runtime().close()
+    os.remove(LOG)
+    _ = nbtune
+    goal = {"cold_startup_s": 3.0, "warm_startup_s": 0.25}
+    met = cold["tune"] <= goal["cold_startup_s"] and warm["tune"] <= goal["warm_startup_s"]
+    print(json.dumps({"name": "startup", "figures": {
+        "import_s": imported, "cold": cold, "warm": warm, "load_avg": os.getloadavg()[0]},
+        "goal": goal, "met": bool(met)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""The warm pool on its own (real trial processes, no cluster): start-up order and preloads.
+
+Issue 15: a cold ``tune()`` waited for every warm process of every worker, and
+they imported torch all at once (4 imports on 2 cores); the first trial then
+paid its own imports (scikit-learn) inside its first epoch.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import cloudpickle
+import pytest
+
+from nbtune.runtimes.dask.pool import WarmPool
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture
+def pool():
+    made: list[WarmPool] = []
+    yield lambda *a, **k: made.append(WarmPool(*a, **k)) or made[-1]
+    for p in made:
+        p.shutdown()
+
+
+def test_processes_start_one_after_another_and_one_ready_is_enough_to_begin(pool):
+    """Each process imports a 1 s module; the second is started only once the first is ready,
+    so the first is ready after one import, not after two side by side."""
+    p = pool(2, ("tests.runtimes.slow_import",))
+    t0 = time.monotonic()
+    assert p.wait_ready(60, need=1)
+    first = time.monotonic()
+    assert p.wait_ready(60)
+    both = time.monotonic()
+    assert first - t0 >= 1.0 and both - first >= 1.0  # the second slept after the first
+    assert p.idle == 2
+
+
+def modules_seen(config, trial):
+    """Reports which of the modules it would import were already there when it started."""
+    seen = float("wave" in sys.modules)
+    import wave  # noqa: F401  (what the warm process should have imported ahead)
+
+    trial.report(1, loss=0.0, wave_warm=seen)
+
+
+def run_one(child, tmp_path, fn) -> dict:
+    """One job through the trial process's real protocol; its report's metrics."""
+    child.conn.send({"k": "job", "trial_id": 0, "config": {}, "start_step": 0.0, "budget": 1.0,
+                     "checkpoint_dir": str(tmp_path), "fn": cloudpickle.dumps(fn),
+                     "sys_path": list(sys.path)})
+    metrics = None
+    while True:
+        assert child.conn.poll(60), "the trial process did not answer"
+        msg = child.conn.recv()
+        if msg["k"] == "report":
+            metrics = msg["metrics"]
+        if msg["k"] == "exit":
+            assert msg["ok"], msg.get("error")
+            return metrics
+
+
+def test_an_experiments_modules_are_imported_by_idle_and_later_processes(pool, tmp_path):
+    p = pool(1, ())
+    assert p.wait_ready(60)
+    p.add_imports(["wave"])  # sent to the idle process
+    assert run_one(p.take(refill=False), tmp_path, modules_seen) == {"loss": 0.0,
+                                                                     "wave_warm": 1.0}
+    later = p.take(refill=False)  # started after add_imports: imports them itself
+    assert run_one(later, tmp_path, modules_seen)["wave_warm"] == 1.0
+    before = pool(1, ())
+    assert run_one(before.take(refill=False), tmp_path, modules_seen)["wave_warm"] == 0.0
