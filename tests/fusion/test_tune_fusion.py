@@ -163,14 +163,9 @@ def test_fusion_arguments_are_checked_before_anything_runs():
 
 
 def _launched_units(exp):
-    """unit -> its members, for every fused Launch from now on."""
-    from nbtune.core.commands import Launch
-
-    units: dict[int, set[int]] = {}
-    exp.engine.subscribe(lambda events, cmds: [units.setdefault(c.unit, set()).add(c.trial_id)
-                                               for c in cmds if isinstance(c, Launch)
-                                               and c.unit is not None])
-    return units
+    """unit -> its members, for every fused unit the run launched (the engine's record:
+    subscribing after ``tune`` returned missed the first launches)."""
+    return {u: set(m) for u, m in exp.engine.fusion.members.items()}
 
 
 CKPT_SPACE = {"seed": choice([0, 1, 2, 3]), "hidden": choice([16]), "lr": choice([0.3, 0.03]),
@@ -193,8 +188,8 @@ def test_hyperband_stops_and_promotes_fused_members_by_its_rungs(runtime):
     exp = nbtune.tune(ckpt_train, CKPT_SPACE, algorithm="hyperband", metric="loss", mode="min",
                       max_budget=4, min_budget=1, eta=2, runtime=runtime, seed=0, fusion=4,
                       validate=True)
-    units = _launched_units(exp)
     assert exp.wait(180)
+    units = _launched_units(exp)
     df = exp.results()
     assert len(df) == 10 and not (df["state"] == "error").any(), df
     done = df[df["state"] == "completed"]
@@ -210,8 +205,8 @@ def test_bohb_stops_and_promotes_fused_members_one_by_one(runtime):
     exp = nbtune.tune(ckpt_train, CKPT_SPACE, algorithm="bohb", metric="loss", mode="min",
                       max_budget=4, min_budget=1, eta=2, num_trials=8, runtime=runtime,
                       seed=0, fusion=4, validate=True)
-    units = _launched_units(exp)
     assert exp.wait(180)
+    units = _launched_units(exp)
     df = exp.results()
     assert len(df) == 8 and not (df["state"] == "error").any(), df
     assert set(df["state"]) == {"stopped", "completed"}, df
