@@ -205,7 +205,7 @@ def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
     experiments already exists".
     """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for round_ in range(3):
+    for round_ in range(2):
         db = tmp_path / f"r{round_}" / "nbtune.db"
         start = time.time() + 2.0  # after every interpreter has started
         procs = [subprocess.Popen([sys.executable, "-c", OPENER, str(db), str(start)], env=env,

@@ -29,7 +29,7 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import Placement
 from nbtune.core.trial import TrialState
-from nbtune.runtimes.dask.jobs import RunSettings, rank_jobs, restore_point
+from nbtune.runtimes.dask.jobs import RunSettings, rank_jobs, resizes_in_place, restore_point
 from nbtune.runtimes.dask.runs import EPS, Run, RunRank, WallClock, overdue, rank_env
 
 if TYPE_CHECKING:
@@ -326,6 +326,9 @@ class RunDriver:
             elif isinstance(c, Resize):
                 run = self.runs.get(c.trial_id)
                 if run is not None and run.cancelled is None and not run.resize:
+                    if resizes_in_place(run, c.placement, self.inventory.slots, self.settings):
+                        run.placement = c.placement  # same workers: only the books change
+                        continue
                     run.resize = True
                     self.signal(run, {"k": "stop", "reason": "resize"})
             elif isinstance(c, Pause | Stop):

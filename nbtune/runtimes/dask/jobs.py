@@ -11,6 +11,7 @@ runtime's attributes.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,10 +20,11 @@ from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.runs import EPS, Run, job_hints, rank_env
 
 if TYPE_CHECKING:
+    from nbtune.core.resources import Placement
     from nbtune.engine.engine import Engine
     from nbtune.runtimes.dask.cluster import Slot
 
-__all__ = ["RunSettings", "rank_jobs", "restore_point"]
+__all__ = ["RunSettings", "rank_jobs", "resizes_in_place", "restore_point"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,24 @@ def restore_point(checkpoint_dir: Path, tid: int, start: float,
     if start <= EPS:
         return None
     return ck.latest_checkpoint(checkpoint_dir, tid, start)
+
+
+def resizes_in_place(run: Run, placement: Placement, slots: Mapping[int, Slot],
+                     s: RunSettings) -> bool:
+    """A Resize that keeps every rank on its GPU needs no relaunch where the share is only
+    the books' figure: on CPU workers, or GPUs without MPS, and with the thread count a
+    relaunch would set unchanged (or a loop without checkpoints, which a relaunch would
+    send back to step 1: a packing probe then cost it all its epochs)."""
+    if [g for g, _ in placement] != [g for g, _ in run.placement] or (s.gpus and s.mps):
+        return False
+    if not s.checkpointing:
+        return True
+    for (g, old), (_, new) in zip(run.placement, placement, strict=True):
+        slot = slots.get(g)
+        if slot is None or (rank_env(run.trial_id, slot, old, gpus=s.gpus, mps=s.mps)[0]
+                            != rank_env(run.trial_id, slot, new, gpus=s.gpus, mps=s.mps)[0]):
+            return False
+    return True
 
 
 def rank_jobs(run: Run, slots: list[Slot], s: RunSettings, engine: Engine,
