@@ -24,6 +24,8 @@ SERIAL = (
     "tests/bubbles/test_host.py",  # a pipeline host's measured timeline
     # 27 trial processes waiting at rungs on 2 workers: beside another test it missed its 60 s
     "tests/runtimes/test_dask_barrier_fill.py",
+    # Lab, chromium, a kernel and a cluster at once: beside another test a reload took > 60 s
+    "tests/browser/test_dashboard_truth.py",
 )
 
 

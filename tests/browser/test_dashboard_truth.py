@@ -133,7 +133,7 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
     console.clear()
     page.reload()
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
-    wait_until(lambda: len(read_docs(page)) >= 3, 60, "the dashboards to render after reload")
+    wait_until(lambda: len(read_docs(page)) >= 3, SLOW, "the dashboards to render after reload")
     problems = settled_problems(page, truth, 3)
     assert problems == [], "\n".join(problems)
     assert not [m for m in console if "inconsistent lengths" in m], console[:5]

@@ -73,8 +73,11 @@ def test_ray_style_loop_without_checkpoints(client, tmp_path, algorithm):  # noq
     assert max(t.budget_used for t in trials) == EPOCHS  # trained past the first rung
     assert any(1 < t.budget_used < EPOCHS for t in trials) or algorithm != "hyperband"
     if algorithm in ("asha", "bohb"):  # stopping mode: never paused, never relaunched
-        launches = exp.allocations().groupby("trial_id").size()
-        assert (launches == 1).all()
+        # one process per trial: on one worker throughout with no gap (a share change on
+        # that worker, e.g. auto's packing probe ending, is a new row but no relaunch)
+        for _, rows in exp.allocations().sort_values("start").groupby("trial_id"):
+            assert rows["gpu_id"].nunique() == 1, rows
+            assert (rows["start"].to_numpy()[1:] == rows["end"].to_numpy()[:-1]).all(), rows
         assert sum(t.recomputed for t in trials) == 0
     # every reported budget is new: recomputed steps never reach the results
     for t in trials:
