@@ -92,8 +92,8 @@ test:
 	$(MAKE) -j3 install-dev $(TEST_SYSDEPS)
 	$(MAKE) docs
 	$(BIN)/ruff check nbtune tests benchmarks
-	.ci/with-postgres sh -c '$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" \
-		&& $(BIN)/pytest -q -m serial'
+	.ci/with-postgres sh -c 'rc=0; $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile \
+		-m "not serial" || rc=$$?; $(BIN)/pytest -q -m serial || rc=$$?; exit $$rc'
 
 # --- everything else ----------------------------------------------------------
 
