@@ -379,8 +379,7 @@ class Profiler:
         if len(pl) != 1 or pl[0][1] < 1 - _TOL or self._on_gpu.get(pl[0][0]) != {tid}:
             return  # only a trial alone on one whole GPU shows its own demand
         obs = self._obs.setdefault(sig, _Obs())
-        # 0 is a measurement too (a trial that only waits on I/O), once the trial has
-        # reported a step; before that a 0 may be its process still starting up
+        # 0 counts once the trial reported (it only waits on I/O); before, it may be starting
         if util > 0 or (util == 0 and not self._marks[tid].first):
             _add(obs.util, float(util))
         if memory_gb > 0:
