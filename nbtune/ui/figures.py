@@ -21,6 +21,7 @@ import numpy as np
 from bokeh.core.property.validation import validate
 from bokeh.layouts import column
 from bokeh.models import (
+    AllIndices,
     ColorBar,
     ColumnDataSource,
     DataTable,
@@ -108,6 +109,8 @@ class Figures:
         self.alloc = self._alloc_figure(width, self.util)
         self.table = DataTable(source=self.table_src, columns=self._table_columns(), width=width,
                                height=260, sortable=True, index_position=None)
+        #: two equal filters the table's view alternates between (see _render_table)
+        self._table_filters = (self.table.view.filter, AllIndices())
         self.layout = column(self.header, self.legend, self.curves, self.util, self.alloc,
                              self.table)
 
@@ -206,8 +209,7 @@ class Figures:
         asynchronously while updates flow; a reloaded page or a second tab
         starts from the widget's render bundle). ``force`` re-sends every
         part and property, changed or not. The table is *streamed* whole with
-        a rollover of its length: BokehJS's DataTable redraws its grid on a
-        stream but not on a patch or a same-length replace.
+        a rollover of its length (see :meth:`_render_table` for its redraw).
         """
         v = s.versions
         if self._due("rows", v["rows"], force):
@@ -240,11 +242,23 @@ class Figures:
         return False
 
     def _render_table(self, rows: tuple[Mapping[str, Any], ...]) -> None:
+        """Send the rows, and make every view's grid redraw them.
+
+        BokehJS's DataTable redraws only when its view's ``indices`` change or the
+        view itself changes; a same-length update (states and budgets changing while
+        the set of trials does not: trials waiting at a rung) left the drawn grid
+        stale while its source was current. Flipping the view's filter between two
+        equal ``AllIndices`` is a view change that selects the same rows.
+        """
         if not rows:
             return
+        same_length = len(rows) == len(self._rows)
         self._rows = list(rows)
         self._row_of = {r["trial_id"]: i for i, r in enumerate(rows)}
         self.table_src.stream(self._table_arrays(self._rows), rollover=len(rows))
+        if same_length:
+            a, b = self._table_filters
+            self.table.view.filter = b if self.table.view.filter is a else a
 
     def _recolor(self, rows: tuple[Mapping[str, Any], ...], force: bool) -> None:
         """Give trials their state's colour through the mapper, in one change.

@@ -29,12 +29,22 @@ from tests.browser.tune_notebook import SETUP, run_all_cells, wait_until
 pytestmark = pytest.mark.browser
 
 NAME = "truth"
+GATE = "truth.go"  # created by the test once it has seen the live view
 SLOW = 150
 SHOTS = REPO / "docs" / "_static" if os.environ.get("NBTUNE_DOCS_SCREENSHOTS") else None
 
-TUNE = f"""\
+
+
+def tune_cell(gate: Path) -> str:
+    """The ``%%tune`` cell. Its trials hold before their second step until the test creates
+    ``gate``: the live view is then checked while trials surely run, however fast the machine
+    (a fixed sleep raced the page's load: on CI the run once ended before the view drew)."""
+    return f"""\
 %%tune space --metric loss --max-budget 9 --min-budget 1 --num-trials 8 -a asha --runtime rt --name {NAME} --seed 0
+import os
 for step in trial.steps():
+    while step >= 2 and not os.path.exists({str(gate)!r}):
+        time.sleep(0.1)
     time.sleep(0.6)
     trial.report(step, loss=1.0 / step + config["lr"])"""
 TRUTH = """\
@@ -49,7 +59,8 @@ def notebook(lab_root: Path) -> Path:
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
                                  "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in (SETUP, TUNE, "exp.wait()", "exp", TRUTH)]
+    cells = (SETUP, tune_cell(lab_root / GATE), "exp.wait()", "exp", TRUTH)
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     path = lab_root / "truth.ipynb"
     nbformat.write(nb, path)
     return path
@@ -117,6 +128,7 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
     # on a patch or a same-length replace; the table is streamed whole for this)
     wait_until(lambda: grid_matches_source(page), 10, "the live grid to draw its source's rows")
     shoot(page, live, "dashboard-live.png")
+    (lab_server.root_dir / GATE).touch()  # let the trials run on to the end
 
     wait_until(truth_file.exists, SLOW, "the run to end and truth.json")
     truth = json.loads(truth_file.read_text())

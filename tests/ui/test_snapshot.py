@@ -114,6 +114,30 @@ def test_the_table_is_streamed_whole_so_the_grid_redraws():
     assert rollover == [len(exp.engine.trials)]
 
 
+def test_a_same_length_update_changes_the_tables_view_so_the_grid_redraws():
+    """BokehJS redraws the grid only when its view changes; rows whose states change while
+    their number does not (trials waiting at a rung) once stayed stale in the browser."""
+    exp = experiment("asha", trials=6, gpus=2, max_budget=9)
+    snaps = Snapshots(DashboardModel(exp.engine))
+    figs = Figures("loss", "min", space=SPACE)
+    sent = wire(figs)
+    exp.runtime.start(exp.engine, exp.trainable)
+    rows = snaps.take().rows
+    figs.render(snaps.take())
+
+    def view_changes() -> list[str]:
+        return [e["attr"] for m in sent for e in m.content["events"]
+                if e["kind"] == "ModelChanged" and e["model"]["id"] == figs.table.view.id]
+
+    assert view_changes() == []  # a new length redraws by itself
+    figs._render_table(tuple({**r, "state": "stopped"} for r in rows))
+    assert view_changes() == ["filter"]
+    figs._render_table(tuple({**r, "state": "running"} for r in rows))
+    assert view_changes() == ["filter", "filter"]  # flips back and forth, each a change
+    figs._render_table(rows[:-1])
+    assert len(view_changes()) == 2  # a new length needs no flip
+
+
 class ThreadCheckedEngine:
     """The engine, noting which thread reads which attribute."""
 
