@@ -20,12 +20,12 @@ from nbtune.allocators.profiling import (
 )
 from nbtune.core.resources import Demand
 
-__all__ = ["summarize", "fit_resize_cost"]
+__all__ = ["summarize", "fit_resize_cost", "slicing_floor"]
 
 
 def summarize(base: Profile, pack: dict[int, float], scale: dict[int, float], demand: Demand,
               resize_cost: float | None, threshold: float = 0.05,
-              min_gain: float = 0.1) -> Profile:
+              min_gain: float = 0.1, *, runnable: float | None = None) -> Profile:
     """A Profile from mean seconds per unit at p packed (``pack``) and at w GPUs (``scale``).
 
     Fields not measured keep ``base``'s (the job history). c and α come from
@@ -36,11 +36,23 @@ def summarize(base: Profile, pack: dict[int, float], scale: dict[int, float], de
     the history's, so ratios are never taken between two runs' loads. The
     compute share is at least 1/c: a utilization sampled while others load
     the machine reads low, and the packing measurement says how many fit.
+
+    ``runnable`` is the measured share of time a trial alone was running or
+    waiting to run on a *time-sliced* resource (a CPU stand-in's core; the
+    profiler gives its highest sample: gaps at a trial's start, end or rung
+    verdict only ever lower one): p
+    trials there get at most ``min(p, 1/runnable)`` times one trial's
+    throughput, so no packed time can be faster than ``p · T¹ / min(p, 1/runnable)``
+    (:func:`slicing_floor`). Packed times measured at another moment than T¹
+    (the machine's load changed in between) once read as a gain on a core a
+    CPU-bound trial already filled, and ``auto`` packed a whole warm run.
     """
     pack, scale = _alone(dict(pack), dict(scale))
     pack = _merge(base.packing, pack)
     scale = _merge(base.scaling, scale)
     pack, scale = _alone(pack, scale)
+    if runnable is not None and 1 in pack:
+        pack = slicing_floor(pack, runnable, threshold)
     kw: dict[str, Any] = {"packing": pack, "scaling": scale, "demand": demand,
                           "resize_cost": resize_cost}
     if 1 in pack:
@@ -55,6 +67,22 @@ def summarize(base: Profile, pack: dict[int, float], scale: dict[int, float], de
         kw["d"] = scaling_limit(scale, min_gain)
         kw["beta"] = fit_beta(scale)
     return replace(base, **kw)
+
+
+def slicing_floor(pack: Mapping[int, float], runnable: float,
+                  threshold: float) -> dict[int, float]:
+    """Packed times no faster than time-slicing allows, given the measured ``runnable`` share.
+
+    Where the room ``1/runnable`` cannot repay a second trial by more than
+    ``threshold``, p = 2 is entered at its floor when not measured: c = 1 is
+    then known without a probe that would pack two trials on a full core.
+    """
+    t1 = pack[1]
+    room = 1.0 / max(runnable, 1e-6)
+    out = {p: max(t, p * t1 / min(p, room)) for p, t in pack.items()}
+    if 2 not in out and room <= 1.0 + threshold:
+        out[2] = 2 * t1 / min(2.0, room)
+    return out
 
 
 def _alone(pack: dict[int, float], scale: dict[int, float]) -> tuple[dict, dict]:

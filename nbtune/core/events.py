@@ -133,10 +133,18 @@ class ConcurrencyChanged(Event):
 
 @dataclass(slots=True)
 class UtilizationSampled(Event):
-    """Per-GPU utilization in [0, 1] and memory in GB, as a runtime measured them."""
+    """Per-GPU utilization in [0, 1] and memory in GB, as a runtime measured them.
+
+    ``gpu_demand``, where a runtime can tell it, is the share of the interval
+    the GPU's trials were running *or waiting to run*: on CPU stand-ins (a
+    time-sliced core) the most packing can gain is ``1 / demand``, a bound that
+    used CPU, which reads low on a loaded machine, cannot give. Empty for
+    NVML GPUs (busy time says nothing of free SMs) and the simulator.
+    """
 
     gpu_util: dict[int, float]
     gpu_memory_gb: dict[int, float] = field(default_factory=dict)
+    gpu_demand: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

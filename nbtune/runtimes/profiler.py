@@ -22,12 +22,11 @@ What it records, per model signature (:func:`model_key` of the trainable +
   and new widths' unit times predict;
 * demand: utilization and memory samples (NVML on GPUs, psutil on CPU
   workers, the simulated GPU in the simulator) of GPUs that held exactly one
-  trial.
+  trial, and on CPU workers the runnable share that bounds packing.
 
-It is the :class:`~nbtune.allocators.profiling.ProfileStore` the allocators
-read (``engine.hints["profiles"]``): ``get(signature)`` answers from this
-run's measurements, falling back field by field to the job history in the
-backing store, into which :meth:`Profiler.flush` writes (at ``Finish``).
+It is the ProfileStore the allocators read (``engine.hints["profiles"]``):
+``get(signature)`` answers from this run's measurements, falling back field
+by field to the job history, into which :meth:`Profiler.flush` writes.
 """
 
 from __future__ import annotations
@@ -59,6 +58,7 @@ class _Obs:
     scaling: dict[int, list[float]] = field(default_factory=dict)   # w -> unit times, alone
     first: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # (p, w) after a start
     util: list[float] = field(default_factory=list)
+    demand: list[float] = field(default_factory=list)  # runnable share; the max is used
     memory: list[float] = field(default_factory=list)
     resize: list[tuple] = field(default_factory=list)  # see fit_resize_cost
 
@@ -205,18 +205,16 @@ class Profiler:
         mem = max(obs.memory) if obs.memory else base.demand.memory_gb
         return summarize(base, pack, scale, Demand(util, mem, base.demand.cpus),
                          fit_resize_cost(obs.resize, pack, scale) or base.resize_cost,
-                         self.threshold, self.min_gain)
+                         self.threshold, self.min_gain,
+                         runnable=max(obs.demand) if len(obs.demand) > 1 else None)
 
     def probe(self, workload: Any, configs: Iterable[Mapping[str, Any]],
               gpu: GPU | None = None) -> list[Profile]:
         """Short probes of a simulated model: HyperSack's sampler before the run, in the simulator.
 
-        Times one budget unit of each signature's first config on simulated
-        GPUs (the model's ``rate``: what the simulator would clock) alone, packed
-        p = 2, 3, 4 to a GPU and at 1, 2, 4 GPUs, and reads the simulated GPU's
-        utilization and memory as NVML would; the results go into the job
-        history (:meth:`put`), as a profiling run's would. Call after
-        :meth:`attach` or give the model to :func:`model_key` first.
+        Times one budget unit of each signature's first config on simulated GPUs alone,
+        packed p = 2, 3, 4 and at 1, 2, 4 GPUs, reads utilization and memory as NVML
+        would, and puts the results in the job history. Call after :meth:`attach`.
         """
         from nbtune.runtimes.probe import probe_workload
 
@@ -368,10 +366,11 @@ class Profiler:
         for g, u in e.gpu_util.items():
             tids = self._on_gpu.get(g)
             if tids and len(tids) == 1:
-                (tid,) = tids
-                self._take_sample(tid, u, e.gpu_memory_gb.get(g, 0.0), touched)
+                self._take_sample(next(iter(tids)), u, e.gpu_memory_gb.get(g, 0.0), touched,
+                                  e.gpu_demand.get(g))
 
-    def _take_sample(self, tid: int, util: float, memory_gb: float, touched: set[str]) -> None:
+    def _take_sample(self, tid: int, util: float, memory_gb: float, touched: set[str],
+                     runnable: float | None = None) -> None:
         sig = self._sig_of.get(tid)
         if sig is None or tid not in self._marks:  # not started yet: nothing to measure
             return
@@ -379,9 +378,10 @@ class Profiler:
         if len(pl) != 1 or pl[0][1] < 1 - _TOL or self._on_gpu.get(pl[0][0]) != {tid}:
             return  # only a trial alone on one whole GPU shows its own demand
         obs = self._obs.setdefault(sig, _Obs())
-        # 0 counts once the trial reported (it only waits on I/O); before, it may be starting
-        if util > 0 or (util == 0 and not self._marks[tid].first):
+        if util > 0 or not self._marks[tid].first:  # a 0 before a report may be a start-up
             _add(obs.util, float(util))
+            if runnable is not None:
+                _add(obs.demand, float(runnable))
         if memory_gb > 0:
             _add(obs.memory, float(memory_gb))
         touched.add(sig)

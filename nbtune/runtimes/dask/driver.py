@@ -178,7 +178,9 @@ class RunDriver:
         ids = {s.index: s.gpu_id for s in self.inventory.slots.values() if s.worker == m["worker"]}
         util = {ids[i]: float(u) for i, u in enumerate(m["util"]) if i in ids}
         mem = {ids[i]: float(x) for i, x in enumerate(m["mem"]) if i in ids}
-        return [ev.UtilizationSampled(now, util, mem)] if util else []
+        want = {ids[i]: float(x) for i, x in enumerate(m.get("demand") or ())
+                if i in ids and x is not None}
+        return [ev.UtilizationSampled(now, util, mem, want)] if util else []
 
     def _on_launch_failed(self, run_id: int, rank: int, error: str, lost: bool,
                           now: float) -> list[ev.Event]:

@@ -29,12 +29,24 @@ class _CpuMeter:
     serves trial after trial keeps its baseline (psutil's ``cpu_percent``
     re-primed at every new trial would read 0 for each trial's first
     interval), and a trial's own workers (data loaders) count for its slot.
+
+    It also reads each slot's *demand*: the share of the interval its
+    processes were running or runnable (CPU time plus the run-queue wait
+    Linux reports in ``/proc/<pid>/schedstat``). Used CPU reads low when
+    other processes load the machine; demand does not: a CPU-bound trial
+    wants its whole core however little of it it got. The profiler bounds
+    packing with it (a time-sliced core has no room beyond ``1 / demand``).
+    Empty where schedstat is missing (not Linux).
     """
 
     def __init__(self, active: Any = None) -> None:
         self._active = active or executor.active_children
         self._cpu: dict[int, float] = {}  # pid -> CPU seconds at the previous call
+        self._wait: dict[int, tuple[float, float, float]] = {}  # pid -> (when, CPU, run queue)
         self._last: float | None = None
+        #: per slot, the demand over the last interval (see the class docstring); None for a
+        #: slot without a trial process or without two readings of it
+        self.demand: list[float | None] = []
 
     @staticmethod
     def _tree(pid: int) -> list[psutil.Process]:
@@ -47,7 +59,10 @@ class _CpuMeter:
         self._last = now
         used = [0.0] * slots
         mem = [0.0] * slots
+        wanted: list[float | None] = [0.0] * slots
+        present = [False] * slots
         seen: dict[int, float] = {}
+        waits: dict[int, tuple[float, float, float]] = {}
         for slot, pid in self._active():
             if not 0 <= slot < slots:
                 continue
@@ -64,21 +79,48 @@ class _CpuMeter:
                     continue
                 seen[p.pid] = cpu
                 mem[slot] += rss / 1e9
+                present[slot] = True
+                wait = run_queue_seconds(p.pid)
+                if wait is not None:  # timed per process: the meter itself waits on a busy box
+                    waits[p.pid] = (time.monotonic(), cpu, wait)
                 if wall is None:
                     continue
                 before = self._cpu.get(p.pid)
                 if before is None:  # not seen before: its CPU time at its mean rate since birth
                     before = cpu * (1.0 - min(wall / max(time.time() - born, 1e-6), 1.0))
-                used[slot] += max(cpu - before, 0.0) / wall
+                ran = max(cpu - before, 0.0) / wall
+                used[slot] += ran
+                was, now_p = self._wait.get(p.pid), waits.get(p.pid)
+                if was is None or now_p is None or wanted[slot] is None:
+                    wanted[slot] = None  # a process without two readings: demand unknown
+                else:
+                    span = max(now_p[0] - was[0], 1e-6)
+                    wanted[slot] += (max(now_p[1] - was[1], 0.0)
+                                     + max(now_p[2] - was[2], 0.0)) / span
         # idle warm processes keep an up-to-date baseline: they come back with the next trial
         for pid in set(self._cpu) - set(seen):
             try:
                 t = psutil.Process(pid).cpu_times()
                 seen[pid] = t.user + t.system
             except psutil.Error:
-                pass
-        self._cpu = seen
+                continue
+            wait = run_queue_seconds(pid)
+            if wait is not None:
+                waits[pid] = (time.monotonic(), seen[pid], wait)
+        self._cpu, self._wait = seen, waits
+        self.demand = [] if wall is None or not waits else [
+            None if w is None or not has else min(w / max(cores_per_slot, 1e-9), 1.0)
+            for w, has in zip(wanted, present, strict=True)]
         return [(min(u / max(cores_per_slot, 1e-9), 1.0), m) for u, m in zip(used, mem, strict=True)]
+
+
+def run_queue_seconds(pid: int) -> float | None:
+    """Seconds ``pid``'s main thread has waited on a run queue (Linux schedstat), or None."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def cpu_slots(resources: dict[str, float]) -> int:
@@ -118,6 +160,7 @@ class UtilizationSampler(WorkerPlugin):
                     emit(self.topic, [{
                         "k": "util", "worker": worker.address,
                         "util": [u for u, _ in samples], "mem": [m for _, m in samples],
+                        "demand": [] if self.gpus else list(meter.demand),
                     }])
                 except Exception:  # a sample lost is not worth a dead worker
                     continue
