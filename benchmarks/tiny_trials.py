@@ -1,0 +1,137 @@
+"""Tiny trials: process vs thread vs auto execution on a real 2-worker LocalCluster.
+
+Where a trial's steps take milliseconds, a trial process's boundary (the job
+down a pipe, each report up it, each verdict down it through the relay
+thread) costs more than the work; ``DaskRuntime(execution="thread")`` runs
+the function in a thread of its worker instead, and ``"auto"`` (the default)
+picks threads when the measured overhead per report is at least a quarter of
+the measured work per report (:mod:`nbtune.runtimes.dask.execution`).
+
+Part 1, per-report overhead: :func:`nbtune.runtimes.dask.overhead.measure_overhead`
+on one worker: probe trials that report and wait for a verdict after each
+report, run in a trial process and in a thread, alternating.
+
+Part 2, wall time of whole experiments, the three modes alternating, each on
+its own kept runtime (a notebook's), ``--rounds`` rounds, medians:
+
+* tiny: a Ray-style loop (report every epoch, no checkpoint, return when told)
+  with a pure-Python step of ``TINY_N`` squares (5-20 ms here), 32 trials,
+  ASHA eta=3, 1-9 epochs;
+* normal: the same loop with a step of ``NORMAL_N`` squares (~0.2 s), 8
+  trials, 1-9 epochs: auto must keep processes and not be slower.
+
+Goals: tiny: thread >= 1.5x faster than process and auto >= 1.3x; normal:
+auto <= 1.05x process. Run: ``PYTHONPATH=$PWD python benchmarks/tiny_trials.py
+--rounds 3``. Prints figures, ends with one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import cloudpickle
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TINY_N = 30_000  # squares per tiny step
+NORMAL_N = 600_000  # squares per normal step
+MODES = ("process", "thread", "auto")
+
+
+def make_loop(n: int, epochs: int = 9):
+    def train(config):
+        from nbtune import report
+
+        loss = 1.0
+        for epoch in range(1, epochs + 1):
+            s = sum(i * i for i in range(n))  # the step: pure Python, holds the GIL
+            loss = config["lr"] + 1.0 / epoch + (s % 7) * 1e-12
+            report({"loss": loss})
+
+    return train
+
+
+def experiment(rt, fn, trials: int, seed: int) -> tuple[float, dict, int, float]:
+    """(wall s, launches by mode, trials in error, best loss) of one ASHA experiment."""
+    import nbtune
+    from nbtune.core.space import uniform
+
+    t0 = time.perf_counter()
+    exp = nbtune.tune(fn, {"lr": uniform(0.0, 1.0)}, algorithm="asha", metric="loss",
+                      max_budget=9, num_trials=trials, runtime=rt, seed=seed, eta=3)
+    assert exp.wait(600)
+    wall = time.perf_counter() - t0
+    ts = exp.engine.trials.values()
+    errs = sum(t.state.value == "error" for t in ts)
+    best = min((t.best for t in ts if t.best is not None), default=float("nan"))
+    return wall, dict(rt._driver.settings.execution.launched), errs, best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tiny-trials", type=int, default=32)
+    ap.add_argument("--normal-trials", type=int, default=8)
+    args = ap.parse_args()
+
+    from nbtune.runtimes.dask import DaskRuntime
+    from nbtune.runtimes.dask.overhead import measure_overhead
+    from tests.dask_cluster import local_client
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    with local_client() as client:
+        runtimes = {m: DaskRuntime(client, preload=(), warm_processes=2, execution=m)
+                    for m in MODES}
+        for rt in runtimes.values():
+            rt.connect()
+        worker = sorted(client.scheduler_info()["workers"])[0]
+        probes = [client.run(measure_overhead, workers=[worker])[worker] for _ in range(3)]
+        per_report = {m: statistics.median(t for p in probes for t in p[m]) / 4 * 1e3
+                      for m in ("process", "thread")}
+        print(f"per-report overhead (report + verdict, launch spread over 4 reports), ms: "
+              f"process {per_report['process']:.2f}, thread {per_report['thread']:.2f}")
+        walls: dict[str, dict[str, list[float]]] = {"tiny": {}, "normal": {}}
+        errors = 0
+        for r in range(args.rounds):
+            order = MODES if r % 2 == 0 else tuple(reversed(MODES))
+            for kind, n, trials in (("tiny", TINY_N, args.tiny_trials),
+                                    ("normal", NORMAL_N, args.normal_trials)):
+                for m in order:
+                    wall, launched, errs, best = experiment(runtimes[m], make_loop(n), trials,
+                                                            seed=r)
+                    errors += errs
+                    walls[kind].setdefault(m, []).append(wall)
+                    print(f"round {r} {kind:6s} {m:7s} {wall:6.2f} s  launches {launched}  "
+                          f"errors {errs}  best {best:.4f}", flush=True)
+        overhead_auto = runtimes["auto"].process_overhead
+        for rt in runtimes.values():
+            rt.close()
+    med = {k: {m: statistics.median(v) for m, v in d.items()} for k, d in walls.items()}
+    tiny_thread = med["tiny"]["process"] / med["tiny"]["thread"]
+    tiny_auto = med["tiny"]["process"] / med["tiny"]["auto"]
+    normal_auto = med["normal"]["auto"] / med["normal"]["process"]
+    print(f"medians, s: {json.dumps(med)}")
+    print(f"tiny: thread {tiny_thread:.2f}x, auto {tiny_auto:.2f}x faster than process; "
+          f"normal: auto/process {normal_auto:.3f}")
+    figures = {
+        "per_report_ms": {k: round(v, 3) for k, v in per_report.items()},
+        "auto_measured_overhead_ms": None if overhead_auto is None else round(
+            overhead_auto * 1e3, 3),
+        "median_wall_s": {k: {m: round(x, 3) for m, x in d.items()} for k, d in med.items()},
+        "tiny_thread_speedup": round(tiny_thread, 3), "tiny_auto_speedup": round(tiny_auto, 3),
+        "normal_auto_over_process": round(normal_auto, 3), "errors": errors,
+        "rounds": args.rounds,
+    }
+    goal = ("tiny: thread >= 1.5x and auto >= 1.3x faster than process; normal: auto <= 1.05x "
+            "process; 0 errors")
+    met = tiny_thread >= 1.5 and tiny_auto >= 1.3 and normal_auto <= 1.05 and errors == 0
+    print(json.dumps({"name": "tiny_trials", "figures": figures, "goal": goal, "met": met}))
+
+
+if __name__ == "__main__":
+    main()
