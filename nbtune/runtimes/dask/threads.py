@@ -48,6 +48,11 @@ __all__ = ["ThreadChannel", "start_thread"]
 
 Emit = Callable[[str, list[dict[str, Any]]], None]
 
+#: seconds a thread holds the GIL before another may take it (Python's default: 5 ms). A trial
+#: thread computing in Python would make the worker's event loop wait that long for every
+#: message it forwards (a report out, a verdict in); 1 ms keeps that under the work
+SWITCH_INTERVAL = 0.001
+
 _FNS: dict[bytes, Any] = {}  # the training functions unpickled on this worker, newest last
 _FNS_KEPT = 8
 _FNS_LOCK = threading.Lock()
@@ -135,6 +140,8 @@ def _prepare(job: dict[str, Any]) -> None:
     threads = job.get("threads")
     if threads and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(threads))
+    if sys.getswitchinterval() > SWITCH_INTERVAL:
+        sys.setswitchinterval(SWITCH_INTERVAL)
 
 
 def start_thread(job: dict[str, Any], entry: Any, emit: Emit, forget: Callable[[], None]) -> None:
