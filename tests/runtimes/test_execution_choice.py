@@ -90,3 +90,12 @@ def test_the_runtime_checks_execution_before_it_starts_anything():
     with pytest.raises(ValueError, match="cannot enforce trial_timeout"):
         rt.start(object(), lambda config, trial: None)
     assert rt.client is None  # no cluster was started
+
+
+def test_tune_checks_execution_before_it_starts_a_runtime():
+    import nbtune
+    from nbtune.core.space import uniform
+
+    with pytest.raises(ValueError, match="execution must be one of"):
+        nbtune.tune(lambda config, trial: None, {"lr": uniform(0.0, 1.0)}, metric="loss",
+                    max_budget=1, execution="fast")
