@@ -15,10 +15,6 @@ import time
 import cloudpickle
 import pytest
 
-from nbtune.core.space import uniform
-
-SPACE = {"lr": uniform(0.0, 1.0)}
-EPOCHS = 9
 pytestmark = pytest.mark.integration
 distributed = pytest.importorskip("distributed")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -26,14 +22,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 from nbtune.runtimes.dask import DaskRuntime  # noqa: E402
 from tests.dask_cluster import client  # noqa: E402, F401 (client: a fixture)
 
-
-def ray_style(config):
-    """Ray Tune's loop: report every epoch, no checkpoint, return when told (never checks)."""
-    from nbtune import report
-
-    for epoch in range(1, EPOCHS + 1):
-        time.sleep(0.003)
-        report({"loss": config["lr"] + 1.0 / epoch, "epoch": epoch})
+# Ray's loop (report every epoch, no checkpoint, never checks) as the process-mode tests run it
+from tests.runtimes.test_dask_semantics import EPOCHS, SPACE, ray_style  # noqa: E402
 
 
 def run(client, tmp_path, fn, execution, algorithm="asha", **kw):  # noqa: F811
