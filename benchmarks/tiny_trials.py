@@ -12,7 +12,11 @@ on one worker: probe trials that report and wait for a verdict after each
 report, run in a trial process and in a thread, alternating.
 
 Part 2, wall time of whole experiments, the three modes alternating, each on
-its own kept runtime (a notebook's), ``--rounds`` rounds, medians:
+its own kept runtime (a notebook's), ``--rounds`` rounds, medians. The
+allocator is ``fifo`` (one trial per worker), so that only the execution path
+differs: the default ``allocator="auto"`` packs tiny thread trials two to a
+worker (their workers wait on the driver more than they compute), which
+changes what is measured here from run to run.
 
 * tiny: a Ray-style loop (report every epoch, no checkpoint, return when told)
   with a pure-Python step of ``TINY_N`` squares (5-20 ms here), 64 trials,
@@ -65,7 +69,8 @@ def experiment(rt, fn, trials: int, seed: int) -> tuple[float, float, dict, int,
 
     t0 = time.perf_counter()
     exp = nbtune.tune(fn, {"lr": uniform(0.0, 1.0)}, algorithm="asha", metric="loss",
-                      max_budget=9, num_trials=trials, runtime=rt, seed=seed, eta=3)
+                      max_budget=9, num_trials=trials, runtime=rt, seed=seed, eta=3,
+                      allocator="fifo")
     assert exp.wait(600)
     wall = time.perf_counter() - t0
     ts = exp.engine.trials.values()
