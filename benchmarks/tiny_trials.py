@@ -11,7 +11,7 @@ Part 1, per-report overhead: :func:`nbtune.runtimes.dask.overhead.measure_overhe
 on one worker: probe trials that report and wait for a verdict after each
 report, run in a trial process and in a thread, alternating.
 
-Part 2, wall time of whole experiments, the three modes alternating, each on
+Part 2, wall time of whole experiments, the three modes in rotating order, each on
 its own kept runtime (a notebook's), ``--rounds`` rounds, medians. The
 allocator is ``fifo`` (one trial per worker), so that only the execution path
 differs: the default ``allocator="auto"`` packs tiny thread trials two to a
@@ -108,7 +108,7 @@ def main() -> None:
         auto_threads = {"tiny": 0, "normal": 0}
         errors = 0
         for r in range(args.rounds):
-            order = MODES if r % 2 == 0 else tuple(reversed(MODES))
+            order = MODES[r % 3:] + MODES[:r % 3]  # each mode in each position in turn
             for kind, n, trials in (("tiny", TINY_N, args.tiny_trials),
                                     ("normal", NORMAL_N, args.normal_trials)):
                 for m in order:
