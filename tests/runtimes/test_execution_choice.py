@@ -99,3 +99,16 @@ def test_tune_checks_execution_before_it_starts_a_runtime():
     with pytest.raises(ValueError, match="execution must be one of"):
         nbtune.tune(lambda config, trial: None, {"lr": uniform(0.0, 1.0)}, metric="loss",
                     max_budget=1, execution="fast")
+
+
+def test_auto_keeps_processes_where_workers_share_one_process():
+    """LocalCluster(processes=False): every worker's trial threads would share one GIL."""
+    from nbtune.runtimes.dask.execution import share_a_process
+
+    apart = {"tcp://a:1": {"host": "h", "pid": 10}, "tcp://a:2": {"host": "h", "pid": 11}}
+    together = {"tcp://a:1": {"host": "h", "pid": 10}, "tcp://a:2": {"host": "h", "pid": 10}}
+    other_host = {"tcp://a:1": {"host": "h", "pid": 10}, "tcp://b:2": {"host": "g", "pid": 10}}
+    assert not share_a_process(apart) and share_a_process(together)
+    assert not share_a_process(other_host)  # the same pid on two machines is two processes
+    # what the scheduler says of LocalCluster(processes=False)'s workers (no pid)
+    assert share_a_process({"inproc://192.0.2.2/24996/4": {"host": "192.0.2.2", "pid": None}})

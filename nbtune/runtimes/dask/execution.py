@@ -23,7 +23,9 @@ a tenth of a second and more) never leaves its process. ``MAX_INTERVAL``
 loop that reports often may run in one. Until ``MIN_SAMPLES`` intervals are
 measured, and where the overhead could not be measured, trials run in
 processes. Multi-worker (DDP) trials, fused units and GPU runtimes always
-use processes (a thread cannot have its own ``CUDA_VISIBLE_DEVICES``).
+use processes (a thread cannot have its own ``CUDA_VISIBLE_DEVICES``), and
+``auto`` keeps processes where workers are threads of one process
+(:func:`share_a_process`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from collections import deque
 from typing import Any
 
 __all__ = ["EXECUTIONS", "THRESHOLD", "MAX_INTERVAL", "MIN_SAMPLES", "check_execution",
-           "check_thread_limits", "choose", "ExecutionChoice"]
+           "check_thread_limits", "choose", "ExecutionChoice", "share_a_process",
+           "for_experiment"]
 
 EXECUTIONS = ("auto", "process", "thread")
 THRESHOLD = 0.25  #: thread when the process path's overhead per report >= this x the work
@@ -113,6 +116,20 @@ class ExecutionChoice:
         return m
 
 
+def share_a_process(workers: dict[str, dict[str, Any]]) -> bool:
+    """True when workers (``scheduler_info()["workers"]``) live in one process: ``inproc://``
+    addresses, or one host and pid twice (where the scheduler reports pids).
+
+    ``LocalCluster(processes=False)`` runs its workers as threads of one process:
+    trial threads on all of them would take turns on one GIL, so ``auto`` keeps
+    processes there (its measurements come from trial processes and would not show it).
+    """
+    if any(str(a).startswith("inproc://") for a in workers):  # in the client's own process
+        return True
+    pids = [(w.get("host"), w.get("pid")) for w in workers.values() if w.get("pid") is not None]
+    return len(set(pids)) < len(pids)
+
+
 def for_experiment(runtime: Any) -> ExecutionChoice:
     """The :class:`ExecutionChoice` of the experiment ``runtime`` (a DaskRuntime) starts now.
 
@@ -126,6 +143,8 @@ def for_experiment(runtime: Any) -> ExecutionChoice:
     check_thread_limits(ex, gpus=gpus, trial_timeout=timeout, memory_limit=memory)
     if ex != "auto" or gpus or timeout is not None or memory is not None:
         return ExecutionChoice("process" if ex == "auto" else ex, gpus=gpus)
+    if share_a_process(runtime.client.scheduler_info().get("workers", {})):
+        return ExecutionChoice("process")  # threads of every worker would share one GIL
     if runtime.process_overhead is None and runtime.inventory is not None:
         from nbtune.runtimes.dask.overhead import probe_overhead
 
