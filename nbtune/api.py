@@ -120,6 +120,7 @@ def tune(
     eager_fraction: float = 0.5,
     plan: Any = None,
     trial_timeout: float | None = None,
+    execution: str | None = None,
     fusion: bool | int = False,
     shape_keys: Sequence[str] | None = None,
     gpus_per_trial: float | None = None,
@@ -157,7 +158,8 @@ def tune(
     ``trial_timeout`` (seconds, Dask runtime): a launch of a trial still
     running that long after it started is killed and fails with an error
     saying so (a hung data loader must not hold a GPU for ever); the other
-    trials go on.
+    trials go on. ``execution`` (Dask runtime): ``"process"``, ``"thread"`` or ``"auto"``
+    (the runtime's default): where a trial runs on its worker (docs/dask.rst).
 
     ``fusion=F`` fuses trials, Hydro-style (docs/fusion.rst): pending
     trials whose ``shape_keys`` values agree (default: ``batch_size`` when the space has
@@ -188,6 +190,10 @@ def tune(
                                                       allocator_options, plan)
     check_mode(metric, mode)  # accuracy minimised by mistake: say so before anything runs
     _check_numbers(max_failures, trial_timeout)
+    if execution is not None:
+        from nbtune.runtimes.dask.execution import check_execution  # no distributed import
+
+        check_execution(execution)
     f_max, keys = _check_fusion(fusion, shape_keys, trainable, space)
     if f_max and scaling is not None:  # surrogates (width / S) and targets never share a unit
         keys = (*keys, "scaling")
@@ -220,6 +226,12 @@ def tune(
                              f"(runtime='dask'); runtime {rt.name!r} has no wall clock to time")
         if hasattr(rt, "trial_timeout"):
             rt.trial_timeout = None if trial_timeout is None else float(trial_timeout)
+    if execution is not None or isinstance(runtime, str):  # the shared runtime: reset
+        if execution is not None and not hasattr(rt, "execution"):
+            raise ValueError(f"execution needs a runtime that runs training functions "
+                             f"(runtime='dask'); runtime {rt.name!r} runs none")
+        if hasattr(rt, "execution"):
+            rt.execution = execution or "auto"
     run_options = None
     if scaling is not None:  # Hydro: shrink -> tune -> transfer (nbtune.surrogate)
         from nbtune.surrogate.eager_transfer import surrogate_tuning

@@ -111,11 +111,8 @@ def _pin(cores: str) -> None:
 
 
 def run_job(job: dict[str, Any], channel: PipeChannel) -> dict[str, Any]:
-    """Run one training function; return the exit message (never raises)."""
+    """Run one training function in this trial process; return the exit message (never raises)."""
     import cloudpickle
-
-    from nbtune.runtimes.dask import ddp, trial_api
-    from nbtune.runtimes.dask.trial_api import Trial, TrialInterrupted
 
     for p in job.get("sys_path", ()):
         if p not in sys.path:
@@ -125,24 +122,36 @@ def run_job(job: dict[str, Any], channel: PipeChannel) -> dict[str, Any]:
     threads = job.get("threads")
     if threads and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(threads))
+    return call_trainable(job, channel, lambda: cloudpickle.loads(job["fn"]), in_thread=False)
+
+
+def call_trainable(job: dict[str, Any], channel: Any, load: Any, *,
+                   in_thread: bool) -> dict[str, Any]:
+    """Call the training function ``load()`` returns with a Trial on ``channel``; return the
+    exit message (never raises). Shared by trial processes and thread mode (:mod:`.threads`):
+    the user's error, whatever it is, becomes the trial's error, never the caller's."""
+    from nbtune.runtimes.dask import ddp
+    from nbtune.runtimes.dask.current import running
+    from nbtune.runtimes.dask.trial_api import Trial, TrialInterrupted
+
     trial = Trial(job, channel)
     out: dict[str, Any] = {"k": "exit", "ok": True}
     grouped = False
     try:
-        fn = cloudpickle.loads(job["fn"])
+        fn = load()
         if trial.world_size > 1:
             ddp.init_group(job)
             grouped = True
         channel.send({"k": "started", "pid": os.getpid()})
-        trial_api._CURRENT.append(trial)
-        if job.get("members"):  # a fused unit: one call for all its member trials
-            from nbtune.runtimes.dask.fused_child import run_fused
+        with running(trial, in_thread=in_thread):
+            if job.get("members"):  # a fused unit: one call for all its member trials
+                from nbtune.runtimes.dask.fused_child import run_fused
 
-            run_fused(fn, job, channel)
-        elif _takes_trial(fn):
-            fn(trial.config, trial)
-        else:  # Ray-style train(config) reporting through nbtune.report(...)
-            fn(trial.config)
+                run_fused(fn, job, channel)
+            elif _takes_trial(fn):
+                fn(trial.config, trial)
+            else:  # Ray-style train(config) reporting through nbtune.report(...)
+                fn(trial.config)
     except TrialInterrupted:
         pass
     except BaseException as exc:  # the user's error, whatever it is, becomes TrialFailed
@@ -150,7 +159,6 @@ def run_job(job: dict[str, Any], channel: PipeChannel) -> dict[str, Any]:
             out = {"k": "exit", "ok": False, "error": traceback.format_exc(),
                    "oom": _is_oom(exc)}
     finally:
-        trial_api._CURRENT.clear()
         if grouped:
             with contextlib.suppress(Exception):
                 ddp.destroy_group()

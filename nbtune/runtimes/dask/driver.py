@@ -126,6 +126,7 @@ class RunDriver:
             if run.cancelled is not None:
                 return []  # the engine already stopped or paused it: later progress is not counted
             run.reported(m)
+            self.settings.execution.observe(m)  # auto execution's work per report
             return [ev.TrialReported(now, run.trial_id, float(m["step"]), dict(m["metrics"]))]
         if k == "recomputed":
             return [ev.TrialRecomputed(now, run.trial_id, float(m["step"]))]

@@ -45,6 +45,7 @@ class _Active:
     child: _Child | None = None
     killed: bool = False
     reader: _PipeReader | None = None
+    on_kill: Callable[[dict[str, Any]], None] | None = None  # thread mode (.threads)
 
 
 class _PipeReader:
@@ -146,6 +147,8 @@ def deliver(keys: list[str], msg: dict[str, Any]) -> int:
             if e is not None:
                 e.control.put(dict(msg))
                 e.killed = e.killed or msg.get("k") == "kill"
+                if e.on_kill is not None and msg.get("k") == "kill":
+                    e.on_kill(msg)  # a thread cannot be killed: its run ends now (.threads)
                 n += 1
             else:
                 _MAILBOX.setdefault(k, []).append({**msg, "_at": now})
@@ -194,6 +197,11 @@ def start_rank(worker: Any, job: dict[str, Any], emit: Emit, put: Emit) -> None:
     for m in early:
         entry.control.put(m)
     entry.killed = any(m.get("k") == "kill" for m in early)
+    if job.get("execution") == "thread":  # in a thread of this process (.threads)
+        from nbtune.runtimes.dask.threads import start_thread
+
+        start_thread(job, entry, emit, lambda: _forget(key))
+        return
     child_job = _child_job(worker, job)
     if not entry.killed and len(job.get("fn", b"")) < FAST_HANDOFF:
         entry.child = get_pool().take_idle(refill=not job.get("reuse"))
@@ -210,6 +218,11 @@ def start_rank(worker: Any, job: dict[str, Any], emit: Emit, put: Emit) -> None:
         entry.reader.start()
     threading.Thread(target=run_rank, args=(worker, job, entry, child_job, sent, emit, put),
                      daemon=True, name=f"nbtune-{job['run_key']}-r{job['rank']}").start()
+
+
+def _forget(key: str) -> None:
+    with _LOCK:
+        _ACTIVE.pop(key, None)
 
 
 def _tag(job: dict[str, Any]) -> dict[str, Any]:

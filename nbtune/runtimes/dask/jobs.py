@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbtune.runtimes.dask import checkpoints as ck
+from nbtune.runtimes.dask.execution import ExecutionChoice
 from nbtune.runtimes.dask.runs import EPS, Run, job_hints, rank_env
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ class RunSettings:
     memory_limit: int | None  # trial_memory_limit, bytes
     trial_timeout: float | None
     shutdown_grace: float  # seconds the runs get to leave after Finish
+    #: process or thread, per launch (.execution; its measurements change as trials report)
+    execution: ExecutionChoice = field(default_factory=ExecutionChoice)
 
 
 def restore_point(checkpoint_dir: Path, tid: int, start: float,
@@ -85,6 +88,7 @@ def rank_jobs(run: Run, slots: list[Slot], s: RunSettings, engine: Engine,
     """``(worker, job)`` for each rank of ``run``, in rank order; ``extra``: a fused unit's."""
     jobs: list[tuple[str, dict[str, Any]]] = []
     world = len(run.placement)
+    execution = s.execution.mode(world, fused=bool(extra.get("members")))
     for rank, ((_g, share), slot) in enumerate(zip(run.placement, slots, strict=True)):
         threads, env = rank_env(run.trial_id, slot, share, gpus=s.gpus, mps=s.mps)
         job = {
@@ -98,7 +102,7 @@ def rank_jobs(run: Run, slots: list[Slot], s: RunSettings, engine: Engine,
             "memory_limit": s.memory_limit, "max_budget": engine.max_budget,
             "metric": engine.metric, "checkpoints": s.checkpointing,
             **job_hints(engine),  # "hold", "verdicts"
-            "reuse": s.reuse,
+            "reuse": s.reuse, "execution": execution,
             **extra,  # a fused unit's members (.fused_job)
         }
         jobs.append((slot.worker, job))

@@ -37,6 +37,7 @@ from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.cluster import Inventory, close_cluster, connect, listen_all, unlisten_all
 from nbtune.runtimes.dask.dask_page import Publisher, page_link
 from nbtune.runtimes.dask.driver import RunDriver
+from nbtune.runtimes.dask.execution import check_execution, check_thread_limits, for_experiment
 from nbtune.runtimes.dask.fused_job import FusedUnits
 from nbtune.runtimes.dask.inbox import Inbox, route
 from nbtune.runtimes.dask.jobs import RunSettings
@@ -77,6 +78,8 @@ class DaskRuntime:
     ended a trial cleanly run the next one: imports are paid once, but module
     globals the training function sets persist into the next trial (pass
     False for full isolation). ``gpu_speeds``: relative speeds by GPU or worker name.
+    ``execution``: a trial runs in a ``"process"``, a ``"thread"`` of its worker (stopped only
+    at a report) or ``"auto"``: threads where steps are tiny, measured (:mod:`.execution`).
     A runtime runs any number of experiments, one after another, on the same
     cluster and warm processes. A cluster it started itself is shut down when
     an experiment ends unless ``keep=True`` (then on :meth:`close`, as
@@ -110,7 +113,7 @@ class DaskRuntime:
         mps: bool | None = None,
         reuse_processes: bool | None = None,
         shutdown_grace: float = 30.0,
-        profiler: Any = None,
+        profiler: Any = None, execution: str = "auto",
         keep: bool = False, gpu_speeds: dict[str, float] | None = None,
     ) -> None:
         if threads_per_worker < 1:
@@ -122,23 +125,19 @@ class DaskRuntime:
         if warm_processes < 0:
             raise ValueError(f"warm_processes must be >= 0, got {warm_processes}")
         self.cluster_arg, self.gpu_speeds = cluster, Inventory.check_speeds(gpu_speeds)
-        self.gpus = gpus
-        self.n_workers = n_workers
-        self.threads_per_worker = int(threads_per_worker)
-        self.host = host
-        self.dashboard_address = dashboard_address
-        self.memory_limit = memory_limit
+        self.gpus, self.n_workers, self.threads_per_worker = gpus, n_workers, int(threads_per_worker)
+        self.host, self.dashboard_address, self.memory_limit = host, dashboard_address, memory_limit
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.sample_interval = float(sample_interval)
         self.trial_memory_limit = check_memory_limit(trial_memory_limit)
         self.trial_timeout = check_timeout(trial_timeout)
         self.security, self.connect_timeout = security, float(connect_timeout)
         self.warm_processes = int(warm_processes)
-        self.preload = tuple(preload)
-        self.mps = mps
-        self.reuse_processes = reuse_processes
+        self.preload, self.mps, self.reuse_processes = tuple(preload), mps, reuse_processes
         self.shutdown_grace = float(shutdown_grace)
         self.profiler = profiler  # measures c, d, α, β, ε, demands (nbtune.runtimes.profiler)
+        self.execution = check_execution(execution)
+        self.process_overhead: float | None = None  # s per report, measured once (.overhead)
         #: keep a cluster this runtime started up after an experiment, for the next one
         self.keep = bool(keep)
         self.client: Any = None
@@ -241,6 +240,8 @@ class DaskRuntime:
         """Connect, then run the experiment in a background thread; returns at once."""
         check_trainable(trainable, self)
         check_signature(trainable)
+        check_thread_limits(self.execution, gpus=bool(self.gpus), trial_timeout=self.trial_timeout,
+                            memory_limit=self.trial_memory_limit)  # before anything starts
         if self._closed:
             raise RuntimeError("this DaskRuntime is closed (a cluster it starts ends with its "
                                "experiment): make a new one, with keep=True to run several")
@@ -262,6 +263,7 @@ class DaskRuntime:
         fn, checkpointing = pickled(trainable), uses_checkpoints(trainable)
         preload_trainable(self.connect().client, trainable)  # its modules, in warm processes
         assert self.inventory is not None
+        execution = for_experiment(self)  # process or thread per launch, checked (.execution)
         self._engine = engine
         self.checkpoint_dir = ck.experiment_dir(self.checkpoint_dir)
         self.client.subscribe_topic(self._topic, self._inbox.on_topic)
@@ -273,7 +275,7 @@ class DaskRuntime:
         reuse = not self.gpus if self.reuse_processes is None else self.reuse_processes
         settings = RunSettings(
             self._topic, fn, self.checkpoint_dir, checkpointing, bool(self.gpus), bool(self.mps),
-            bool(reuse), self.trial_memory_limit, self.trial_timeout, self.shutdown_grace)
+            bool(reuse), self.trial_memory_limit, self.trial_timeout, self.shutdown_grace, execution)
         self._driver = RunDriver(engine, self._clock, self.inventory, self._links, settings,
                                  self._run_ids, FusedUnits)
         self._members = Membership(self.client, self.inventory, self._links,

@@ -50,6 +50,7 @@ from typing import Any, Protocol
 from nbtune.core.code_names import names_used
 from nbtune.core.tolerance import EPS
 from nbtune.runtimes.dask import checkpoints as ck
+from nbtune.runtimes.dask.current import get_trial, report, should_stop  # noqa: F401 (API)
 from nbtune.runtimes.dask.metrics import check_metric
 from nbtune.runtimes.dask.metrics import clean as _clean
 
@@ -105,9 +106,21 @@ class Trial:
         self._over = False  # budget reached
         self._requested: str | None = None  # "stop" | "pause" | "resize"
         self._told = False  # should_stop() has returned True to the user
+        #: perf_counter when report() last returned: the loop's own work is timed from there
+        self._back: float | None = None
+        self._work: float | None = None  # seconds of work before this report (execution.py)
 
     # --------------------------------------------------------------- reporting
     def report(self, *args: Any, step: float | None = None, **metrics: Any) -> bool:
+        """Record the metrics after ``step`` cumulative units; True when the trial must stop
+        (see :meth:`_report`). Times the loop's work since the last report returned."""
+        self._work = None if self._back is None else time.perf_counter() - self._back
+        try:
+            return self._report(*args, step=step, **metrics)
+        finally:
+            self._back = time.perf_counter()
+
+    def _report(self, *args: Any, step: float | None = None, **metrics: Any) -> bool:
         """Record the metrics after ``step`` cumulative units; return True when the trial must stop.
 
         Accepted forms (see docs/porting.rst): ``report(step, **metrics)`` and
@@ -150,6 +163,8 @@ class Trial:
         self._last = self.step = step
         if self.rank == 0:
             msg = {"k": "report", "step": step, "metrics": _clean(metrics)}
+            if self._work is not None:  # what auto execution decides on (.execution)
+                msg["work"] = self._work
             self._channel.send({**msg, "wait": True} if wait else msg)
         if wait and self._await_verdict() and ray_form:
             # Ray's report never returns to a stopped trial; its users' loops do not check
@@ -357,27 +372,6 @@ class Trial:
     def __repr__(self) -> str:
         return (f"<Trial {self.trial_id} step {self.step:g}/{self.budget:g} "
                 f"rank {self.rank}/{self.world_size}>")
-
-
-_CURRENT: list[Trial] = []  # the trial this process is running (one at a time)
-
-
-def get_trial() -> Trial:
-    """The trial this training function runs (for Ray-style ``train(config)`` functions)."""
-    if not _CURRENT:
-        raise RuntimeError("nbtune.report() is only available inside a training function "
-                           "run by nbtune (runtime='dask' or 'auto')")
-    return _CURRENT[-1]
-
-
-def report(*args: Any, **kwargs: Any) -> bool:
-    """``nbtune.report(...)``: :meth:`Trial.report` of the running trial (``ray.train.report``)."""
-    return get_trial().report(*args, **kwargs)
-
-
-def should_stop() -> bool:
-    """``nbtune.should_stop()``: :meth:`Trial.should_stop` of the running trial."""
-    return get_trial().should_stop()
 
 
 def uses_checkpoints(fn: Any) -> bool:
