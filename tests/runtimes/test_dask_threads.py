@@ -160,13 +160,23 @@ def test_a_kill_ends_a_thread_run_at_once_though_the_thread_runs_on(client, tmp_
 
 
 def test_auto_measures_and_runs_tiny_steps_in_threads(client, tmp_path):  # noqa: F811
-    """auto: the first trials run in processes, which measure the work per report; the
-    overhead of a process is measured on a worker; tiny steps then go to threads."""
+    """auto: a runtime's first experiment runs trials in processes and, once it ended,
+    the overhead of a process is measured on a worker; in the next experiment the first
+    trials measure the work per report, and tiny steps then go to threads."""
+    import time
+
     import nbtune
 
     rt = DaskRuntime(client, checkpoint_dir=tmp_path / "a", preload=(), warm_processes=1,
                      execution="auto", keep=True)
     try:
+        first = nbtune.tune(ray_style, SPACE, algorithm="random", metric="loss", max_budget=2,
+                            num_trials=2, runtime=rt, seed=2)
+        assert first.wait(60)
+        assert rt._driver.settings.execution.launched["thread"] == 0  # not measured yet
+        deadline = time.monotonic() + 30
+        while rt.process_overhead is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         exp = nbtune.tune(ray_style, SPACE, algorithm="asha", metric="loss", max_budget=EPOCHS,
                           num_trials=16, runtime=rt, validate=True, seed=3, eta=3)
         assert exp.wait(60)

@@ -5,6 +5,8 @@ The decision (:func:`choose`) compares two measured numbers:
 
 * ``overhead``: seconds the process path costs per report more than the
   thread path, measured once per runtime on a worker by :mod:`.overhead`
+  when its first experiment has ended (so a runtime's first experiment runs
+  every trial in a process; a notebook's next ones choose)
   (probe trials that report and wait for a verdict, as a trial at an ASHA rung
   does, run both ways, alternating; the launch is spread over the reports);
 * ``work``: the median seconds a trial's loop works between two reports
@@ -31,6 +33,7 @@ use processes (a thread cannot have its own ``CUDA_VISIBLE_DEVICES``), and
 from __future__ import annotations
 
 import statistics
+import threading
 from collections import deque
 from typing import Any
 
@@ -135,7 +138,8 @@ def for_experiment(runtime: Any) -> ExecutionChoice:
 
     Checked here, not in the constructor, because ``tune(trial_timeout=...)`` sets
     the timeout on a shared runtime per experiment. ``auto`` measures the process
-    overhead once per runtime (:mod:`.overhead`, about 0.3 s), on
+    overhead once per runtime (:mod:`.overhead`, about 0.3 s, after the runtime's first
+    experiment: the first runs every trial in a process), on
     a CPU runtime with no limit that needs a process; otherwise it keeps processes.
     """
     ex, gpus = runtime.execution, bool(runtime.gpus)
@@ -146,8 +150,18 @@ def for_experiment(runtime: Any) -> ExecutionChoice:
     if share_a_process(runtime.client.scheduler_info().get("workers", {})):
         return ExecutionChoice("process")  # threads of every worker would share one GIL
     if runtime.process_overhead is None and runtime.inventory is not None:
-        from nbtune.runtimes.dask.overhead import probe_overhead
-
+        # measured once this experiment has ended, on a worker it left idle, for the next
+        # experiment on this runtime: before the first trials it would delay start-up (it
+        # needs an idle warm process), and beside them it would take theirs
         worker = min(s.worker for s in runtime.inventory.slots.values())
-        runtime.process_overhead = probe_overhead(runtime.client, worker)
+        threading.Thread(target=_measure_after, args=(runtime, runtime._done, worker),
+                         daemon=True, name="nbtune-overhead").start()
     return ExecutionChoice("auto", runtime.process_overhead)
+
+
+def _measure_after(runtime: Any, done: threading.Event, worker: str) -> None:
+    from nbtune.runtimes.dask.overhead import probe_overhead
+
+    done.wait()
+    if runtime.client is not None and not runtime.closed:
+        runtime.process_overhead = probe_overhead(runtime.client, worker)
