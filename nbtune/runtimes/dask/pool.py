@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["WarmPool", "get_pool", "wait_pool_ready", "pool_imports"]
+__all__ = ["WarmPool", "get_pool", "wait_pool_ready", "pool_imports", "pool_ready_times"]
 
 #: seconds the filler waits for a new process's imports before starting the next anyway
 READY_TIMEOUT = 120.0
@@ -76,6 +76,8 @@ class WarmPool:
         self._closed = False
         self._filling = False
         self._ready = threading.Condition(self._lock)
+        #: wall-clock times (``time.time()``) at which started processes said ready
+        self.ready_at: list[float] = []
 
     def _spawn(self) -> _Child:
         ours, theirs = Pipe(duplex=True)
@@ -111,7 +113,8 @@ class WarmPool:
                     if self._closed or len(self._idle) >= self.size:
                         return
                 child = self._spawn()
-                child.await_ready(READY_TIMEOUT)  # ours alone until it joins the pool
+                if child.await_ready(READY_TIMEOUT):  # ours alone until it joins the pool
+                    self.ready_at.append(time.time())
                 with self._lock:
                     if self._closed:
                         child.kill()
@@ -284,6 +287,11 @@ async def wait_pool_ready(timeout: float = 120.0, need: int | None = None) -> bo
     import asyncio
 
     return await asyncio.to_thread(get_pool().wait_ready, timeout, need)
+
+
+def pool_ready_times() -> list[float]:
+    """Run on a worker (``client.run``): when its warm processes said ready (start-up benchmark)."""
+    return list(get_pool().ready_at)
 
 
 async def pool_imports(modules: list[str]) -> None:

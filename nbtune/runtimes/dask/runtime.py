@@ -219,11 +219,14 @@ class DaskRuntime:
         gpus = self.gpus
         if gpus is None and self.cluster_arg is None:
             gpus = gpu.nvml_gpu_count() > 0
+        # a CPU cluster we start gets the warm pool with its workers: trial processes import
+        # torch while the cluster comes up (a GPU one in prepare_workers, after MPS)
+        early = None if gpus else worker_plugins(False, False, self.warm_processes, self.preload)
         self.client, self._cluster, self._owns_client = connect(
             self.cluster_arg, gpus=bool(gpus), n_workers=self.n_workers,
             threads_per_worker=self.threads_per_worker, host=self.host,
             dashboard_address=self.dashboard_address, memory_limit=self.memory_limit,
-            security=self.security, timeout=self.connect_timeout)
+            security=self.security, timeout=self.connect_timeout, plugins=early)
         try:
             self.gpus, self.mps, self.inventory = prepare_workers(
                 self.client, gpus, self.mps, self.warm_processes, self.preload, self.gpu_speeds)

@@ -1,15 +1,16 @@
 """Readying a freshly joined cluster's workers for trials.
 
-Once :func:`.cluster.connect` has a client, the workers are probed for GPUs,
-take the worker plugins (the MPS daemon, the warm process pool) and, with warm
-processes asked for, are waited on until those processes have imported their
-preloads, so the experiment's clock never counts interpreter start-up.
+Once :func:`.cluster.connect` has a client, the workers are probed for GPUs and
+take the worker plugins (the MPS daemon, the warm process pool). The warm
+processes are not waited for (issue 15): ``tune()`` returns once workers are up,
+and a first trial that finds no ready process takes the one being started
+(:meth:`.pool.WarmPool.take`), so start-up costs a user the imports once, while
+the experiment already runs, not the imports plus a wait in front of it.
 
 A worker may die at any point of this (a nanny restarts it, a spot node goes
 away): a broadcast that meets a dead worker is not an error of the experiment.
 Plugins stay registered with the scheduler for the workers that come later,
-the wait for warm processes skips the dead worker, and the inventory is
-probed again afterwards so that only live workers become GPUs (issue 9).
+and a worker lost once the experiment runs is the driver's to handle (issue 9).
 """
 
 from __future__ import annotations
@@ -21,12 +22,10 @@ from typing import Any
 
 from nbtune.runtimes.dask.cluster import Inventory
 
-__all__ = ["LAST_PHASES", "WARM_TIMEOUT", "preload_trainable", "prepare_workers",
+__all__ = ["LAST_PHASES", "preload_trainable", "prepare_workers",
            "tolerate_lost_workers", "worker_plugins"]
 
 log = logging.getLogger("nbtune.dask")
-
-WARM_TIMEOUT = 120.0  # seconds connect() waits for the warm processes' imports (then goes on)
 
 #: seconds per step of this process's latest :func:`prepare_workers` (diagnostics)
 LAST_PHASES: dict[str, float] = {}
@@ -59,12 +58,11 @@ def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_proce
 
     ``gpus`` None (an existing cluster): GPU mode if its workers see GPUs;
     ``mps`` None: on where GPUs are used and MPS is available. The seconds
-    each step took (``workers``, ``plugins``, ``warm``) go to ``phases``
+    each step took (``workers``, ``plugins``) go to ``phases``
     (default :data:`LAST_PHASES`): start-up is what a user waits for before the
     first trial, and ``benchmarks/startup.py`` reports where it goes.
     """
     from nbtune.runtimes.dask import gpu
-    from nbtune.runtimes.dask.pool import wait_pool_ready
 
     if phases is None:
         phases = LAST_PHASES
@@ -92,21 +90,6 @@ def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_proce
                               f"installing {plugin.name}")
     t2 = time.perf_counter()
     phases["plugins"] = t2 - t1
-    if warm_processes:
-        # the experiment's clock must not include interpreter start-up and preloads;
-        # a worker that dies meanwhile answers with its error instead of raising here
-        # one ready process per worker is enough to start: the others fill in behind
-        answers = client.run(wait_pool_ready, WARM_TIMEOUT, 1, on_error="return")
-        for address, answer in answers.items():
-            if isinstance(answer, BaseException):
-                log.warning("worker %s was lost while its warm processes started (%r); "
-                            "the experiment goes on without it", address, answer)
-        if any(isinstance(a, BaseException) for a in answers.values()):
-            inventory.refresh(client)  # only live workers become GPUs
-            if not inventory.slots:  # every worker died: wait for the nanny's restart
-                client.wait_for_workers(1, timeout=120)
-                inventory.refresh(client)
-    phases["warm"] = time.perf_counter() - t2
     return gpus, mps, inventory
 
 
