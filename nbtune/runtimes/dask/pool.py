@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -21,8 +22,12 @@ from dataclasses import dataclass
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    from nbtune.runtimes.dask.forkserver import ForkedProcess
 
 __all__ = ["WarmPool", "get_pool", "wait_pool_ready", "pool_imports", "pool_ready_times"]
 
@@ -35,7 +40,7 @@ _POOL: WarmPool | None = None
 
 @dataclass
 class _Child:
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | ForkedProcess
     conn: Connection
     ready: bool = False  # said "ready": its preload imports are done
 
@@ -66,9 +71,13 @@ class _Child:
 class WarmPool:
     """Keeps ``size`` trial processes started and idle, so a launch does not pay torch's import."""
 
-    def __init__(self, size: int = 2, preload: tuple[str, ...] = ("torch",)) -> None:
+    def __init__(self, size: int = 2, preload: tuple[str, ...] = ("torch",),
+                 fork_server: str | None = None) -> None:
         self.size = max(int(size), 0)
         self.preload = tuple(preload)
+        #: a :mod:`.forkserver`'s address: processes are forked there (preloads imported
+        #: once per machine) instead of started here; None, or the server gone: started
+        self.fork_server = fork_server
         #: the trainables' own modules (:meth:`add_imports`), imported after ``preload``
         self.imports: list[str] = []
         self._idle: deque[_Child] = deque()
@@ -81,6 +90,20 @@ class WarmPool:
 
     def _spawn(self) -> _Child:
         ours, theirs = Pipe(duplex=True)
+        if self.fork_server:
+            from nbtune.runtimes.dask.forkserver import fork_client
+
+            try:
+                client = fork_client(self.fork_server)
+                assert client is not None
+                proc = client.spawn(theirs.fileno(), list(self.imports), READY_TIMEOUT)
+                theirs.close()
+                return _Child(proc, ours)
+            except Exception as exc:  # noqa: BLE001 - started here instead, as without one
+                logging.getLogger("nbtune.dask").warning(
+                    "the fork server at %s did not answer (%r); starting trial processes "
+                    "here", self.fork_server, exc)
+                self.fork_server = None
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[3])  # the directory holding `nbtune`
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
@@ -166,6 +189,12 @@ class WarmPool:
             new = [m for m in modules if m not in self.imports and m not in self.preload]
             self.imports.extend(new)
             idle = list(self._idle)
+        if new and self.fork_server:
+            from nbtune.runtimes.dask.forkserver import fork_client
+
+            client = fork_client(self.fork_server, connect=False)  # never waits: on the loop
+            if client is not None:  # processes forked later are born with them
+                client.send_imports(new)
         if new:
             for c in idle:
                 with contextlib.suppress(OSError, ValueError):
@@ -257,16 +286,21 @@ class WarmPool:
         return len(self._idle)
 
 
-def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None) -> WarmPool:
-    """This worker process's pool, created on first use; a new size or preload reconfigures it."""
+def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None,
+             fork_server: str | None = None) -> WarmPool:
+    """This worker process's pool, created on first use; a new size or preload reconfigures it.
+
+    ``fork_server`` (given with a size: a plugin's setup) replaces the pool's.
+    """
     global _POOL
     stale: list[_Child] = []
     with _LOCK:
         if _POOL is None or _POOL._closed:
-            _POOL = WarmPool(2 if size is None else size, ("torch",) if preload is None else preload)
+            _POOL = WarmPool(2 if size is None else size, ("torch",) if preload is None else preload,
+                             fork_server)
         else:
             if size is not None:
-                _POOL.size = max(int(size), 0)
+                _POOL.size, _POOL.fork_server = max(int(size), 0), fork_server
             if preload is not None and tuple(preload) != _POOL.preload:
                 _POOL.preload = tuple(preload)
                 with _POOL._lock:  # idle processes imported the old modules: start afresh

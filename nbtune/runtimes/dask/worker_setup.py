@@ -22,7 +22,7 @@ from typing import Any
 
 from nbtune.runtimes.dask.cluster import Inventory
 
-__all__ = ["LAST_PHASES", "preload_trainable", "prepare_workers",
+__all__ = ["LAST_PHASES", "local_cpu_start", "preload_trainable", "prepare_workers",
            "tolerate_lost_workers", "worker_plugins"]
 
 log = logging.getLogger("nbtune.dask")
@@ -32,7 +32,7 @@ LAST_PHASES: dict[str, float] = {}
 
 
 def worker_plugins(gpus: bool | None, mps: bool | None, warm_processes: int,
-                   preload: tuple[str, ...]) -> list[Any]:
+                   preload: tuple[str, ...], fork_server: str | None = None) -> list[Any]:
     """The worker plugins, in the order they must run on every worker.
 
     The MPS daemon first: it exports ``CUDA_MPS_PIPE_DIRECTORY`` into the
@@ -46,13 +46,31 @@ def worker_plugins(gpus: bool | None, mps: bool | None, warm_processes: int,
     plugins: list[Any] = []
     if gpus and mps:
         plugins.append(gpu.MPSDaemonPlugin())
-    plugins.append(WarmPoolPlugin(warm_processes, preload))
+    plugins.append(WarmPoolPlugin(warm_processes, preload, None if gpus else fork_server))
     return plugins
+
+
+def local_cpu_start(cluster: Any, gpus: bool | None, warm_processes: int,
+                    preload: tuple[str, ...]) -> tuple[Any, list[Any] | None]:
+    """For a local CPU cluster about to start: ``(fork server, the workers' first plugins)``.
+
+    The fork server (:mod:`.forkserver`) starts importing ``preload`` now, while
+    the cluster comes up, once for all workers; the warm pool plugin, given to
+    the workers at their start, has them ask it for processes as soon as they
+    run. Any other cluster: ``(None, None)``, and plugins come in
+    :func:`prepare_workers` (a GPU one's after the MPS daemon's).
+    """
+    if cluster is not None or gpus or warm_processes <= 0:
+        return None, None
+    from nbtune.runtimes.dask.forkserver import ForkServer, worker_env
+
+    forks = ForkServer(preload, worker_env())
+    return forks, worker_plugins(False, False, warm_processes, preload, forks.address)
 
 
 def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_processes: int,
                     preload: tuple[str, ...], speeds: Any = None,
-                    phases: dict[str, float] | None = None,
+                    phases: dict[str, float] | None = None, fork_server: str | None = None,
                     ) -> tuple[bool, bool | None, Inventory]:
     """Wait for a worker, settle GPU and MPS mode, install the plugins: ``(gpus, mps, inventory)``.
 
@@ -85,7 +103,7 @@ def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_proce
         )
     t1 = time.perf_counter()
     phases["workers"] = t1 - t0
-    for plugin in worker_plugins(gpus, mps, warm_processes, preload):
+    for plugin in worker_plugins(gpus, mps, warm_processes, preload, fork_server):
         tolerate_lost_workers(lambda p=plugin: client.register_plugin(p, name=p.name),
                               f"installing {plugin.name}")
     t2 = time.perf_counter()
