@@ -73,3 +73,17 @@ def test_an_experiments_modules_are_imported_by_idle_and_later_processes(pool, t
     assert run_one(later, tmp_path, modules_seen)["wave_warm"] == 1.0
     before = pool(1, ())
     assert run_one(before.take(refill=False), tmp_path, modules_seen)["wave_warm"] == 0.0
+
+
+def test_modules_added_while_a_process_starts_reach_it(pool, tmp_path):
+    """``tune()`` no longer waits for the warm processes: the experiment's modules are added
+    while the first one still imports its preload, held by the filler outside the idle list."""
+    p = pool(1, ("tests.runtimes.slow_import",))
+    p.fill_async()
+    deadline = time.monotonic() + 30
+    while not p._held:  # the filler has started it and waits for its "ready"
+        assert time.monotonic() < deadline, "the filler never started a process"
+        time.sleep(0.01)
+    p.add_imports(["wave"])
+    assert p.wait_ready(60)
+    assert run_one(p.take(refill=False), tmp_path, modules_seen)["wave_warm"] == 1.0

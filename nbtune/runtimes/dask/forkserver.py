@@ -94,9 +94,10 @@ class _Client:
             try:
                 sock.connect(address)
                 break
-            except (FileNotFoundError, ConnectionRefusedError):  # not listening yet
+            except (FileNotFoundError, ConnectionRefusedError):  # not listening yet?
                 sock.close()
-                if time.monotonic() > deadline:
+                # its directory goes when it is closed: then it will never listen
+                if time.monotonic() > deadline or not os.path.isdir(os.path.dirname(address)):
                     raise
                 time.sleep(0.05)
         self.sock, self.address = sock, address

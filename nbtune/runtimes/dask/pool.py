@@ -81,6 +81,8 @@ class WarmPool:
         #: the trainables' own modules (:meth:`add_imports`), imported after ``preload``
         self.imports: list[str] = []
         self._idle: deque[_Child] = deque()
+        #: out of ``_idle`` for a moment (being started, or waited on): imports reach them too
+        self._held: list[_Child] = []
         self._lock = threading.Lock()
         self._closed = False
         self._filling = False
@@ -88,7 +90,8 @@ class WarmPool:
         #: wall-clock times (``time.time()``) at which started processes said ready
         self.ready_at: list[float] = []
 
-    def _spawn(self) -> _Child:
+    def _spawn(self, imports: list[str] | None = None) -> _Child:
+        imports = list(self.imports) if imports is None else imports
         ours, theirs = Pipe(duplex=True)
         if self.fork_server:
             from nbtune.runtimes.dask.forkserver import fork_client
@@ -96,7 +99,7 @@ class WarmPool:
             try:
                 client = fork_client(self.fork_server)
                 assert client is not None
-                proc = client.spawn(theirs.fileno(), list(self.imports), READY_TIMEOUT)
+                proc = client.spawn(theirs.fileno(), imports, READY_TIMEOUT)
                 theirs.close()
                 return _Child(proc, ours)
             except Exception as exc:  # noqa: BLE001 - started here instead, as without one
@@ -109,7 +112,7 @@ class WarmPool:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         proc = subprocess.Popen(
             [sys.executable, "-m", "nbtune.runtimes.dask._child", str(theirs.fileno()),
-             ",".join(self.preload), ",".join(self.imports)],
+             ",".join(self.preload), ",".join(imports)],
             pass_fds=(theirs.fileno(),), env=env,
             # its own session: a kernel interrupt (SIGINT to the kernel's process group)
             # is for exp.wait(), never for a trial; it still ends with its worker (_watch_parent)
@@ -135,10 +138,18 @@ class WarmPool:
                 with self._lock:
                     if self._closed or len(self._idle) >= self.size:
                         return
-                child = self._spawn()
-                if child.await_ready(READY_TIMEOUT):  # ours alone until it joins the pool
-                    self.ready_at.append(time.time())
+                    known = list(self.imports)
+                child = self._spawn(known)
+                with self._lock:  # modules added while it was started: sent behind its preload
+                    self._held.append(child)
+                    late = [m for m in self.imports if m not in known]
+                if late:
+                    _send_imports(child, late)
+                ready = child.await_ready(READY_TIMEOUT)  # ours alone until it joins the pool
                 with self._lock:
+                    self._held.remove(child)
+                    if ready:
+                        self.ready_at.append(time.time())
                     if self._closed:
                         child.kill()
                         return
@@ -165,6 +176,7 @@ class WarmPool:
                 self.fill_async()
             with self._lock:
                 waiting, self._idle = list(self._idle), deque()
+                self._held.extend(waiting)
             if not waiting:  # another thread is still starting them
                 time.sleep(0.05)
             try:
@@ -172,6 +184,7 @@ class WarmPool:
                     c.await_ready(deadline - time.monotonic())
             finally:
                 with self._lock:
+                    self._held = [c for c in self._held if c not in waiting]
                     self._idle.extendleft(reversed([c for c in waiting if c.alive()]))
                     enough = sum(c.ready for c in self._idle) >= need
                     self._ready.notify_all()
@@ -188,7 +201,7 @@ class WarmPool:
         with self._lock:
             new = [m for m in modules if m not in self.imports and m not in self.preload]
             self.imports.extend(new)
-            idle = list(self._idle)
+            idle = [*self._idle, *self._held]
         if new and self.fork_server:
             from nbtune.runtimes.dask.forkserver import fork_client
 
@@ -197,8 +210,7 @@ class WarmPool:
                 client.send_imports(new)
         if new:
             for c in idle:
-                with contextlib.suppress(OSError, ValueError):
-                    c.conn.send({"k": "import", "modules": new})
+                _send_imports(c, new)
 
     def fill_async(self) -> None:
         threading.Thread(target=self.fill, name="nbtune-warm-pool", daemon=True).start()
@@ -284,6 +296,12 @@ class WarmPool:
     @property
     def idle(self) -> int:
         return len(self._idle)
+
+
+def _send_imports(child: _Child, modules: list[str]) -> None:
+    """Tell a process that has no job yet to import ``modules`` (after its preload)."""
+    with contextlib.suppress(OSError, ValueError):
+        child.conn.send({"k": "import", "modules": modules})
 
 
 def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None,
