@@ -97,6 +97,8 @@ def one(kind: str, space: dict[str, Any]) -> dict[str, float]:
     with open(LOG) as f:
         rows = [json.loads(ln) for ln in f]
     first = min(rows, key=lambda r: r["report"])
+    print(f"{kind:>5}: trial processes (pid: first report - tune() call) "
+          + ", ".join(f"{r['pid']}: {r['report'] - t0:.2f}" for r in rows), flush=True)
     out = {"cluster": spent.get("cluster", 0.0), **dict(getattr(worker_setup, "LAST_PHASES", {})),
            "tune": t1 - t0, "warm_ready": warm_ready, "startup": max(t1 - t0, warm_ready),
            "first_launch": min(r["enter"] for r in rows) - t0,

@@ -37,7 +37,7 @@ from typing import Any
 
 import psutil
 
-__all__ = ["ForkServer", "fork_client", "ForkedProcess"]
+__all__ = ["ForkServer", "fork_client", "send_imports", "ForkedProcess"]
 
 CONNECT_TIMEOUT = 30.0  # seconds a worker retries connecting to a fork server still starting
 _MSG = 1 << 20  # bytes: the largest request or reply (an environment fits)
@@ -156,17 +156,37 @@ class _Client:
 
 
 _CLIENTS: dict[str, _Client] = {}
-_CLIENTS_LOCK = threading.Lock()
+_CLIENTS_LOCK = threading.Lock()  # held while connecting
+_PENDING: dict[str, list[str]] = {}  # imports asked for while the connection is being made
+_PENDING_LOCK = threading.Lock()  # never held while waiting
 
 
-def fork_client(address: str, connect: bool = True) -> _Client | None:
-    """This worker's connection to the fork server at ``address`` (made on first use, unless
-    not ``connect``: then None while there is none)."""
-    with _CLIENTS_LOCK:
-        c = _CLIENTS.get(address)
-        if (c is None or c.closed) and connect:
-            c = _CLIENTS[address] = _Client(address)
+def fork_client(address: str) -> _Client:
+    """This worker's connection to the fork server at ``address`` (made on first use)."""
+    c = _CLIENTS.get(address)
+    if c is not None and not c.closed:
         return c
+    with _CLIENTS_LOCK:  # one connection per server
+        c = _CLIENTS.get(address)
+        if c is None or c.closed:
+            c = _Client(address)
+            with _PENDING_LOCK:
+                _CLIENTS[address] = c
+                pending = _PENDING.pop(address, [])
+            if pending:
+                c.send_imports(pending)
+        return c
+
+
+def send_imports(address: str, modules: list[str]) -> None:
+    """Have the server at ``address`` import ``modules`` (processes forked later are born with
+    them), now or as soon as this worker is connected; never waits (the worker's loop)."""
+    with _PENDING_LOCK:
+        c = _CLIENTS.get(address)
+        if c is None or c.closed:
+            _PENDING.setdefault(address, []).extend(modules)
+            return
+    c.send_imports(modules)
 
 
 class ForkedProcess:
@@ -210,11 +230,13 @@ def _running(pid: int) -> bool:
 
 
 # ----------------------------------------------------------------- server side
-def _child(fd: int, req: dict[str, Any], closing: list[socket.socket]) -> None:
+def _child(fd: int, req: dict[str, Any], closing: list[socket.socket], fds: list[int]) -> None:
     """In the forked process: become a trial process as if spawned by the worker; never returns."""
     try:
         for s in closing:
             s.close()
+        for f in fds:  # other processes' pipe ends, received with this one
+            os.close(f)
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.environ.clear()
@@ -244,30 +266,55 @@ def serve(address: str, preload: list[str]) -> None:
         for pid, rc in _reaped():
             with contextlib.suppress(OSError, KeyError):
                 owner.pop(pid).send(json.dumps({"k": "exit", "pid": pid, "rc": rc}).encode())
-        for s in ready:
-            if s is listener:
-                conns.append(listener.accept()[0])
-                continue
-            try:
-                data, fds, _, _ = socket.recv_fds(s, _MSG, 1)
-            except OSError:
-                data, fds = b"", []
-            if not data:
-                conns.remove(s)
-                s.close()
-                continue
-            req = json.loads(data)
+        if listener in ready:
+            conns.append(listener.accept()[0])
+        batch = [m for s in ready if s is not listener for m in _drain(s, conns)]
+        # imports first: the first forks are asked for as the workers start, the
+        # experiment's modules a little later, both while torch is still importing here;
+        # forked after them, processes are born with them instead of each importing them
+        batch.sort(key=lambda m: m[1]["k"] != "import")
+        for i, (s, req, fd) in enumerate(batch):
             if req["k"] == "import":
                 _import(list(req["modules"]))
-            elif req["k"] == "fork" and fds:
-                pid = os.fork()
-                if pid == 0:
-                    _child(fds[0], req, [listener, *conns])
-                os.close(fds[0])
-                owner[pid] = s
-                with contextlib.suppress(OSError):
-                    s.send(json.dumps({"k": "forked", "id": req["id"], "pid": pid}).encode())
+                continue
+            if fd is None:
+                continue
+            if s not in conns:  # its worker left meanwhile
+                os.close(fd)
+                continue
+            _import(list(req.get("imports", ())))  # the pool's modules: born with them
+            pid = os.fork()
+            if pid == 0:
+                rest = [f for _, _, f in batch[i + 1:] if f is not None]
+                _child(fd, req, [listener, *conns], rest)
+            os.close(fd)
+            owner[pid] = s
+            with contextlib.suppress(OSError):
+                s.send(json.dumps({"k": "forked", "id": req["id"], "pid": pid}).encode())
     os._exit(0)  # the driver is gone; trial processes end with their own workers
+
+
+def _drain(s: socket.socket, conns: list[socket.socket],
+           ) -> list[tuple[socket.socket, dict[str, Any], int | None]]:
+    """Every request waiting on ``s`` now, with the pipe end it carries (a closed ``s`` leaves
+    ``conns``)."""
+    out: list[tuple[socket.socket, dict[str, Any], int | None]] = []
+    while True:
+        s.setblocking(False)  # socket.recv_fds ignores its flags before Python 3.12
+        try:
+            data, fds, _, _ = socket.recv_fds(s, _MSG, 1)
+        except BlockingIOError:
+            return out
+        except OSError:
+            data, fds = b"", []
+        finally:
+            if s.fileno() >= 0:
+                s.setblocking(True)
+        if not data:
+            conns.remove(s)
+            s.close()
+            return out
+        out.append((s, json.loads(data), fds[0] if fds else None))
 
 
 def _reaped() -> list[tuple[int, int]]:

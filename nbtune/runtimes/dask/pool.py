@@ -97,9 +97,8 @@ class WarmPool:
             from nbtune.runtimes.dask.forkserver import fork_client
 
             try:
-                client = fork_client(self.fork_server)
-                assert client is not None
-                proc = client.spawn(theirs.fileno(), imports, READY_TIMEOUT)
+                proc = fork_client(self.fork_server).spawn(theirs.fileno(), imports,
+                                                           READY_TIMEOUT)
                 theirs.close()
                 return _Child(proc, ours)
             except Exception as exc:  # noqa: BLE001 - started here instead, as without one
@@ -203,11 +202,9 @@ class WarmPool:
             self.imports.extend(new)
             idle = [*self._idle, *self._held]
         if new and self.fork_server:
-            from nbtune.runtimes.dask.forkserver import fork_client
+            from nbtune.runtimes.dask.forkserver import send_imports
 
-            client = fork_client(self.fork_server, connect=False)  # never waits: on the loop
-            if client is not None:  # processes forked later are born with them
-                client.send_imports(new)
+            send_imports(self.fork_server, new)  # processes forked later are born with them
         if new:
             for c in idle:
                 _send_imports(c, new)
