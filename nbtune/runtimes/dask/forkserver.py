@@ -116,6 +116,7 @@ class _Client:
                 data = b""
             if not data:  # the server is gone: spawns fall back to the old way
                 self.closed = True
+                self.sock.close()
                 for q in list(self.replies.values()):
                     q.put(None)
                 return
