@@ -128,6 +128,23 @@ def test_the_pool_starts_processes_itself_when_the_fork_server_is_gone(server):
         pool.shutdown()
 
 
+def test_a_server_that_fails_removes_its_directory_so_workers_do_not_wait_for_it(tmp_path):
+    where = tmp_path / ("d" * 120)  # a Unix socket path this long cannot be bound
+    where.mkdir()
+    address = str(where / "sock")
+    out = subprocess.run([sys.executable, "-m", "nbtune.runtimes.dask.forkserver", address, ""],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode != 0 and not where.exists()
+    pool = WarmPool(1, (), fork_server=address)
+    try:
+        t0 = time.monotonic()
+        assert pool.wait_ready(60)
+        assert time.monotonic() - t0 < 20 and pool.fork_server is None  # not a 30 s retry
+    finally:
+        pool.shutdown()
+
+
 def report_parent(config, trial):
     trial.report(1, loss=config["lr"], parent=os.getppid())
 

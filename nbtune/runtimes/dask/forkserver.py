@@ -37,7 +37,7 @@ from typing import Any
 
 import psutil
 
-__all__ = ["ForkServer", "fork_client", "send_imports", "ForkedProcess"]
+__all__ = ["ForkServer", "fork_client", "send_imports", "supported", "ForkedProcess"]
 
 CONNECT_TIMEOUT = 30.0  # seconds a worker retries connecting to a fork server still starting
 _MSG = 1 << 20  # bytes: the largest request or reply (an environment fits)
@@ -65,6 +65,12 @@ class ForkServer:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def supported() -> bool:
+    """Linux only: it needs ``fork`` and Unix sequenced-packet sockets (macOS has neither
+    safely); elsewhere the workers start their processes themselves."""
+    return sys.platform.startswith("linux") and hasattr(socket, "SOCK_SEQPACKET")
 
 
 def worker_env() -> dict[str, str]:
@@ -330,5 +336,14 @@ def _reaped() -> list[tuple[int, int]]:
         out.append((pid, os.waitstatus_to_exitcode(status)))
 
 
+def main(argv: list[str]) -> None:
+    """Serve; a server that fails removes its directory, so workers stop waiting for it."""
+    try:
+        serve(argv[1], [m for m in argv[2].split(",") if m])
+    except BaseException:
+        shutil.rmtree(os.path.dirname(argv[1]), ignore_errors=True)
+        raise
+
+
 if __name__ == "__main__":
-    serve(sys.argv[1], [m for m in sys.argv[2].split(",") if m])
+    main(sys.argv)
