@@ -145,6 +145,18 @@ def test_a_server_that_fails_removes_its_directory_so_workers_do_not_wait_for_it
         pool.shutdown()
 
 
+def test_a_server_whose_driver_died_while_it_started_ends(tmp_path):
+    """Orphaned before its loop began, it must not take its new parent (init) for the driver
+    and live on with torch imported: the driver's pid is given on its command line."""
+    (tmp_path / "s").mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    out = subprocess.run([sys.executable, "-m", "nbtune.runtimes.dask.forkserver",
+                          str(tmp_path / "s" / "sock"), "", str(dead.pid)],
+                         timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode == 0
+
+
 def report_parent(config, trial):
     trial.report(1, loss=config["lr"], parent=os.getppid())
 

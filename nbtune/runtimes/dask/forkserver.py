@@ -55,7 +55,7 @@ class ForkServer:
             p for p in (root, child_env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nbtune.runtimes.dask.forkserver", self.address,
-             ",".join(preload)],
+             ",".join(preload), str(os.getpid())],
             env=child_env, start_new_session=True,  # a kernel interrupt is not for it
         )
 
@@ -257,11 +257,15 @@ def _child(fd: int, req: dict[str, Any], closing: list[socket.socket], fds: list
         os._exit(1)
 
 
-def serve(address: str, preload: list[str]) -> None:
-    """The fork server's loop: listen first (workers queue up), import, then fork on request."""
+def serve(address: str, preload: list[str], parent: int | None = None) -> None:
+    """The fork server's loop: listen first (workers queue up), import, then fork on request.
+
+    It ends when ``parent`` (the driver that started it; default: its parent now) is no
+    longer its parent: given by the driver, a server orphaned while still starting ends too.
+    """
     from nbtune.runtimes.dask._child import _import
 
-    parent = os.getppid()
+    parent = os.getppid() if parent is None else parent
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(address)
     listener.listen(64)
@@ -339,7 +343,8 @@ def _reaped() -> list[tuple[int, int]]:
 def main(argv: list[str]) -> None:
     """Serve; a server that fails removes its directory, so workers stop waiting for it."""
     try:
-        serve(argv[1], [m for m in argv[2].split(",") if m])
+        serve(argv[1], [m for m in argv[2].split(",") if m],
+              int(argv[3]) if len(argv) > 3 else None)
     except BaseException:
         shutil.rmtree(os.path.dirname(argv[1]), ignore_errors=True)
         raise
