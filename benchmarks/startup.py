@@ -7,16 +7,22 @@ call, as in a new notebook) and *warm* (a second experiment in the same
 process: the cluster and warm processes are kept). Printed phases, in seconds:
 
 * ``cluster``: the LocalCluster and its worker processes up, a client connected;
-* ``workers``, ``plugins``, ``warm``: :func:`nbtune.runtimes.dask.worker_setup.prepare_workers`
-  (workers probed, worker plugins installed, warm processes' imports done);
+* ``workers``, ``plugins``: :func:`nbtune.runtimes.dask.worker_setup.prepare_workers`
+  (workers probed, worker plugins installed; ``warm``: its wait for the warm
+  processes, in versions that waited);
 * ``tune``: the whole ``tune()`` call (the above plus the experiment's start);
+* ``warm_ready``: from the ``tune()`` call until every worker has a warm
+  process with its imports done (the pool's own clock; a cold run only);
+* ``startup``: cluster + warm processes, the issue's definition: the later of
+  ``tune`` and ``warm_ready``;
 * ``first_launch`` / ``first_report``: from the ``tune()`` call to the first
   training function entered / to its first ``report`` (the clocks are the
   same machine's), and ``first_epoch``: that first report minus its entry
   (imports and the data set loaded on first use land there).
 
-Goal (issue 15): start-up (cluster + warm processes: the ``tune()`` call)
-<= 3 s cold, and 0 s for the second experiment (<= 0.25 s accepted as 0).
+Goal (issue 15): start-up (cluster + warm processes: ``startup``) <= 3 s cold,
+and 0 s for the second experiment (its ``tune()`` call; <= 0.25 s accepted as 0).
+``first_report`` is what a user sees; it is printed next to the goal, not in it.
 Ends with one JSON line.
 """
 
@@ -81,11 +87,21 @@ def one(kind: str, space: dict[str, Any]) -> dict[str, float]:
     t1 = time.time()
     exp.wait()
     done = time.time()
+    from nbtune.runtimes.dask import pool
+    from nbtune.runtimes.dask.shared import shared_runtime
+
+    # worker -> when its processes said ready (versions without it waited inside tune())
+    times = getattr(pool, "pool_ready_times", None)
+    ready = shared_runtime().client.run(times) if times else {}
+    warm_ready = max(max((min(ts) for ts in ready.values() if ts), default=t0) - t0, 0.0)
     with open(LOG) as f:
         rows = [json.loads(ln) for ln in f]
     first = min(rows, key=lambda r: r["report"])
+    print(f"{kind:>5}: trial processes (pid: first report - tune() call) "
+          + ", ".join(f"{r['pid']}: {r['report'] - t0:.2f}" for r in rows), flush=True)
     out = {"cluster": spent.get("cluster", 0.0), **dict(getattr(worker_setup, "LAST_PHASES", {})),
-           "tune": t1 - t0, "first_launch": min(r["enter"] for r in rows) - t0,
+           "tune": t1 - t0, "warm_ready": warm_ready, "startup": max(t1 - t0, warm_ready),
+           "first_launch": min(r["enter"] for r in rows) - t0,
            "first_report": first["report"] - t0, "first_epoch": first["report"] - first["enter"],
            "run": done - t0, "errors": sum(t.state.value == "error"
                                            for t in exp.engine.trials.values())}
@@ -111,7 +127,7 @@ def main() -> None:
     os.remove(LOG)
     _ = nbtune
     goal = {"cold_startup_s": 3.0, "warm_startup_s": 0.25}
-    met = cold["tune"] <= goal["cold_startup_s"] and warm["tune"] <= goal["warm_startup_s"]
+    met = cold["startup"] <= goal["cold_startup_s"] and warm["tune"] <= goal["warm_startup_s"]
     print(json.dumps({"name": "startup", "figures": {
         "import_s": imported, "cold": cold, "warm": warm, "load_avg": os.getloadavg()[0]},
         "goal": goal, "met": bool(met)}))

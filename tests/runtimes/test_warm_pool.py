@@ -47,11 +47,11 @@ def modules_seen(config, trial):
     trial.report(1, loss=0.0, wave_warm=seen)
 
 
-def run_one(child, tmp_path, fn) -> dict:
+def run_one(child, tmp_path, fn, **job) -> dict:
     """One job through the trial process's real protocol; its report's metrics."""
     child.conn.send({"k": "job", "trial_id": 0, "config": {}, "start_step": 0.0, "budget": 1.0,
                      "checkpoint_dir": str(tmp_path), "fn": cloudpickle.dumps(fn),
-                     "sys_path": list(sys.path)})
+                     "sys_path": list(sys.path), **job})
     metrics = None
     while True:
         assert child.conn.poll(60), "the trial process did not answer"
@@ -73,3 +73,28 @@ def test_an_experiments_modules_are_imported_by_idle_and_later_processes(pool, t
     assert run_one(later, tmp_path, modules_seen)["wave_warm"] == 1.0
     before = pool(1, ())
     assert run_one(before.take(refill=False), tmp_path, modules_seen)["wave_warm"] == 0.0
+
+
+def test_modules_added_while_a_process_starts_reach_it(pool, tmp_path):
+    """``tune()`` no longer waits for the warm processes: the experiment's modules are added
+    while the first one still imports its preload, held by the filler outside the idle list."""
+    p = pool(1, ("tests.runtimes.slow_import",))
+    p.fill_async()
+    deadline = time.monotonic() + 30
+    while not p._held:  # the filler has started it and waits for its "ready"
+        assert time.monotonic() < deadline, "the filler never started a process"
+        time.sleep(0.01)
+    p.add_imports(["wave"])
+    assert p.wait_ready(60)
+    assert run_one(p.take(refill=False), tmp_path, modules_seen)["wave_warm"] == 1.0
+
+
+def test_a_process_that_ran_a_trial_serves_the_next_before_a_fresh_one(pool, tmp_path):
+    """Processes that never ran a trial still pay its first-use costs (the data set, torch's
+    first operation); one handed back by a finished trial has paid them (CPU reuse)."""
+    p = pool(2, ())
+    assert p.wait_ready(60)
+    used = p.take(refill=False)
+    run_one(used, tmp_path, modules_seen, reuse=True)
+    p.give_back(used)
+    assert p.idle == 2 and p.take(refill=False) is used

@@ -1,4 +1,4 @@
-"""The trial process: ``python -m nbtune.runtimes.dask._child <fd> <preload>``.
+"""The trial process: ``python -m nbtune.runtimes.dask._child <fd> <preload>``, or forked.
 
 Started ahead of time by a worker's warm pool (so torch is already imported
 when a trial lands), it waits on a pipe for exactly one job, runs the user's
@@ -7,6 +7,7 @@ an ``exit`` message and quits: on GPUs one trial per process, so the CUDA
 context, the MPS thread percentage and the memory go away with it. On CPU
 workers a process that ended cleanly (no error, no stray threads) is
 handed back to the pool and serves the next trial without re-importing.
+On a local CPU cluster it is forked by a :mod:`.forkserver` instead of started.
 """
 
 from __future__ import annotations
@@ -58,14 +59,29 @@ class PipeChannel:
         return out
 
 
-def _watch_parent() -> None:
-    """Exit if the worker dies: an orphaned trial must not keep a GPU (or a CPU) busy."""
+def _watch_parent(worker: int | None = None) -> None:
+    """Exit if the worker dies: an orphaned trial must not keep a GPU (or a CPU) busy.
+
+    ``worker``: its pid, for a process forked by a fork server (:mod:`.forkserver`),
+    whose parent is that server, not the worker.
+    """
     parent = os.getppid()
+
+    def gone() -> bool:
+        if worker is None:
+            return os.getppid() != parent
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
 
     def loop() -> None:
         while True:
             time.sleep(0.5)
-            if os.getppid() != parent:
+            if gone():
                 os._exit(3)
 
     threading.Thread(target=loop, name="nbtune-parent-watch", daemon=True).start()
@@ -184,7 +200,12 @@ def main(argv: list[str]) -> None:
     fd = int(argv[1])
     preload = [m for m in (argv[2].split(",") if len(argv) > 2 else []) if m]
     imports = [m for m in (argv[3].split(",") if len(argv) > 3 else []) if m]
-    _watch_parent()
+    serve(fd, preload, imports)
+
+
+def serve(fd: int, preload: list[str], imports: list[str], watch: int | None = None) -> None:
+    """Import, say ready on pipe ``fd``, then run the jobs that come; exits the process."""
+    _watch_parent(watch)
     conn = Connection(fd)
     _import(preload)
     channel = PipeChannel(conn)

@@ -220,8 +220,14 @@ def connect(
     memory_limit: Any,
     security: Any = None,
     timeout: float = 30.0,
+    plugins: list[Any] | None = None,
 ) -> tuple[Any, Any | None, bool]:
     """Return ``(client, cluster we created or None, whether we own the client)``.
+
+    ``plugins``: worker plugins a local CPU cluster's workers start with (the warm
+    pool), so that their trial processes import torch while the cluster is still
+    coming up instead of after it (issue 15); a GPU cluster gets them later, from
+    :func:`.worker_setup.prepare_workers`, in the MPS daemon's order.
 
     ``security`` (a ``distributed.security.Security``, TLS certificates) and
     ``timeout`` apply to a remote scheduler given by address or Cluster; a
@@ -236,7 +242,7 @@ def connect(
         check_main_guard()  # workers re-import the script: an unguarded call would recurse
         with sigint_ignored():
             made = _local_cluster(gpus, n_workers, threads_per_worker, host,
-                                  dashboard_address, memory_limit)
+                                  dashboard_address, memory_limit, plugins)
         client = Client(made, set_as_default=False)
         from nbtune.runtimes.dask.plugin import IgnoreInterrupts
 
@@ -286,7 +292,8 @@ def _remote(cluster: Any, security: Any, timeout: float) -> Any:
 
 
 def _local_cluster(gpus: bool, n_workers: int | None, threads_per_worker: int, host: str,
-                   dashboard_address: str | None, memory_limit: Any) -> Any:
+                   dashboard_address: str | None, memory_limit: Any,
+                   plugins: list[Any] | None = None) -> Any:
     """Start the cluster nbtune owns: one worker per GPU, or CPU workers standing for GPUs.
 
     Every server it starts listens on ``host`` (127.0.0.1 unless configured):
@@ -310,12 +317,14 @@ def _local_cluster(gpus: bool, n_workers: int | None, threads_per_worker: int, h
         from distributed import LocalCluster
 
         n = n_workers or max((os.cpu_count() or 1) // max(threads_per_worker, 1), 1)
+        extra = {"plugins": list(plugins)} if plugins else {}  # Worker(plugins=...), via Nanny
         made = LocalCluster(
             n_workers=n, threads_per_worker=threads_per_worker, processes=True, host=host,
             dashboard_address=dashboard_address, resources={"GPU": 1},
             memory_limit=memory_limit,
             # no dashboard still means an HTTP server: on a free port, never 8787's owner's
             scheduler_kwargs=None if dashboard_address else {"dashboard_address": f"{host}:0"},
+            **extra,
         )
     return made
 

@@ -29,13 +29,15 @@ class WarmPoolPlugin(WorkerPlugin):
 
     name = "nbtune-warm-pool"
 
-    def __init__(self, size: int = 2, preload: tuple[str, ...] = ("torch",)) -> None:
+    def __init__(self, size: int = 2, preload: tuple[str, ...] = ("torch",),
+                 fork_server: str | None = None) -> None:
         self.size = size
         self.preload = tuple(preload)
+        self.fork_server = fork_server  # a .forkserver's address: processes forked there
 
     def setup(self, worker: Any) -> None:
         install(worker)
-        get_pool(self.size, self.preload).fill_async()
+        get_pool(self.size, self.preload, self.fork_server).fill_async()
 
 
 class IgnoreInterrupts(WorkerPlugin):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -21,10 +22,14 @@ from dataclasses import dataclass
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
-__all__ = ["WarmPool", "get_pool", "wait_pool_ready", "pool_imports"]
+if TYPE_CHECKING:
+    from nbtune.runtimes.dask.forkserver import ForkedProcess
+
+__all__ = ["WarmPool", "get_pool", "wait_pool_ready", "pool_imports", "pool_ready_times"]
 
 #: seconds the filler waits for a new process's imports before starting the next anyway
 READY_TIMEOUT = 120.0
@@ -35,7 +40,7 @@ _POOL: WarmPool | None = None
 
 @dataclass
 class _Child:
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | ForkedProcess
     conn: Connection
     ready: bool = False  # said "ready": its preload imports are done
 
@@ -66,25 +71,47 @@ class _Child:
 class WarmPool:
     """Keeps ``size`` trial processes started and idle, so a launch does not pay torch's import."""
 
-    def __init__(self, size: int = 2, preload: tuple[str, ...] = ("torch",)) -> None:
+    def __init__(self, size: int = 2, preload: tuple[str, ...] = ("torch",),
+                 fork_server: str | None = None) -> None:
         self.size = max(int(size), 0)
         self.preload = tuple(preload)
+        #: a :mod:`.forkserver`'s address: processes are forked there (preloads imported
+        #: once per machine) instead of started here; None, or the server gone: started
+        self.fork_server = fork_server
         #: the trainables' own modules (:meth:`add_imports`), imported after ``preload``
         self.imports: list[str] = []
         self._idle: deque[_Child] = deque()
+        #: out of ``_idle`` for a moment (being started, or waited on): imports reach them too
+        self._held: list[_Child] = []
         self._lock = threading.Lock()
         self._closed = False
         self._filling = False
         self._ready = threading.Condition(self._lock)
+        #: wall-clock times (``time.time()``) at which started processes said ready
+        self.ready_at: list[float] = []
 
-    def _spawn(self) -> _Child:
+    def _spawn(self, imports: list[str] | None = None) -> _Child:
+        imports = list(self.imports) if imports is None else imports
         ours, theirs = Pipe(duplex=True)
+        if self.fork_server:
+            from nbtune.runtimes.dask.forkserver import fork_client
+
+            try:
+                proc = fork_client(self.fork_server).spawn(theirs.fileno(), imports,
+                                                           READY_TIMEOUT)
+                theirs.close()
+                return _Child(proc, ours)
+            except Exception as exc:  # noqa: BLE001 - started here instead, as without one
+                logging.getLogger("nbtune.dask").warning(
+                    "the fork server at %s did not answer (%r); starting trial processes "
+                    "here", self.fork_server, exc)
+                self.fork_server = None
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[3])  # the directory holding `nbtune`
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         proc = subprocess.Popen(
             [sys.executable, "-m", "nbtune.runtimes.dask._child", str(theirs.fileno()),
-             ",".join(self.preload), ",".join(self.imports)],
+             ",".join(self.preload), ",".join(imports)],
             pass_fds=(theirs.fileno(),), env=env,
             # its own session: a kernel interrupt (SIGINT to the kernel's process group)
             # is for exp.wait(), never for a trial; it still ends with its worker (_watch_parent)
@@ -110,9 +137,18 @@ class WarmPool:
                 with self._lock:
                     if self._closed or len(self._idle) >= self.size:
                         return
-                child = self._spawn()
-                child.await_ready(READY_TIMEOUT)  # ours alone until it joins the pool
+                    known = list(self.imports)
+                child = self._spawn(known)
+                with self._lock:  # modules added while it was started: sent behind its preload
+                    self._held.append(child)
+                    late = [m for m in self.imports if m not in known]
+                if late:
+                    _send_imports(child, late)
+                ready = child.await_ready(READY_TIMEOUT)  # ours alone until it joins the pool
                 with self._lock:
+                    self._held.remove(child)
+                    if ready:
+                        self.ready_at.append(time.time())
                     if self._closed:
                         child.kill()
                         return
@@ -139,6 +175,7 @@ class WarmPool:
                 self.fill_async()
             with self._lock:
                 waiting, self._idle = list(self._idle), deque()
+                self._held.extend(waiting)
             if not waiting:  # another thread is still starting them
                 time.sleep(0.05)
             try:
@@ -146,6 +183,7 @@ class WarmPool:
                     c.await_ready(deadline - time.monotonic())
             finally:
                 with self._lock:
+                    self._held = [c for c in self._held if c not in waiting]
                     self._idle.extendleft(reversed([c for c in waiting if c.alive()]))
                     enough = sum(c.ready for c in self._idle) >= need
                     self._ready.notify_all()
@@ -162,11 +200,14 @@ class WarmPool:
         with self._lock:
             new = [m for m in modules if m not in self.imports and m not in self.preload]
             self.imports.extend(new)
-            idle = list(self._idle)
+            idle = [*self._idle, *self._held]
+        if new and self.fork_server:
+            from nbtune.runtimes.dask.forkserver import send_imports
+
+            send_imports(self.fork_server, new)  # processes forked later are born with them
         if new:
             for c in idle:
-                with contextlib.suppress(OSError, ValueError):
-                    c.conn.send({"k": "import", "modules": new})
+                _send_imports(c, new)
 
     def fill_async(self) -> None:
         threading.Thread(target=self.fill, name="nbtune-warm-pool", daemon=True).start()
@@ -231,10 +272,15 @@ class WarmPool:
         return self._idle.popleft() if self._idle else None
 
     def give_back(self, child: _Child) -> None:
-        """A process that finished a trial cleanly serves again (CPU trials only)."""
+        """A process that finished a trial cleanly serves again (CPU trials only).
+
+        First in line: it has paid what a first trial pays beyond the imports (the
+        data set read on first use, torch's first-operation set-up: 2-4 s of a first
+        epoch here), which a process that never ran a trial has not.
+        """
         with self._lock:
             if not self._closed and child.alive() and len(self._idle) < 2 * max(self.size, 1):
-                self._idle.append(child)
+                self._idle.appendleft(child)
                 self._ready.notify_all()
                 return
         child.kill()
@@ -254,16 +300,27 @@ class WarmPool:
         return len(self._idle)
 
 
-def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None) -> WarmPool:
-    """This worker process's pool, created on first use; a new size or preload reconfigures it."""
+def _send_imports(child: _Child, modules: list[str]) -> None:
+    """Tell a process that has no job yet to import ``modules`` (after its preload)."""
+    with contextlib.suppress(OSError, ValueError):
+        child.conn.send({"k": "import", "modules": modules})
+
+
+def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None,
+             fork_server: str | None = None) -> WarmPool:
+    """This worker process's pool, created on first use; a new size or preload reconfigures it.
+
+    ``fork_server`` (given with a size: a plugin's setup) replaces the pool's.
+    """
     global _POOL
     stale: list[_Child] = []
     with _LOCK:
         if _POOL is None or _POOL._closed:
-            _POOL = WarmPool(2 if size is None else size, ("torch",) if preload is None else preload)
+            _POOL = WarmPool(2 if size is None else size, ("torch",) if preload is None else preload,
+                             fork_server)
         else:
             if size is not None:
-                _POOL.size = max(int(size), 0)
+                _POOL.size, _POOL.fork_server = max(int(size), 0), fork_server
             if preload is not None and tuple(preload) != _POOL.preload:
                 _POOL.preload = tuple(preload)
                 with _POOL._lock:  # idle processes imported the old modules: start afresh
@@ -284,6 +341,11 @@ async def wait_pool_ready(timeout: float = 120.0, need: int | None = None) -> bo
     import asyncio
 
     return await asyncio.to_thread(get_pool().wait_ready, timeout, need)
+
+
+def pool_ready_times() -> list[float]:
+    """Run on a worker (``client.run``): when its warm processes said ready (start-up benchmark)."""
+    return list(get_pool().ready_at)
 
 
 async def pool_imports(modules: list[str]) -> None:

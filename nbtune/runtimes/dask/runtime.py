@@ -34,6 +34,7 @@ import pandas as pd
 from nbtune.core import events as ev
 from nbtune.runtimes.base import check_trainable
 from nbtune.runtimes.dask import checkpoints as ck
+from nbtune.runtimes.dask import worker_setup as ws
 from nbtune.runtimes.dask.cluster import Inventory, close_cluster, connect, listen_all, unlisten_all
 from nbtune.runtimes.dask.dask_page import Publisher, page_link
 from nbtune.runtimes.dask.driver import RunDriver
@@ -45,11 +46,11 @@ from nbtune.runtimes.dask.links import WorkerLinks
 from nbtune.runtimes.dask.membership import Membership
 from nbtune.runtimes.dask.runs import Run, WallClock, check_memory_limit, check_timeout
 from nbtune.runtimes.dask.trainable import check_signature, pickled
-from nbtune.runtimes.dask.worker_setup import preload_trainable, prepare_workers, worker_plugins
 from nbtune.runtimes.dask.worker_setup import tolerate_lost_workers as tolerant
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
+    from nbtune.runtimes.dask.forkserver import ForkServer
 
 __all__ = ["DaskRuntime", "DaskRuntimeError", "WallClock"]
 
@@ -73,7 +74,8 @@ class DaskRuntime:
     kills and fails a launch still running that long after it started (a hung
     trial). ``security`` (``distributed.security.Security``) and
     ``connect_timeout`` are for a remote scheduler. ``warm_processes`` trial
-    processes per worker are kept started with ``preload`` imported;
+    processes per worker are kept started with ``preload`` imported (on a local
+    CPU cluster, forked from one process that imported it once: .forkserver);
     ``reuse_processes`` (default: on CPU yes, on GPU no) lets a process that
     ended a trial cleanly run the next one: imports are paid once, but module
     globals the training function sets persist into the next trial (pass
@@ -96,22 +98,17 @@ class DaskRuntime:
         self,
         cluster: Any = None,
         *,
-        gpus: bool | None = None,
-        n_workers: int | None = None,
-        threads_per_worker: int = 1,
-        host: str = "127.0.0.1",
+        gpus: bool | None = None, n_workers: int | None = None,
+        threads_per_worker: int = 1, host: str = "127.0.0.1",
         dashboard_address: str | None = ":0",
         memory_limit: Any = "auto",
         checkpoint_dir: str | Path | None = None,
         sample_interval: float = 1.0,
         trial_memory_limit: int | str | None = None,
         trial_timeout: float | None = None,
-        security: Any = None,
-        connect_timeout: float = 30.0,
-        warm_processes: int = 2,
-        preload: tuple[str, ...] = ("torch",),
-        mps: bool | None = None,
-        reuse_processes: bool | None = None,
+        security: Any = None, connect_timeout: float = 30.0,
+        warm_processes: int = 2, preload: tuple[str, ...] = ("torch",),
+        mps: bool | None = None, reuse_processes: bool | None = None,
         shutdown_grace: float = 30.0,
         profiler: Any = None, execution: str = "auto",
         keep: bool = False, gpu_speeds: dict[str, float] | None = None,
@@ -143,6 +140,7 @@ class DaskRuntime:
         self.client: Any = None
         self.inventory: Inventory | None = None
         self._cluster: Any = None
+        self._forks: ForkServer | None = None  # a local CPU cluster's (.forkserver)
         self._owns_client = False
         self._run_ids = itertools.count(1)
         self._closed = False
@@ -218,23 +216,25 @@ class DaskRuntime:
         gpus = self.gpus
         if gpus is None and self.cluster_arg is None:
             gpus = gpu.nvml_gpu_count() > 0
-        self.client, self._cluster, self._owns_client = connect(
-            self.cluster_arg, gpus=bool(gpus), n_workers=self.n_workers,
-            threads_per_worker=self.threads_per_worker, host=self.host,
-            dashboard_address=self.dashboard_address, memory_limit=self.memory_limit,
-            security=self.security, timeout=self.connect_timeout)
+        self._forks, early = ws.local_cpu_start(  # torch imported while the cluster starts
+            self.cluster_arg, gpus, self.warm_processes, self.preload)
         try:
-            self.gpus, self.mps, self.inventory = prepare_workers(
-                self.client, gpus, self.mps, self.warm_processes, self.preload, self.gpu_speeds)
+            self.client, self._cluster, self._owns_client = connect(
+                self.cluster_arg, gpus=bool(gpus), n_workers=self.n_workers,
+                threads_per_worker=self.threads_per_worker, host=self.host,
+                dashboard_address=self.dashboard_address, memory_limit=self.memory_limit,
+                security=self.security, timeout=self.connect_timeout, plugins=early)
+            self.gpus, self.mps, self.inventory = ws.prepare_workers(
+                self.client, gpus, self.mps, self.warm_processes, self.preload, self.gpu_speeds,
+                fork_server=self._forks and self._forks.address)
         except BaseException:
             self._shutdown_cluster()
             self.client = None
             raise
         return self
 
-    def _worker_plugins(self) -> list[Any]:
-        """The worker plugins, in the order they must run on every worker."""
-        return worker_plugins(self.gpus, self.mps, self.warm_processes, self.preload)
+    def _worker_plugins(self) -> list[Any]:  # in the order they must run on every worker
+        return ws.worker_plugins(self.gpus, self.mps, self.warm_processes, self.preload)
 
     def start(self, engine: Engine, trainable: Any) -> None:
         """Connect, then run the experiment in a background thread; returns at once."""
@@ -261,7 +261,7 @@ class DaskRuntime:
         from nbtune.runtimes.profiler import attach_profiler
 
         fn, checkpointing = pickled(trainable), uses_checkpoints(trainable)
-        preload_trainable(self.connect().client, trainable)  # its modules, in warm processes
+        ws.preload_trainable(self.connect().client, trainable)  # its modules, in warm processes
         assert self.inventory is not None
         execution = for_experiment(self)  # process or thread per launch, checked (.execution)
         self._engine = engine
@@ -355,6 +355,9 @@ class DaskRuntime:
         if self._cluster is not None:
             close_cluster(self._cluster)
             self._cluster = None
+        if self._forks is not None:
+            self._forks.close()
+            self._forks = None
 
     def __enter__(self) -> DaskRuntime:
         return self.connect()

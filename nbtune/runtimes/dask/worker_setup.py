@@ -1,15 +1,16 @@
 """Readying a freshly joined cluster's workers for trials.
 
-Once :func:`.cluster.connect` has a client, the workers are probed for GPUs,
-take the worker plugins (the MPS daemon, the warm process pool) and, with warm
-processes asked for, are waited on until those processes have imported their
-preloads, so the experiment's clock never counts interpreter start-up.
+Once :func:`.cluster.connect` has a client, the workers are probed for GPUs and
+take the worker plugins (the MPS daemon, the warm process pool). The warm
+processes are not waited for (issue 15): ``tune()`` returns once workers are up,
+and a first trial that finds no ready process takes the one being started
+(:meth:`.pool.WarmPool.take`), so start-up costs a user the imports once, while
+the experiment already runs, not the imports plus a wait in front of it.
 
 A worker may die at any point of this (a nanny restarts it, a spot node goes
 away): a broadcast that meets a dead worker is not an error of the experiment.
 Plugins stay registered with the scheduler for the workers that come later,
-the wait for warm processes skips the dead worker, and the inventory is
-probed again afterwards so that only live workers become GPUs (issue 9).
+and a worker lost once the experiment runs is the driver's to handle (issue 9).
 """
 
 from __future__ import annotations
@@ -21,19 +22,17 @@ from typing import Any
 
 from nbtune.runtimes.dask.cluster import Inventory
 
-__all__ = ["LAST_PHASES", "WARM_TIMEOUT", "preload_trainable", "prepare_workers",
+__all__ = ["LAST_PHASES", "local_cpu_start", "preload_trainable", "prepare_workers",
            "tolerate_lost_workers", "worker_plugins"]
 
 log = logging.getLogger("nbtune.dask")
-
-WARM_TIMEOUT = 120.0  # seconds connect() waits for the warm processes' imports (then goes on)
 
 #: seconds per step of this process's latest :func:`prepare_workers` (diagnostics)
 LAST_PHASES: dict[str, float] = {}
 
 
 def worker_plugins(gpus: bool | None, mps: bool | None, warm_processes: int,
-                   preload: tuple[str, ...]) -> list[Any]:
+                   preload: tuple[str, ...], fork_server: str | None = None) -> list[Any]:
     """The worker plugins, in the order they must run on every worker.
 
     The MPS daemon first: it exports ``CUDA_MPS_PIPE_DIRECTORY`` into the
@@ -47,24 +46,44 @@ def worker_plugins(gpus: bool | None, mps: bool | None, warm_processes: int,
     plugins: list[Any] = []
     if gpus and mps:
         plugins.append(gpu.MPSDaemonPlugin())
-    plugins.append(WarmPoolPlugin(warm_processes, preload))
+    plugins.append(WarmPoolPlugin(warm_processes, preload, None if gpus else fork_server))
     return plugins
+
+
+def local_cpu_start(cluster: Any, gpus: bool | None, warm_processes: int,
+                    preload: tuple[str, ...]) -> tuple[Any, list[Any] | None]:
+    """For a local CPU cluster about to start: ``(fork server, the workers' first plugins)``.
+
+    The fork server (:mod:`.forkserver`) starts importing ``preload`` now, while
+    the cluster comes up, once for all workers; the warm pool plugin, given to
+    the workers at their start, has them ask it for processes as soon as they
+    run. Any other cluster: ``(None, None)``, and plugins come in
+    :func:`prepare_workers` (a GPU one's after the MPS daemon's).
+    """
+    from nbtune.runtimes.dask.forkserver import ForkServer, supported, worker_env
+
+    if cluster is not None or gpus or warm_processes <= 0:
+        return None, None
+    if not supported():  # the workers start their processes, from their own start
+        return None, worker_plugins(False, False, warm_processes, preload)
+
+    forks = ForkServer(preload, worker_env())
+    return forks, worker_plugins(False, False, warm_processes, preload, forks.address)
 
 
 def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_processes: int,
                     preload: tuple[str, ...], speeds: Any = None,
-                    phases: dict[str, float] | None = None,
+                    phases: dict[str, float] | None = None, fork_server: str | None = None,
                     ) -> tuple[bool, bool | None, Inventory]:
     """Wait for a worker, settle GPU and MPS mode, install the plugins: ``(gpus, mps, inventory)``.
 
     ``gpus`` None (an existing cluster): GPU mode if its workers see GPUs;
     ``mps`` None: on where GPUs are used and MPS is available. The seconds
-    each step took (``workers``, ``plugins``, ``warm``) go to ``phases``
+    each step took (``workers``, ``plugins``) go to ``phases``
     (default :data:`LAST_PHASES`): start-up is what a user waits for before the
     first trial, and ``benchmarks/startup.py`` reports where it goes.
     """
     from nbtune.runtimes.dask import gpu
-    from nbtune.runtimes.dask.pool import wait_pool_ready
 
     if phases is None:
         phases = LAST_PHASES
@@ -87,26 +106,11 @@ def prepare_workers(client: Any, gpus: bool | None, mps: bool | None, warm_proce
         )
     t1 = time.perf_counter()
     phases["workers"] = t1 - t0
-    for plugin in worker_plugins(gpus, mps, warm_processes, preload):
+    for plugin in worker_plugins(gpus, mps, warm_processes, preload, fork_server):
         tolerate_lost_workers(lambda p=plugin: client.register_plugin(p, name=p.name),
                               f"installing {plugin.name}")
     t2 = time.perf_counter()
     phases["plugins"] = t2 - t1
-    if warm_processes:
-        # the experiment's clock must not include interpreter start-up and preloads;
-        # a worker that dies meanwhile answers with its error instead of raising here
-        # one ready process per worker is enough to start: the others fill in behind
-        answers = client.run(wait_pool_ready, WARM_TIMEOUT, 1, on_error="return")
-        for address, answer in answers.items():
-            if isinstance(answer, BaseException):
-                log.warning("worker %s was lost while its warm processes started (%r); "
-                            "the experiment goes on without it", address, answer)
-        if any(isinstance(a, BaseException) for a in answers.values()):
-            inventory.refresh(client)  # only live workers become GPUs
-            if not inventory.slots:  # every worker died: wait for the nanny's restart
-                client.wait_for_workers(1, timeout=120)
-                inventory.refresh(client)
-    phases["warm"] = time.perf_counter() - t2
     return gpus, mps, inventory
 
 

@@ -1,0 +1,192 @@
+"""The fork server (issue 15): torch imported once per machine, trial processes forked from it.
+
+Real processes throughout: a fork server, warm pools asking it for processes,
+jobs run through the trial process's protocol, a "worker" process killed, and a
+local cluster started by ``DaskRuntime()`` whose ``tune()`` returns while the
+warm processes still import.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import cloudpickle
+import psutil
+import pytest
+
+from nbtune.runtimes.dask.forkserver import ForkServer, worker_env
+from nbtune.runtimes.dask.pool import WarmPool, pool_ready_times
+from tests.runtimes.test_warm_pool import run_one
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SLOW = ("tests.runtimes.slow_import",)  # 1 s to import: stands for torch
+
+
+@pytest.fixture
+def server():
+    made: list[ForkServer] = []
+    yield lambda *a: made.append(ForkServer(*a, worker_env())) or made[-1]
+    for s in made:
+        s.close()
+
+
+def test_processes_are_forked_from_one_import_and_ready_at_once(server):
+    """Spawned, the second process imports for another second (test_warm_pool); forked, it is
+    ready as soon as it exists, and both are the fork server's children."""
+    fs = server(SLOW)
+    pool = WarmPool(2, SLOW, fork_server=fs.address)
+    try:
+        t0 = time.monotonic()
+        assert pool.wait_ready(60, need=1)
+        first = time.monotonic()
+        assert pool.wait_ready(60)
+        both = time.monotonic()
+        assert first - t0 >= 1.0  # the server's one import
+        assert both - first < 0.9, "the second process imported again"
+        kids = [pool.take(refill=False), pool.take(refill=False)]
+        assert [psutil.Process(c.proc.pid).ppid() for c in kids] == [fs.proc.pid] * 2
+    finally:
+        pool.shutdown()
+
+
+def env_and_seed(config, trial):
+    """What a forked process sees: the asking worker's environment and its own random seed."""
+    import numpy as np
+
+    trial.report(1, loss=0.0, env=os.environ.get("NBTUNE_TEST_WORKER_ENV", ""),
+                 draw=float(np.random.random()), parent=os.getppid())
+
+
+def test_a_forked_process_runs_jobs_in_the_workers_environment_with_its_own_seed(
+        server, tmp_path, monkeypatch):
+    import numpy  # noqa: F401  (in the server: forked processes share its random state)
+
+    fs = server(("numpy",))
+    monkeypatch.setenv("NBTUNE_TEST_WORKER_ENV", "set-after-the-server-started")
+    pool = WarmPool(2, ("numpy",), fork_server=fs.address)
+    try:
+        assert pool.wait_ready(60)
+        a, b = pool.take(refill=False), pool.take(refill=False)
+        ra, rb = run_one(a, tmp_path, env_and_seed), run_one(b, tmp_path, env_and_seed)
+        assert ra["env"] == rb["env"] == "set-after-the-server-started"
+        assert ra["parent"] == rb["parent"] == fs.proc.pid
+        assert ra["draw"] != rb["draw"]  # not the server's one random state
+        c = pool.take(refill=False)
+        c.proc.kill()
+        assert c.proc.wait(10) == -signal.SIGKILL  # the exit code comes back from the server
+    finally:
+        pool.shutdown()
+
+
+WORKER = textwrap.dedent("""
+    import sys, time
+    from nbtune.runtimes.dask.pool import WarmPool
+    pool = WarmPool(1, (), fork_server=sys.argv[1])
+    assert pool.wait_ready(60)
+    print(pool.take(refill=False).proc.pid, flush=True)
+    time.sleep(120)
+""")
+
+
+def test_a_forked_process_exits_when_the_worker_that_asked_for_it_dies(server):
+    """Its parent is the fork server, so it watches the worker's pid: a killed worker's trial
+    processes must not live on."""
+    fs = server(())
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, fs.address], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        pid = int(worker.stdout.readline())
+        trial = psutil.Process(pid)
+        assert trial.ppid() == fs.proc.pid and trial.is_running()
+        worker.kill()
+        worker.wait(10)
+        deadline = time.monotonic() + 10
+        while trial.is_running() and trial.status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the trial process outlived its worker"
+            time.sleep(0.05)
+        assert fs.proc.poll() is None  # the server lives on for the other workers
+    finally:
+        worker.kill()
+
+
+def test_the_pool_starts_processes_itself_when_the_fork_server_is_gone(server):
+    fs = server(())
+    fs.close()
+    pool = WarmPool(1, (), fork_server=fs.address)
+    try:
+        assert pool.wait_ready(60)
+        c = pool.take(refill=False)
+        assert psutil.Process(c.proc.pid).ppid() == os.getpid()
+        assert pool.fork_server is None
+    finally:
+        pool.shutdown()
+
+
+def test_a_server_that_fails_removes_its_directory_so_workers_do_not_wait_for_it(tmp_path):
+    where = tmp_path / ("d" * 120)  # a Unix socket path this long cannot be bound
+    where.mkdir()
+    address = str(where / "sock")
+    out = subprocess.run([sys.executable, "-m", "nbtune.runtimes.dask.forkserver", address, ""],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode != 0 and not where.exists()
+    pool = WarmPool(1, (), fork_server=address)
+    try:
+        t0 = time.monotonic()
+        assert pool.wait_ready(60)
+        assert time.monotonic() - t0 < 20 and pool.fork_server is None  # not a 30 s retry
+    finally:
+        pool.shutdown()
+
+
+def test_a_server_whose_driver_died_while_it_started_ends(tmp_path):
+    """Orphaned before its loop began, it must not take its new parent (init) for the driver
+    and live on with torch imported: the driver's pid is given on its command line."""
+    (tmp_path / "s").mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    out = subprocess.run([sys.executable, "-m", "nbtune.runtimes.dask.forkserver",
+                          str(tmp_path / "s" / "sock"), "", str(dead.pid)],
+                         timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode == 0
+
+
+def report_parent(config, trial):
+    trial.report(1, loss=config["lr"], parent=os.getppid())
+
+
+@pytest.mark.integration
+def test_tune_returns_before_the_warm_processes_are_ready_and_the_first_trials_run(
+        tmp_path, monkeypatch):
+    """A local CPU cluster: the fork server starts before the workers and imports while they
+    come up; ``tune()`` does not wait for it; the trials take its processes once ready."""
+    import nbtune
+    from nbtune import uniform
+    from nbtune.runtimes.dask import DaskRuntime
+
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("NBTUNE_TEST_GATE", str(gate))
+    rt = DaskRuntime(n_workers=2, warm_processes=1, preload=("tests.runtimes.gated_import",),
+                     checkpoint_dir=tmp_path / "ckpt", sample_interval=0.5)
+    try:
+        exp = nbtune.tune(report_parent, {"lr": uniform(0.1, 1.0)}, algorithm="random",
+                          metric="loss", max_budget=1, num_trials=3, runtime=rt, seed=0)
+        ready = rt.client.run(pool_ready_times)
+        assert len(ready) == 2 and not any(ready.values()), "tune() waited for warm processes"
+        forks = psutil.Process(rt._forks.proc.pid)
+        workers = [psutil.Process(p) for p in rt.client.run(os.getpid).values()]
+        assert all(forks.create_time() <= w.create_time() for w in workers)
+        gate.touch()  # the preload's import ends: the trials get their processes
+        assert exp.wait(120)
+    finally:
+        rt.close()
+    assert [t.state.value for t in exp.engine.trials.values()] == ["completed"] * 3
+    assert {m["parent"] for t in exp.engine.trials.values() for _, _, m in t.results} == {
+        forks.pid}
+    assert not forks.is_running() or forks.status() == psutil.STATUS_ZOMBIE  # closed with it
