@@ -82,11 +82,9 @@ class DaskRuntime:
     False for full isolation). ``gpu_speeds``: relative speeds by GPU or worker name.
     ``execution``: a trial runs in a ``"process"``, a ``"thread"`` of its worker (stopped only
     at a report) or ``"auto"``: threads where steps are tiny, measured (:mod:`.execution`).
-    A runtime runs any number of experiments, one after another, on the same
-    cluster and warm processes. A cluster it started itself is shut down when
-    an experiment ends unless ``keep=True`` (then on :meth:`close`, as
-    :func:`shared_runtime`'s is at exit); a client or cluster it was given
-    stays open.
+    A runtime runs experiments one after another on the same cluster and warm processes. A
+    cluster it started is shut down when an experiment ends unless ``keep=True`` (then on
+    :meth:`close`, as :func:`shared_runtime`'s at exit); one it was given stays open.
     """
 
     name = "dask"
