@@ -42,10 +42,9 @@ import json
 import statistics
 from dataclasses import replace
 
-from nbtune.allocators.bubbles import PipelineHost as BubbleModel
 from nbtune.bubbles import GuestSpec, HostSpec, PipelineHost
 from nbtune.bubbles.guest import train_guest
-from nbtune.bubbles.probe import Phase, phase
+from nbtune.bubbles.probe import Phase, phase, what_if
 
 
 def solo_step(spec: GuestSpec, steps: int = 200) -> float:
@@ -56,32 +55,10 @@ def solo_step(spec: GuestSpec, steps: int = 200) -> float:
     return train_guest(replace(spec, steps=steps, stop_with_host=False)).step_time()
 
 
-def predict(target: Phase, model: BubbleModel) -> dict:
-    """What ``model`` says ``target``'s gated iterations measure."""
-    n = target.gated
-    horizon = n * model.gated_iteration_time
-    bubble = [sum(w.gpu_seconds for w in model.windows(s, horizon)) for s in target.stages]
-    progress = [model.guest_speed(s) * horizon for s in target.stages]
-    return {"slowdown": model.gated_iteration_time / model.iteration_time - 1.0,
-            "fill": sum(progress) / sum(bubble), "bubble_s": sum(bubble)}
-
-
-def measured(p: Phase) -> dict:
-    return {"slowdown": p.slowdown(), "fill": p.fill(), "bubble_s": sum(p.bubble_s)}
-
-
 def compare(probe: Phase, target: Phase, spec: HostSpec) -> dict:
-    """The calibrated and the old model against ``target``, both fed its held figures."""
-    feed = {"iteration_time": target.held_iteration(),
-            "idle": tuple(min(target.held_idle(s), 0.999) for s in target.stages)}
-    new = BubbleModel(spec.stages, spec.microbatches, **feed,
-                      colocation=tuple(probe.colocation(s) for s in probe.stages))
-    old = BubbleModel(spec.stages, spec.microbatches, **feed)
-    got = measured(target)
-    out = {"measured": got, "new": predict(target, new), "old": predict(target, old)}
-    for k in ("new", "old"):
-        out[f"{k}_error"] = {f: (out[k][f] - got[f]) / abs(got[f]) if got[f] else 0.0 for f in got}
-    out["within_10pct"] = within(out["new"], got)
+    """:func:`nbtune.bubbles.probe.what_if`, and whether the calibrated model met the goal."""
+    out = what_if(probe, target, spec.microbatches)
+    out["within_10pct"] = within(out["new"], out["measured"])
     return out
 
 

@@ -22,11 +22,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from nbtune.allocators.bubble_model import CoLocation
+from nbtune.allocators.bubbles import PipelineHost as BubbleModel
 from nbtune.bubbles.guest import GuestSpec
 from nbtune.bubbles.host import HostRun
 from nbtune.bubbles.timeline import idle_windows, total
 
-__all__ = ["Phase", "phase", "iteration_window"]
+__all__ = ["Phase", "phase", "iteration_window", "forecast", "what_if"]
 
 
 def iteration_window(run: HostRun, k: int, s: int) -> tuple[float, float]:
@@ -120,4 +121,32 @@ def phase(run: HostRun, its: Iterable[int], guests: Mapping[int, GuestSpec],
         out.bubble_s.append(bubble)
         out.steps.append(steps)
         out.progress_s.append(steps * (solo_step[g.name] if g is not None else 0.0))
+    return out
+
+
+def forecast(model: BubbleModel, gated: int) -> dict[str, float]:
+    """What ``model`` says ``gated`` gated iterations measure: the host's slowdown, the
+    stages' bubble seconds (from its windows) and the guests' fill of them."""
+    horizon = gated * model.gated_iteration_time
+    bubble = [sum(w.gpu_seconds for w in model.windows(s, horizon)) for s in range(model.stages)]
+    progress = [model.guest_speed(s) * horizon for s in range(model.stages)]
+    return {"slowdown": model.gated_iteration_time / model.iteration_time - 1.0,
+            "fill": sum(progress) / sum(bubble), "bubble_s": sum(bubble)}
+
+
+def what_if(probe: Phase, target: Phase, microbatches: int) -> dict[str, dict[str, float]]:
+    """The probe-calibrated model (``new``) and the assumed one (``old``: no slowdown, fill =
+    its ``efficiency``) against ``target``'s gated iterations (``measured``), both fed only
+    ``target``'s held figures (what the host publishes without a guest); ``*_error``: the
+    relative errors."""
+    feed = {"iteration_time": target.held_iteration(),
+            "idle": tuple(min(target.held_idle(s), 0.999) for s in target.stages)}
+    stages = len(target.stages)
+    new = BubbleModel(stages, microbatches, **feed,
+                      colocation=tuple(probe.colocation(s) for s in probe.stages))
+    old = BubbleModel(stages, microbatches, **feed)
+    got = {"slowdown": target.slowdown(), "fill": target.fill(), "bubble_s": sum(target.bubble_s)}
+    out = {"measured": got, "new": forecast(new, target.gated), "old": forecast(old, target.gated)}
+    for k in ("new", "old"):
+        out[f"{k}_error"] = {f: (out[k][f] - v) / abs(v) if v else 0.0 for f, v in got.items()}
     return out
