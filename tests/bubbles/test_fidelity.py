@@ -2,9 +2,12 @@
 
 One real run (2 gloo stage processes, a guest beside each): gated and held
 iterations alternate; the first ones after warm-up are the probe, the later
-ones what the calibrated model predicts. The guests run at nice 0 in the
-normal scheduling class, so that they cost their stages something measurable
-(gated iterations ran up to 2× longer so on this machine): the test is that
+ones what the calibrated model predicts. The guests pause only at step
+boundaries and their steps outlast the stages' 10 ms ``grace``, so a stage
+that wants its core back waits up to 10 ms before it SIGSTOPs its guest: a
+slowdown the gate itself causes, large whatever the machine's load (the
+cooperative guests of ``bubble_squeeze`` cost a few percent either way on this
+shared machine, within its noise). The test is that
 the model *with* the measured slowdown predicts the later phase better than
 the old one without it (σ = 0, fill = a constant 0.6), with tolerances loose
 enough for a loaded shared machine, where the later phase's own two halves
@@ -23,10 +26,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 WARM, PROBE, LATER = 2, 8, 16
 SPEC = HostSpec(stages=2, microbatches=4, batch=128, width=384, depth=8,
-                iterations=WARM + PROBE + LATER, warmup=WARM, grace=0.0, timeout=240.0,
+                iterations=WARM + PROBE + LATER, warmup=WARM, grace=0.01, timeout=240.0,
                 ab_block=1)
-GUESTS = {s: GuestSpec(name=f"g{s}", seed=20 + s, width=128, depth=4, batch=64, steps=10_000_000,
-                       stop_with_host=True, nice=0, idle_class=False) for s in range(2)}
+GUESTS = {s: GuestSpec(name=f"g{s}", seed=20 + s, width=384, depth=3, batch=256, steps=10_000_000,
+                       stop_with_host=True, layer_hooks=False, nice=0, idle_class=False)
+          for s in range(2)}
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +53,9 @@ def phases():
 
 def test_the_probe_measures_the_slowdown_a_guest_costs(phases):
     probe, later = phases
-    # the configuration's premise: a nice-0 guest on the stage's core slows the host
-    assert later.slowdown() > 0.1, (probe.slowdown(), later.slowdown())
-    assert probe.slowdown() > 0.1, (probe.slowdown(), later.slowdown())
+    # the configuration's premise: a guest that keeps the core past the grace slows the host
+    assert later.slowdown() > 0.15, (probe.slowdown(), later.slowdown())
+    assert probe.slowdown() > 0.15, (probe.slowdown(), later.slowdown())
 
 
 def test_the_calibrated_model_predicts_the_later_phase_better_than_the_old_one(phases):
