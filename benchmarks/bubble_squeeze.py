@@ -129,7 +129,7 @@ def main() -> None:
             whatifs.append(what_if(phase(r, range(spec.warmup, cut), guests, steps),
                                    phase(r, range(cut, spec.iterations), guests, steps),
                                    spec.microbatches))
-            print(f"rep {rep} what-if (predicted, measured): {whatifs[-1]}", flush=True)
+            print(f"rep {rep} what-if (measured, new and old model): {whatifs[-1]}", flush=True)
             gated_s = f["gated_s"]
             print(f"rep {rep} with guests: median iteration held {1e3 * f['held_s']:.1f} ms, "
                   f"gated {1e3 * gated_s:.1f} ms (loss {100 * losses[-1]:.1f} %), fill "
