@@ -77,9 +77,11 @@ class CoLocation:
         if not bubble_s > 0 or progress_s < 0:
             raise ValueError(f"need bubble_s > 0 and progress_s >= 0, got {bubble_s}, {progress_s}")
         med = statistics.median
+        held_busy, gated_busy = med(held_busy_s), med(gated_busy_s)
         return cls(slowdown=med(gated_s) / med(held_s) - 1.0,
                    fill=min(progress_s / bubble_s, 1.0),
-                   compute_stretch=med(gated_busy_s) / med(held_busy_s))
+                   # a stage that never computed has nothing to stretch
+                   compute_stretch=gated_busy / held_busy if held_busy > 0 and gated_busy > 0 else 1.0)
 
     def iteration_time(self, held: float) -> float:
         """A gated iteration's length, given the host's iteration time without a guest."""

@@ -79,6 +79,9 @@ def test_a_probe_compares_medians_and_clamps_fill():
     assert got.slowdown == pytest.approx(0.3)  # one descheduled iteration does not set it
     assert got.fill == 1.0  # a guest cannot gain on its solo speed in a bubble
     assert gated_idle(0.5, got) == pytest.approx(1 - 0.5 / 1.3)
+    idle_stage = CoLocation.measure([1.0], [1.2], held_busy_s=[0.0], gated_busy_s=[0.0],
+                                    bubble_s=1.2, progress_s=0.6)
+    assert idle_stage.compute_stretch == 1.0 and idle_stage.fill == 0.5
 
 
 def test_bad_numbers_are_refused():
