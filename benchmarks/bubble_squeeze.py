@@ -15,10 +15,12 @@ under the same load of a shared machine, iteration by iteration. It reports:
 * correctness: each guest's final weights equal an ungated run of as many
   steps, and its running intervals never overlap its stage's compute;
 * what-if (issue #12 item 4): the simulator's bubble model
-  (:class:`nbtune.allocators.bubbles.PipelineHost`, its ephemeral GPUs) fed
-  only with what the held iterations measured (iteration time, each stage's
-  idle fraction) predicts the gated iterations' bubble seconds, the bubble
-  fill and the host's slowdown; printed against the measured ones.
+  (:class:`nbtune.allocators.bubbles.PipelineHost`) calibrated by a
+  co-location probe (the run's first third of measured iterations: slowdown,
+  fill, compute stretch) and fed the later iterations' held figures predicts
+  their slowdown, bubble seconds and fill (:func:`nbtune.bubbles.probe.what_if`),
+  next to the old model's (no slowdown, fill 0.6); ``benchmarks/bubble_fidelity.py``
+  is the dedicated check.
 
 On CPU a stage and its guest share one core (pinned), so the guest competes
 for the very resource the host uses, caches and memory bandwidth included;
@@ -36,9 +38,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from nbtune.allocators.bubbles import PipelineHost as BubbleModel
 from nbtune.bubbles import GuestSpec, HostSpec, PipelineHost, one_f_one_b_bubble, overlap
 from nbtune.bubbles.guest import train_guest
+from nbtune.bubbles.probe import iteration_window as window
+from nbtune.bubbles.probe import phase, what_if
 from nbtune.bubbles.timeline import clip, idle_windows, merge, total
 
 
@@ -76,49 +79,6 @@ def ab(run, guests: dict[int, GuestSpec], solo_step: dict[str, float]) -> dict:
                   "handoff_median_ms": 1e3 * statistics.median(run.handoffs[s]),
                   "handoff_max_ms": 1e3 * max(run.handoffs[s])}
     return out
-
-
-def window(run, k: int, s: int) -> tuple[float, float]:
-    """Iteration ``k`` of stage ``s``: from its start to the next one's (the gap between
-    iterations is the stage's idle time too); how :func:`ab` measures bubbles."""
-    spec = run.spec
-    lo = run.stage_spans[k][s][0]
-    hi = run.stage_spans[k + 1][s][0] if k + 1 < spec.iterations else run.stage_spans[k][s][1]
-    return lo, hi
-
-
-def held_idle(run) -> tuple[float, list[float]]:
-    """Mean held iteration time and each stage's idle fraction in held iterations (the host
-    without guests), windows as :func:`ab` measures them: all a what-if may be fed."""
-    spec = run.spec
-    its = [k for k in range(spec.warmup, spec.iterations) if not spec.gated(k)]
-    idle, spans = [], []
-    for s in range(spec.stages):
-        stage = [iv for it in run.iterations for iv in it[s]]
-        ws = [window(run, k, s) for k in its]
-        spans.append(sum(hi - lo for lo, hi in ws) / len(ws))
-        idle.append(sum(total(idle_windows(stage, lo, hi)) for lo, hi in ws)
-                    / sum(hi - lo for lo, hi in ws))
-    return sum(spans) / len(spans), idle
-
-
-def what_if(run, f: dict, guests: dict) -> dict:
-    """The sim model's prediction for the gated iterations against what they measured."""
-    spec = run.spec
-    t_held, idle = held_idle(run)
-    model = BubbleModel(spec.stages, spec.microbatches, iteration_time=t_held,
-                        idle=tuple(min(x, 0.999) for x in idle))
-    n = sum(spec.gated(k) for k in range(spec.warmup, spec.iterations))
-    horizon = n * t_held  # the model's host runs at its own pace: no slowdown
-    gpus = model.ephemeral_gpus(0)
-    bubble = sum(w.gpu_seconds for s in guests for w in model.windows(s, horizon))
-    progress = sum(gpus[s].speed * horizon for s in guests)
-    measured_bubble = sum(f[s]["bubble_s"] for s in guests)
-    measured_fill = sum(f[s]["progress_s"] for s in guests) / measured_bubble
-    return {"bubble_s": (round(bubble, 3), round(measured_bubble, 3)),
-            "fill": (round(progress / bubble, 3), round(measured_fill, 3)),
-            "slowdown": (0.0, round(f["gated_s"] / f["held_s"] - 1.0, 4)),
-            "idle_fed": [round(x, 3) for x in idle], "iteration_fed_s": round(t_held, 4)}
 
 
 def main() -> None:
@@ -164,8 +124,12 @@ def main() -> None:
             fills.append(sum(f[s]["progress_s"] for s in guests) / sum(f[s]["bubble_s"] for s in guests))
             losses.append(1.0 - f["held_s"] / f["gated_s"])
             no_overlap &= all(f[s]["overlap_s"] == 0.0 for s in guests)
-            whatifs.append(what_if(r, f, guests))
-            print(f"rep {rep} what-if (predicted, measured): {whatifs[-1]}", flush=True)
+            cut = spec.warmup + (spec.iterations - spec.warmup) // 3 // 2 * 2
+            steps = {n: x.step_time() for n, x in solo_runs.items()}
+            whatifs.append(what_if(phase(r, range(spec.warmup, cut), guests, steps),
+                                   phase(r, range(cut, spec.iterations), guests, steps),
+                                   spec.microbatches))
+            print(f"rep {rep} what-if (measured, new and old model): {whatifs[-1]}", flush=True)
             gated_s = f["gated_s"]
             print(f"rep {rep} with guests: median iteration held {1e3 * f['held_s']:.1f} ms, "
                   f"gated {1e3 * gated_s:.1f} ms (loss {100 * losses[-1]:.1f} %), fill "
@@ -187,14 +151,11 @@ def main() -> None:
     print(f"bubble time turned into guest progress: {[round(x, 3) for x in fills]} "
           f"(median {100 * fill_med:.0f} %); guests identical to solo runs: {identical}; "
           f"no overlap with the stage's compute: {no_overlap}")
-    err = {k: statistics.median(abs(w[k][0] - w[k][1]) / max(abs(w[k][1]), 1e-9) for w in whatifs)
-           for k in ("bubble_s", "fill")}
-    err["slowdown_points"] = statistics.median(abs(w["slowdown"][1]) for w in whatifs)
-    print(f"what-if, median relative error of the sim model: bubble seconds "
-          f"{100 * err['bubble_s']:.0f} %, fill {100 * err['fill']:.0f} %; host slowdown "
-          f"predicted 0, measured {100 * err['slowdown_points']:.1f} %")
+    err = {f"{k}_{f}": round(statistics.median(abs(w[f"{k}_error"][f]) for w in whatifs), 3)
+           for k in ("new", "old") for f in ("slowdown", "fill", "bubble_s")}
+    print(f"what-if, median relative errors (probe-calibrated model 'new', assumed 'old'): {err}")
     figures = {"host_throughput_loss": round(loss, 4),
-               "whatif": whatifs, "whatif_error": {k: round(v, 3) for k, v in err.items()},
+               "whatif_error": err,
                "host_throughput_loss_per_rep": [round(x, 4) for x in losses],
                "host_loss_vs_separate_alone_runs": [round(x, 4) for x in sep_losses],
                "bubble_fill": round(fill_med, 3), "bubble_fill_per_rep": [round(x, 3) for x in fills],

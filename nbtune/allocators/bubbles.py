@@ -23,7 +23,9 @@ with the model that sizes it and the policy that fills it:
     is the fraction of a GPU a squeezed-in trial gets; :class:`BubbleSqueezer`
     wraps any allocator and gives those GPUs only to pausable trials that fit
     the memory the stage leaves. The simulator runs it unchanged: a trial on
-    an ephemeral GPU progresses at that GPU's speed.
+    an ephemeral GPU progresses at that GPU's speed. What a guest costs the
+    host and gets from a bubble is measured by a co-location probe
+    (:class:`~nbtune.allocators.bubble_model.CoLocation`), not assumed.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.bubble_model import CoLocation
 from nbtune.allocators.fluid import FluidEstimator
 from nbtune.allocators.profiling import profile_for
 from nbtune.core.resources import GPU, ClusterSpec, Placement
@@ -108,7 +111,13 @@ class PipelineHost:
     left). ``efficiency`` is the share of a bubble a squeezed trial turns into
     progress (pause/resume at layer hooks and kernel start-up eat the rest;
     Hydro measured a ResNet-18 trial at ~15 % of its exclusive throughput in
-    a GPT job's bubbles).
+    a GPT job's bubbles). ``idle``: each stage's *measured* idle share (else
+    the formula's). ``colocation``: what a co-location probe measured (the
+    host's slowdown under a guest, the guest's fill of a bubble, the stage's
+    compute stretch); with it the host's iterations take T(1 + σ), each
+    stage idles :func:`~nbtune.allocators.bubble_model.gated_idle` of them and
+    a guest progresses at fill × that share (``efficiency`` is then unused).
+    Without it: no slowdown, speed = idle share × ``efficiency`` (an assumption).
     """
 
     stages: int
@@ -120,6 +129,7 @@ class PipelineHost:
     activation_gb: float = 4.0
     efficiency: float = 0.6
     idle: tuple[float, ...] = ()
+    colocation: CoLocation | tuple[CoLocation, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.stages < 1 or self.micro_batches < 1 or self.gpus_per_stage < 1:
@@ -130,6 +140,8 @@ class PipelineHost:
             raise ValueError(f"efficiency must be in (0, 1], got {self.efficiency}")
         if self.idle and (len(self.idle) != self.stages or not all(0 <= x < 1 for x in self.idle)):
             raise ValueError(f"idle needs one fraction in [0, 1) per stage, got {self.idle}")
+        if isinstance(self.colocation, tuple) and len(self.colocation) != self.stages:
+            raise ValueError(f"colocation needs one probe per stage, got {len(self.colocation)}")
         if self.memory_left(0) < 0:
             raise ValueError("the host job's first stage does not fit its GPU memory")
 
@@ -143,6 +155,37 @@ class PipelineHost:
         """The idle fraction of ``stage``: measured if given, else :attr:`bubble_ratio`."""
         return self.idle[stage] if self.idle else self.bubble_ratio
 
+    def probe(self, stage: int) -> CoLocation | None:
+        """The co-location probe's numbers for ``stage`` (one for all stages, or per stage)."""
+        c = self.colocation
+        return c[stage] if isinstance(c, tuple) else c
+
+    @property
+    def gated_iteration_time(self) -> float:
+        """Seconds per iteration with guests in the bubbles: T(1 + max σ), the slowest stage
+        setting the pipeline's pace (T without a probe)."""
+        if self.colocation is None:
+            return self.iteration_time
+        return max(c.iteration_time(self.iteration_time)
+                   for c in (self.probe(s) for s in range(self.stages)) if c is not None)
+
+    def gated_stage_idle(self, stage: int) -> float:
+        """``stage``'s idle share of a gated iteration: 1 − κ(1 − i)T / T(1 + σ)
+        (:meth:`stage_idle` without a probe)."""
+        c, idle = self.probe(stage), self.stage_idle(stage)
+        if c is None:
+            return idle
+        busy = c.compute_stretch * (1.0 - idle) * self.iteration_time
+        return max(1.0 - busy / self.gated_iteration_time, 0.0)
+
+    def guest_speed(self, stage: int) -> float:
+        """A guest's progress per second beside ``stage``: fill × gated idle share (measured),
+        or idle share × ``efficiency`` (assumed) without a probe."""
+        c = self.probe(stage)
+        if c is None:
+            return self.stage_idle(stage) * self.efficiency
+        return c.fill * self.gated_stage_idle(stage)
+
     def memory_left(self, stage: int) -> float:
         """GPU memory a guest may use on ``stage`` (activations for p − s micro-batches held)."""
         if not 0 <= stage < self.stages:
@@ -155,12 +198,13 @@ class PipelineHost:
 
         One forward+backward slot lasts T/(m + p − 1); stage s waits s slots
         for its first forward (warm-up) and p − 1 − s slots for the last
-        backward (cool-down) in each iteration.
+        backward (cool-down) in each iteration. With measured idle shares or a
+        probe, the formula's shape with the measured length (gated iterations).
         """
-        p, s, T = self.stages, stage, self.iteration_time
+        p, s, T = self.stages, stage, self.gated_iteration_time
         slot = T / (self.micro_batches + p - 1)
-        if self.idle and self.bubble_ratio > 0:  # the formula's shape, the measured length
-            slot *= self.idle[s] / self.bubble_ratio
+        if (self.idle or self.colocation is not None) and self.bubble_ratio > 0:
+            slot *= self.gated_stage_idle(s) / self.bubble_ratio
         out: list[IdleWindow] = []
         k = 0
         while k * T < horizon:
@@ -174,10 +218,10 @@ class PipelineHost:
         return out
 
     def ephemeral_gpus(self, first_id: int, node_prefix: str = "host") -> tuple[GPU, ...]:
-        """The host's GPUs as guests see them: speed = idle fraction × efficiency, memory left."""
+        """The host's GPUs as guests see them: speed :meth:`guest_speed`, memory left."""
         return tuple(
             GPU(first_id + s * self.gpus_per_stage + j, f"{node_prefix}{s}", "bubble",
-                self.stage_idle(s) * self.efficiency, self.memory_left(s))
+                self.guest_speed(s), self.memory_left(s))
             for s in range(self.stages) for j in range(self.gpus_per_stage)
         )
 
@@ -308,6 +352,7 @@ class BubbleSqueezer(BaseAllocator):
 
     @staticmethod
     def speedup_bound(host: PipelineHost, exclusive_gpus: int) -> float:
-        """Capacity with bubbles over capacity without: 1 + p·g·ratio·efficiency / exclusive."""
-        extra = host.stages * host.gpus_per_stage * host.bubble_ratio * host.efficiency
+        """Capacity with bubbles over capacity without: 1 + g·Σ guest speed / exclusive
+        (1 + p·g·ratio·efficiency / exclusive for the formula's host without a probe)."""
+        extra = host.gpus_per_stage * sum(host.guest_speed(s) for s in range(host.stages))
         return 1.0 + extra / max(exclusive_gpus, 1)

@@ -1,0 +1,152 @@
+"""A co-location probe read off a real host run: the numbers the sim's bubble model takes.
+
+A host run with ``HostSpec.ab_block = 1`` alternates *gated* iterations (the
+guest computes in the bubbles) with *held* ones (the stage keeps its slot, the
+guest sleeps), so both see the same load of a shared machine. :func:`phase`
+reads, for any stretch of those iterations, what each stage measured: the
+iteration windows (a stage's start to its next start: the gap between
+iterations is idle time too), the compute seconds in each, the idle seconds
+of the gated ones and the guest's steps finished in them. From a short first
+stretch :meth:`Phase.colocation` gives the
+:class:`~nbtune.allocators.bubble_model.CoLocation` (slowdown, fill, compute
+stretch) the simulator's model is calibrated with; a later stretch is what
+the calibrated model must predict (``benchmarks/bubble_fidelity.py``).
+Nothing here is an oracle for the later stretch: a probe sees only its own
+iterations.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from nbtune.allocators.bubble_model import CoLocation
+from nbtune.allocators.bubbles import PipelineHost as BubbleModel
+from nbtune.bubbles.guest import GuestSpec
+from nbtune.bubbles.host import HostRun
+from nbtune.bubbles.timeline import idle_windows, total
+
+__all__ = ["Phase", "phase", "iteration_window", "forecast", "what_if"]
+
+
+def iteration_window(run: HostRun, k: int, s: int) -> tuple[float, float]:
+    """Iteration ``k`` of stage ``s``: from its start to the next one's start (its own end
+    for the last iteration)."""
+    lo = run.stage_spans[k][s][0]
+    nxt = k + 1 < run.spec.iterations
+    return lo, run.stage_spans[k + 1][s][0] if nxt else run.stage_spans[k][s][1]
+
+
+@dataclass
+class Phase:
+    """Per stage, what a stretch of an A/B host run measured (seconds; lists over iterations)."""
+
+    held_s: list[list[float]] = field(default_factory=list)
+    gated_s: list[list[float]] = field(default_factory=list)
+    held_busy_s: list[list[float]] = field(default_factory=list)
+    gated_busy_s: list[list[float]] = field(default_factory=list)
+    held_idle_s: list[float] = field(default_factory=list)  # summed over held iterations
+    bubble_s: list[float] = field(default_factory=list)  # idle, summed over gated iterations
+    steps: list[int] = field(default_factory=list)  # guest steps finished in gated iterations
+    progress_s: list[float] = field(default_factory=list)  # steps × the guest's solo step time
+
+    @property
+    def stages(self) -> list[int]:
+        return list(range(len(self.held_s)))
+
+    @property
+    def gated(self) -> int:
+        return len(self.gated_s[0])
+
+    def held_iteration(self) -> float:
+        """Median held iteration time (mean over stages): the host's pace without a guest."""
+        return statistics.mean(statistics.median(x) for x in self.held_s)
+
+    def held_idle(self, s: int) -> float:
+        """Stage ``s``'s idle share in the held iterations (what a host publishes alone)."""
+        return self.held_idle_s[s] / sum(self.held_s[s])
+
+    def slowdown(self) -> float:
+        """Median gated over median held iteration time − 1, mean over stages."""
+        return statistics.mean(statistics.median(g) / statistics.median(h) - 1.0
+                               for g, h in zip(self.gated_s, self.held_s, strict=True))
+
+    def fill(self, stages: Iterable[int] | None = None) -> float:
+        """Guest progress seconds per bubble second over the gated iterations."""
+        ss = self.stages if stages is None else list(stages)
+        return sum(self.progress_s[s] for s in ss) / sum(self.bubble_s[s] for s in ss)
+
+    def colocation(self, s: int) -> CoLocation:
+        """The probe's numbers for stage ``s`` (σ shared: the host's iteration is one)."""
+        c = CoLocation.measure(self.held_s[s], self.gated_s[s], held_busy_s=self.held_busy_s[s],
+                               gated_busy_s=self.gated_busy_s[s], bubble_s=self.bubble_s[s],
+                               progress_s=self.progress_s[s])
+        return CoLocation(self.slowdown(), c.fill, c.compute_stretch)
+
+
+def phase(run: HostRun, its: Iterable[int], guests: Mapping[int, GuestSpec],
+          solo_step: Mapping[str, float]) -> Phase:
+    """Read iterations ``its`` of ``run`` (an ``ab_block`` run) stage by stage.
+
+    ``guests`` maps stage to guest; ``solo_step`` the guest's name to its
+    solo seconds per step (measured alone, as a scheduler's profiler would).
+    """
+    spec, its = run.spec, list(its)
+    out = Phase()
+    for s in range(spec.stages):
+        stage = [iv for it in run.iterations for iv in it[s]]
+        held, gated, hb, gb = [], [], [], []
+        held_idle = bubble = 0.0
+        steps = 0
+        g = guests.get(s)
+        ends = run.guests[g.name].step_ends if g is not None else []
+        for k in its:
+            lo, hi = iteration_window(run, k, s)
+            idle = total(idle_windows(stage, lo, hi))
+            if spec.gated(k):
+                gated.append(hi - lo)
+                gb.append(hi - lo - idle)
+                bubble += idle
+                steps += sum(lo <= e < hi for e in ends)
+            else:
+                held.append(hi - lo)
+                hb.append(hi - lo - idle)
+                held_idle += idle
+        out.held_s.append(held)
+        out.gated_s.append(gated)
+        out.held_busy_s.append(hb)
+        out.gated_busy_s.append(gb)
+        out.held_idle_s.append(held_idle)
+        out.bubble_s.append(bubble)
+        out.steps.append(steps)
+        out.progress_s.append(steps * (solo_step[g.name] if g is not None else 0.0))
+    return out
+
+
+def forecast(model: BubbleModel, gated: int) -> dict[str, float]:
+    """What ``model`` says ``gated`` gated iterations measure: the host's slowdown, the
+    stages' bubble seconds (from its windows) and the guests' fill of them."""
+    horizon = gated * model.gated_iteration_time
+    bubble = [sum(w.gpu_seconds for w in model.windows(s, horizon)) for s in range(model.stages)]
+    progress = [model.guest_speed(s) * horizon for s in range(model.stages)]
+    return {"slowdown": model.gated_iteration_time / model.iteration_time - 1.0,
+            "fill": sum(progress) / sum(bubble), "bubble_s": sum(bubble)}
+
+
+def what_if(probe: Phase, target: Phase, microbatches: int) -> dict[str, dict[str, float]]:
+    """The probe-calibrated model (``new``) and the assumed one (``old``: no slowdown, fill =
+    its ``efficiency``) against ``target``'s gated iterations (``measured``), both fed only
+    ``target``'s held figures (what the host publishes without a guest); ``*_error``: the
+    relative errors."""
+    feed = {"iteration_time": target.held_iteration(),
+            "idle": tuple(min(target.held_idle(s), 0.999) for s in target.stages)}
+    stages = len(target.stages)
+    new = BubbleModel(stages, microbatches, **feed,
+                      colocation=tuple(probe.colocation(s) for s in probe.stages))
+    old = BubbleModel(stages, microbatches, **feed)
+    got = {"slowdown": target.slowdown(), "fill": target.fill(), "bubble_s": sum(target.bubble_s)}
+    out = {"measured": got, "new": forecast(new, target.gated), "old": forecast(old, target.gated)}
+    for k in ("new", "old"):
+        out[f"{k}_error"] = {f: (out[k][f] - v) / abs(v) if v else 0.0 for f, v in got.items()}
+    return out
