@@ -111,7 +111,8 @@ def probe_overhead(client: Any, worker: str) -> float | None:
     try:
         out = client.run(measure_overhead, workers=[worker])[worker]
     except Exception as exc:  # noqa: BLE001 - unmeasured only means auto keeps processes
-        log.warning("measuring the trial process overhead failed: %r", exc)
+        # after an experiment its cluster may be closing: nothing for the user to act on
+        log.debug("measuring the trial process overhead failed: %r", exc)
         return None
     log.debug("process overhead per report: %s", out)
     return out.get("overhead")
