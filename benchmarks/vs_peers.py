@@ -14,9 +14,8 @@ machine).
 * nbtune: ``nbtune.tune(train, space, metric=..., mode="max", max_budget=27,
   num_trials=64)``: defaults only (runtime "auto": a local Dask cluster sized
   to the machine; ASHA in stopping mode). *cold*: a fresh process, cluster and
-  warm-process start-up included; *warm*: a second experiment (same seed, so the
-  same configurations) in the same
-  process (as in a notebook).
+  warm-process start-up included; *warm*: a second experiment in the same
+  process (as in a notebook), with the same seed (the same configurations).
 * Optuna: ``SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)``,
   ``n_jobs=1`` and ``n_jobs=2``, in-process.
 * Ray Tune: ``ASHAScheduler(max_t=27, grace_period=1, reduction_factor=3)``,
