@@ -12,6 +12,9 @@ runtime's profiler measured (``hints["profiles"]``), per decision:
    packed on one idle GPU (Fluid §4.2.2's "trial and error"), which gives
    the profiler T^2 and so c. On a GPU where packing does not pay this
    costs at most those two trials' slowdown, the same work FIFO would do.
+   On CPU stand-ins the probe first waits for the trial's runnable share
+   (``awaits_demand``): a trial that fills its core settles c = 1 with no
+   probe, and one that leaves room is probed.
 2. A measured c > 1 or d > 1 for the trials in play: ``fluid+knapsack``
    (HyperSack's demands, Fluid's widths) with c and d as measured; an
    unmeasured d is 1 (a plain training function gains nothing from a second
@@ -82,12 +85,14 @@ class AutoAllocator(BaseAllocator):
         """The profile of a model timed alone whose packing nobody measured, if a probe may run."""
         if not self.probe or not view.idle_gpus:
             return None
-        due = [p for p in profs if 1 in p.packing and not p.c_measured]
+        store = view.hints.get("profiles")
+        awaits = getattr(store, "awaits_demand", None)  # CPU stand-ins: measure room first
+        due = [p for p in profs if 1 in p.packing and not p.c_measured
+               and not (awaits is not None and awaits(p.signature))]
         if not due:
             return None
         # a probe under way (trials packed on a GPU): wait for its measurement. Read from
         # the view, not remembered, so a resumed run decides as the first one did
-        store = view.hints.get("profiles")
         probing = {q.signature for tid, pl in view.running.items() if pl and pl[0][1] < 1.0
                    and (q := profile_for(store, view.trial(tid).config)) is not None}
         return next((p for p in due if p.signature not in probing), None)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from nbtune.allocators.profile_summary import fit_resize_cost, summarize
@@ -42,49 +42,13 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import GPU, Demand, Placement
 from nbtune.runtimes.model_key import model_key
+from nbtune.runtimes.profile_samples import SAMPLES, Mark, Obs, add, mean
 
 __all__ = ["Profiler", "model_key", "attach_profiler"]
 
 log = logging.getLogger(__name__)
 
 _TOL = 1e-6
-
-
-@dataclass
-class _Obs:
-    """Raw measurements of one signature in this run."""
-
-    packing: dict[int, list[float]] = field(default_factory=dict)   # p -> unit times, width 1/p
-    scaling: dict[int, list[float]] = field(default_factory=dict)   # w -> unit times, alone
-    first: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # (p, w) after a start
-    util: list[float] = field(default_factory=list)
-    demand: list[float] = field(default_factory=list)  # runnable share; the max is used
-    memory: list[float] = field(default_factory=list)
-    resize: list[tuple] = field(default_factory=list)  # see fit_resize_cost
-
-
-@dataclass
-class _Mark:
-    time: float
-    budget: float
-    p: int
-    w: int
-    gen: int
-    first: bool
-    resized_at: float | None = None
-
-
-#: samples kept per shape (HyperSack's sampler takes ~10 iterations; more only smooths noise)
-SAMPLES = 64
-
-
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
-
-
-def _add(xs: list[float], x: float) -> None:
-    if len(xs) < SAMPLES:
-        xs.append(x)
 
 
 class Profiler:
@@ -107,16 +71,18 @@ class Profiler:
         self.history = history
         self.keys = None if signature_keys is None else list(signature_keys)
         self.threshold, self.min_gain = threshold, min_gain
+        #: the runtime's GPUs are time-sliced CPU stand-ins whose samples carry runnable shares
+        self.time_sliced = False
         self.model = ""
         self._engine: Any = None
-        self._obs: dict[str, _Obs] = {}
+        self._obs: dict[str, Obs] = {}
         self._cache: dict[str, Profile | None] = {}
         self._hist: dict[str, Profile | None] = {}
         self._sig_of: dict[int, str] = {}
         self._where: dict[int, Placement] = {}      # trial -> placement it holds
         self._on_gpu: dict[int, set[int]] = {}      # gpu -> trials
         self._gen: dict[int, int] = {}              # gpu -> changes of occupancy
-        self._marks: dict[int, _Mark] = {}
+        self._marks: dict[int, Mark] = {}
         self._started: set[int] = set()             # trials whose process is running
         self._sigs: dict[int, tuple[Mapping[str, Any], str]] = {}
 
@@ -187,10 +153,10 @@ class Profiler:
         obs = self._obs.get(sig)
         if obs is None:
             return past
-        pack = {p: _mean(v) for p, v in obs.packing.items() if v}
-        scale = {w: _mean(v) for w, v in obs.scaling.items() if v}
+        pack = {p: mean(v) for p, v in obs.packing.items() if v}
+        scale = {w: mean(v) for w, v in obs.scaling.items() if v}
         # set-up intervals only where nothing else is known, scaled by steady/set-up time alone
-        first = {pw: _mean(v) for pw, v in obs.first.items() if v}
+        first = {pw: mean(v) for pw, v in obs.first.items() if v}
         alone = first.pop((1, 1), None)
         if alone is not None:
             pack.setdefault(1, alone)
@@ -201,12 +167,21 @@ class Profiler:
             elif p == 1 and w not in scale:
                 scale[w] = t * k
         base = past or Profile(sig)
-        util = min(max(_mean(obs.util), 0.01), 1.0) if obs.util else base.demand.compute
+        util = min(max(mean(obs.util), 0.01), 1.0) if obs.util else base.demand.compute
         mem = max(obs.memory) if obs.memory else base.demand.memory_gb
         return summarize(base, pack, scale, Demand(util, mem, base.demand.cpus),
                          fit_resize_cost(obs.resize, pack, scale) or base.resize_cost,
                          self.threshold, self.min_gain,
-                         runnable=max(obs.demand) if len(obs.demand) > 1 else None)
+                         runnable=self.runnable(sig))
+
+    def runnable(self, sig: str) -> float | None:
+        """The highest runnable share sampled of ``sig`` alone (None: fewer than two samples)."""
+        obs = self._obs.get(sig)
+        return max(obs.demand) if obs is not None and len(obs.demand) > 1 else None
+
+    def awaits_demand(self, sig: str) -> bool:
+        """A packing probe of ``sig`` should wait: its runnable share, which may settle c, is due."""
+        return self.time_sliced and self.runnable(sig) is None
 
     def probe(self, workload: Any, configs: Iterable[Mapping[str, Any]],
               gpu: GPU | None = None) -> list[Profile]:
@@ -330,7 +305,7 @@ class Profiler:
             t = eng.trials.get(tid)
             budget = t.budget_used if t is not None else 0.0
         old = self._marks.get(tid)
-        self._marks[tid] = _Mark(now, budget, ctx[0], ctx[1], ctx[2], first,
+        self._marks[tid] = Mark(now, budget, ctx[0], ctx[1], ctx[2], first,
                                  old.resized_at if old is not None and first else None)
 
     def _reported(self, eng: Any, e: ev.TrialReported, touched: set[str]) -> None:
@@ -347,17 +322,17 @@ class Profiler:
         ctx = self._context(tid)
         if m is not None and ctx is not None and sig is not None and e.budget > m.budget + _TOL:
             unit = (e.time - m.time) / (e.budget - m.budget)
-            obs = self._obs.setdefault(sig, _Obs())
+            obs = self._obs.setdefault(sig, Obs())
             if m.resized_at is not None:  # resolved once both widths' unit times are known
                 obs.resize.append(((m.p, m.w), (ctx[0], ctx[1]), m.resized_at - m.time,
                                    e.time - m.resized_at, e.budget - m.budget))
             elif (ctx[0], ctx[1], ctx[2]) == (m.p, m.w, m.gen) and unit > 0:
                 if m.first:
-                    _add(obs.first.setdefault((m.p, m.w), []), unit)
+                    add(obs.first.setdefault((m.p, m.w), []), unit)
                 elif m.w == 1:
-                    _add(obs.packing.setdefault(m.p, []), unit)
+                    add(obs.packing.setdefault(m.p, []), unit)
                 else:
-                    _add(obs.scaling.setdefault(m.w, []), unit)
+                    add(obs.scaling.setdefault(m.w, []), unit)
             touched.add(sig)
         self._mark(eng, tid, e.time, e.budget, first=False, ctx=ctx)
 
@@ -377,13 +352,13 @@ class Profiler:
         pl = self._where.get(tid, ())
         if len(pl) != 1 or pl[0][1] < 1 - _TOL or self._on_gpu.get(pl[0][0]) != {tid}:
             return  # only a trial alone on one whole GPU shows its own demand
-        obs = self._obs.setdefault(sig, _Obs())
+        obs = self._obs.setdefault(sig, Obs())
         if util > 0 or not self._marks[tid].first:  # a 0 before a report may be a start-up
-            _add(obs.util, float(util))
+            add(obs.util, float(util))
             if runnable is not None:
-                _add(obs.demand, float(runnable))
+                add(obs.demand, float(runnable))
         if memory_gb > 0:
-            _add(obs.memory, float(memory_gb))
+            add(obs.memory, float(memory_gb))
         touched.add(sig)
 
 
@@ -396,5 +371,6 @@ def attach_profiler(runtime: Any, engine: Any, trainable: Any) -> Profiler:
     prof = getattr(runtime, "profiler", None)
     if prof is None:
         prof = runtime.profiler = Profiler()
+    prof.time_sliced = bool(getattr(runtime, "time_sliced_gpus", False))
     prof.attach(engine, trainable)
     return prof

@@ -92,3 +92,34 @@ def test_the_packing_probe_leaves_held_trials_where_their_process_waits():
     assert out.launch[0] == ((0, 1.0),) and out.launch[1] == ((1, 1.0),)
     probe = {t for t, pl in out.launch.items() if pl[0][1] < 1.0}
     assert probe == {2, 3} and {out.launch[t][0][0] for t in probe} == {2}
+
+
+@pytest.mark.parametrize("runnable, probed", [(None, False), (0.99, False), (0.4, True)])
+def test_on_time_sliced_gpus_the_probe_waits_for_the_runnable_share(runnable, probed):
+    """CPU stand-ins: no packing probe before the trial's runnable share is measured; one that
+    fills its core settles c = 1 with no probe, one that waits on data half the time is probed."""
+    from nbtune.allocators.profiling import Profile, model_signature
+    from nbtune.core.resources import ClusterSpec
+    from nbtune.core.trial import TrialRecord, TrialSpec, TrialState
+    from nbtune.runtimes.profile_samples import Obs
+    from tests.allocators.fluid_views import View
+
+    cfg = {"layers": 2}
+    sig = model_signature(cfg)
+    prof = Profiler()
+    prof.time_sliced = True
+    prof.put(Profile(sig, unit_time=1.0, packing={1: 1.0}))  # its time alone is known
+    if runnable is not None:
+        prof._obs.setdefault(sig, Obs()).demand.extend([runnable - 0.1, runnable])
+    specs = [TrialSpec(t, dict(cfg), 9.0) for t in range(4)]
+    trials = {s.trial_id: TrialRecord(s.trial_id, dict(cfg), TrialState.PENDING,
+                                      target_budget=9.0) for s in specs}
+    view = View(ClusterSpec.homogeneous(2), trials, {}, specs, hints={"profiles": prof})
+    out = AutoAllocator().allocate(view)
+    packed = {t for t, pl in out.launch.items() if pl[0][1] < 1.0}
+    assert bool(packed) == probed, out.launch
+    if runnable == 0.99:
+        assert prof.get(sig).c_measured and prof.get(sig).c == 1  # known without a probe
+    prof.time_sliced = False  # a GPU (no runnable share): timing decides, the probe runs
+    if runnable is None:
+        assert {t for t, pl in AutoAllocator().allocate(view).launch.items() if pl[0][1] < 1}

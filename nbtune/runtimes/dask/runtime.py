@@ -82,15 +82,15 @@ class DaskRuntime:
     False for full isolation). ``gpu_speeds``: relative speeds by GPU or worker name.
     ``execution``: a trial runs in a ``"process"``, a ``"thread"`` of its worker (stopped only
     at a report) or ``"auto"``: threads where steps are tiny, measured (:mod:`.execution`).
-    A runtime runs experiments one after another on the same cluster and warm processes. A
-    cluster it started is shut down when an experiment ends unless ``keep=True`` (then on
-    :meth:`close`, as :func:`shared_runtime`'s at exit); one it was given stays open.
+    It runs experiments one after another on one cluster and its warm processes; a cluster
+    it started ends with an experiment unless ``keep=True`` (then on :meth:`close`).
     """
 
     name = "dask"
     virtual_clock = False
     keeps_checkpoints = True
     live_workers = True
+    time_sliced_gpus = property(lambda self: self.gpus is False)  # CPU stand-ins (.profiler)
 
     def __init__(
         self,
