@@ -32,6 +32,7 @@ from nbtune.runtimes.dask.pool import _Child, get_pool
 __all__ = ["start_rank", "run_rank", "deliver", "active_children"]
 
 POLL = 0.02
+_WAKE: dict[str, Any] = {"k": "wake"}  # the reader's "the process ended" to a sleeping relay
 MAILBOX_TTL = 600.0  # seconds undelivered control is kept for a rank that has not started
 _LOCK = threading.Lock()
 _ACTIVE: dict[str, _Active] = {}
@@ -60,9 +61,10 @@ class _PipeReader:
     """
 
     def __init__(self, loop: Any, child: _Child, tag: dict[str, Any], topic: str,
-                 put: Emit) -> None:
+                 put: Emit, wake: Any = None) -> None:
         self.loop, self.child, self.tag, self.topic, self.put = loop, child, tag, topic, put
         self.done: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
+        self.wake = wake  # the relay's control queue: it sleeps on it (see _relay)
         self._fd = child.conn.fileno()
         self._on = False
 
@@ -95,6 +97,8 @@ class _PipeReader:
         if end:
             self._off()
             self.done.put(exit_msg)
+            if self.wake is not None:
+                self.wake.put(_WAKE)
 
     def _off(self) -> None:
         if self._on:
@@ -214,7 +218,7 @@ def start_rank(worker: Any, job: dict[str, Any], emit: Emit, put: Emit) -> None:
     loop = worker.loop.asyncio_loop
     if sent:
         assert entry.child is not None
-        entry.reader = _PipeReader(loop, entry.child, _tag(job), job["topic"], put)
+        entry.reader = _PipeReader(loop, entry.child, _tag(job), job["topic"], put, entry.control)
         entry.reader.start()
     threading.Thread(target=run_rank, args=(worker, job, entry, child_job, sent, emit, put),
                      daemon=True, name=f"nbtune-{job['run_key']}-r{job['rank']}").start()
@@ -264,7 +268,7 @@ def run_rank(worker: Any, job: dict[str, Any], entry: _Active, child_job: dict[s
             entry.child = get_pool().take(refill=not job.get("reuse"))
             entry.child.conn.send(child_job)
             entry.reader = _PipeReader(worker.loop.asyncio_loop, entry.child, tag, job["topic"],
-                                       put)
+                                       put, entry.control)
             worker.loop.add_callback(entry.reader.start)
         out = _relay(entry, tag, job["topic"], job.get("memory_limit"), emit)
         assert entry.child is not None
@@ -336,11 +340,14 @@ def _relay(entry: _Active, tag: dict[str, Any], topic: str, memory_limit: float 
     next_mem = 0.0
     while exit_msg is None:
         made_up: dict[str, Any] | None = None
-        while True:
-            try:
-                msg = entry.control.get_nowait()
-            except queue.Empty:
-                break
+        try:  # asleep until control arrives or the reader saw the end (_WAKE): a verdict
+            first: dict[str, Any] | None = entry.control.get(timeout=POLL)  # waits no poll
+        except queue.Empty:
+            first = None
+        while first is not None or not entry.control.empty():
+            msg, first = (first if first is not None else entry.control.get_nowait()), None
+            if msg is _WAKE:
+                continue
             if msg.get("k") == "kill":
                 made_up = {"k": "exit", "ok": False, "killed": True, "oom": False,
                            "error": str(msg.get("reason", "killed by the runtime"))}
@@ -349,7 +356,7 @@ def _relay(entry: _Active, tag: dict[str, Any], topic: str, memory_limit: float 
                 child.conn.send(msg)
         if made_up is None:
             try:
-                said = reader.done.get(timeout=POLL)
+                said = reader.done.get_nowait()
             except queue.Empty:
                 said = False
             if said:
