@@ -340,12 +340,12 @@ def _relay(entry: _Active, tag: dict[str, Any], topic: str, memory_limit: float 
     next_mem = 0.0
     while exit_msg is None:
         made_up: dict[str, Any] | None = None
-        try:  # asleep until control arrives or the reader saw the end (_WAKE): a verdict
-            first: dict[str, Any] | None = entry.control.get(timeout=POLL)  # waits no poll
-        except queue.Empty:
-            first = None
-        while first is not None or not entry.control.empty():
-            msg, first = (first if first is not None else entry.control.get_nowait()), None
+        msgs: list[dict[str, Any]] = []
+        with contextlib.suppress(queue.Empty):  # asleep until control or the end (_WAKE)
+            msgs.append(entry.control.get(timeout=POLL))  # a verdict waits no poll
+            while True:
+                msgs.append(entry.control.get_nowait())
+        for msg in msgs:
             if msg is _WAKE:
                 continue
             if msg.get("k") == "kill":
