@@ -95,3 +95,33 @@ def test_not_finished_while_a_surrogate_still_runs():
     algo.on_report(t2.specs[0].trial_id, 1, {"loss": 1.0})
     algo.on_trial_end(t2.specs[0].trial_id, TrialState.COMPLETED)
     assert algo.finished
+
+
+def test_a_best_that_was_trained_already_needs_no_new_target():
+    """A report at a higher budget can make an earlier configuration the best again: its
+    completed TargetTrial counts, so the run finishes though the last target trained another."""
+    algo = EagerTransfer(RandomSearch({"lr": uniform(0, 1)}, metric="loss", max_budget=2,
+                                      num_trials=2, seed=1), scaling=2, fraction=0.0)
+    a, b = [s.trial_id for g in algo.ask(2) for s in g.specs]
+
+    def target_completes(config_of: int) -> int:
+        (t,) = algo.ask(1)
+        spec = t.specs[0]
+        assert spec.config["lr"] == algo.inner.configs[config_of]["lr"]
+        assert algo.on_report(spec.trial_id, 2, {"loss": 1.0}) is Decision.CONTINUE
+        algo.on_trial_end(spec.trial_id, TrialState.COMPLETED)
+        return spec.trial_id
+
+    algo.on_report(a, 1, {"loss": 3.0})
+    algo.on_segment_end(a, 1)
+    target_completes(a)
+    algo.on_report(b, 1, {"loss": 2.0})  # b leads at budget 1
+    algo.on_segment_end(b, 1)
+    last = target_completes(b)
+    algo.ask(0)  # resumes nothing: the inner search issued both trials already
+    algo.on_report(a, 2, {"loss": 0.5})  # a reaches budget 2 first: the best is a again
+    algo.on_trial_end(a, TrialState.COMPLETED)
+    algo.on_report(b, 2, {"loss": 0.9})
+    algo.on_trial_end(b, TrialState.COMPLETED)
+    assert algo.best_config() == algo.inner.configs[a] != algo.targets[last]
+    assert algo.ask(2) == [] and algo.finished
