@@ -246,9 +246,11 @@ class DynamicFluidAllocator(StaticFluidAllocator):
             widths = fill_leftover(widths, est.runtime, n, self.c, self.d, runtimes=est.runtimes)
         return widths
 
-    def pays(self, est: FluidEstimator, tid: int, w: float, w_new: float) -> bool:
-        """Alg. 2's test: is resizing from ``w`` to ``w_new`` worth ε?"""
-        eps = self.resize_overhead
+    def pays(self, est: FluidEstimator, tid: int, w: float, w_new: float,
+             redo: float = 0.0) -> bool:
+        """Alg. 2's test: is resizing from ``w`` to ``w_new`` worth ε (plus ``redo`` seconds of
+        steps trained again when the resize restarts a loop without checkpoints, est.redo)?"""
+        eps = self.resize_overhead + redo
         h_old, h_new = est.runtime(tid, w), est.runtime(tid, w_new)
         if w_new > w + _TOL:
             return h_new + eps < h_old - _TOL
@@ -278,7 +280,8 @@ class DynamicFluidAllocator(StaticFluidAllocator):
             book.checkpoint()
             for tid in downs:
                 pl = book.trial_placement(tid, target[tid])
-                if pl != held[tid]:
+                if pl != held[tid] and self.keeps_paying(est, tid, current[tid], target[tid],
+                                                          held[tid], pl):
                     book.move(tid, pl)
                     resize[tid] = pl
                     shrunk.add(tid)
@@ -290,6 +293,13 @@ class DynamicFluidAllocator(StaticFluidAllocator):
             else:
                 book.commit()
         return self._spread(view, est, book, resize, shrunk)
+
+    def keeps_paying(self, est: FluidEstimator, tid: int, w: float, w_new: float,
+                      old: Placement, new: Placement) -> bool:
+        """A resize that :meth:`pays` still pays once the steps trained again are counted
+        (nothing to count when the runtime resumes it where it was: est.redo is 0)."""
+        redo = est.redo(tid, w_new, old, new)
+        return redo <= 0.0 or self.pays(est, tid, w, w_new, redo)
 
     def _grow(
         self,
@@ -319,6 +329,8 @@ class DynamicFluidAllocator(StaticFluidAllocator):
                 if pl is cur:
                     continue  # it stays where it is (no room at this width)
                 if abs((pl[0][1] if len(pl) == 1 else width(pl)) - w_new) < 1e-6 and pl != cur:
+                    if not self.keeps_paying(est, tid, w_now, w_new, cur, pl):
+                        break  # the move restarts it: the steps it would train again cost more
                     book.move(tid, pl)
                     resize[tid] = pl
                     break
@@ -352,7 +364,9 @@ class DynamicFluidAllocator(StaticFluidAllocator):
             if any(t not in running or t in shrunk for t in tids):
                 continue  # just launched or just scaled down: leave it as placed
             share = min(book.cap[g], 1.0) / len(tids)
-            if all(self.pays(est, t, held[t][0][1], share) for t in tids):
+            if all(self.pays(est, t, held[t][0][1], share)
+                   and self.keeps_paying(est, t, held[t][0][1], share, held[t], ((g, share),))
+                   for t in tids):
                 for t in tids:
                     book.move(t, ((g, share),))
                     resize[t] = held[t]

@@ -93,6 +93,21 @@ class FluidEstimator:
         return _left(view.trial(tid), view.unit_time(tid), view.running.get(tid), target,
                      view.time)
 
+    def redo(self, tid: int, w_new: float, old: Placement, new: Placement) -> float:
+        """Seconds of steps trained again when resizing ``tid`` from ``old`` to ``new`` restarts it.
+
+        A loop that keeps no checkpoint goes back to step 1 when its process is relaunched;
+        the runtime says which resizes relaunch (hint ``"resize_restarts"``: ``"moves"``, a
+        placement on other GPUs; ``"any"``; absent: none). Such a resize costs, beyond ε, the
+        budget trained so far trained again at ``w_new`` (call :meth:`h1` first).
+        """
+        rule = self.view.hints.get("resize_restarts")
+        if rule is None or (rule == "moves" and {g for g, _ in old} == {g for g, _ in new}):
+            return 0.0
+        target = self.view.trial(tid).target_budget
+        left = self.remaining(tid, target)
+        return self.runtime(tid, w_new) * max(target - left, 0.0) / left
+
     def h1(self, targets: Mapping[int, float]) -> dict[int, float]:
         """Remaining runtime at width 1 for each ``{trial_id: target budget}``.
 

@@ -226,10 +226,11 @@ class FluidKnapsackAllocator(KnapsackAllocator):
                 placed = colocate(k, dem, room, prefer=own)
                 if placed is not None:
                     break
-            if placed is None:
-                for i, sh in mine:
+            new = None if placed is None else tuple((room.gpu_ids[i], 1.0) for i in placed)
+            if new is None or not dyn.keeps_paying(est, tid, w, float(len(new)), cur, new):
+                for i, sh in mine:  # (a move that restarts it would cost more than it gains)
                     place([i], sh, dem)
                 continue
             place(placed, 1.0, dem)
-            resize[tid] = tuple((room.gpu_ids[i], 1.0) for i in placed)
+            resize[tid] = new
         return resize

@@ -72,6 +72,8 @@ def test_ray_style_loop_without_checkpoints(client, tmp_path, algorithm):  # noq
     assert all(t.state.is_terminal for t in trials)
     assert max(t.budget_used for t in trials) == EPOCHS  # trained past the first rung
     assert any(1 < t.budget_used < EPOCHS for t in trials) or algorithm != "hyperband"
+    # the runtime told the allocators that moving such a trial sends it back to step 1
+    assert exp.engine.hints["resize_restarts"] == "moves"
     if algorithm in ("asha", "bohb"):  # stopping mode: never paused, never relaunched
         # one process per trial: on one worker throughout with no gap (a share change on
         # that worker, e.g. auto's packing probe ending, is a new row but no relaunch)

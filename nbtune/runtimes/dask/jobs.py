@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
     from nbtune.runtimes.dask.cluster import Slot
 
-__all__ = ["RunSettings", "rank_jobs", "resizes_in_place", "restore_point"]
+__all__ = ["RunSettings", "rank_jobs", "resize_restarts", "resizes_in_place", "restore_point"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,19 @@ def resizes_in_place(run: Run, placement: Placement, slots: Mapping[int, Slot],
                             != rank_env(run.trial_id, slot, new, gpus=s.gpus, mps=s.mps)[0]):
             return False
     return True
+
+
+def resize_restarts(s: RunSettings) -> str | None:
+    """The engine hint ``"resize_restarts"``: which resizes send a trial back to step 1.
+
+    None when the loop checkpoints (a relaunch resumes where it was). Else ``"any"`` on MPS
+    GPUs (every resize relaunches) or ``"moves"`` (only a placement on other GPUs
+    relaunches: :func:`resizes_in_place`). Fluid counts the steps trained again as part of
+    what such a resize costs (:meth:`~nbtune.allocators.fluid_estimator.FluidEstimator.redo`).
+    """
+    if s.checkpointing:
+        return None
+    return "any" if s.gpus and s.mps else "moves"
 
 
 def rank_jobs(run: Run, slots: list[Slot], s: RunSettings, engine: Engine,

@@ -9,12 +9,12 @@ the experiment's :class:`~.driver.RunDriver`), calls ``engine.handle`` once on t
 batch and hands the commands to the driver: a Launch becomes one direct call per rank
 to the worker owning each GPU (:mod:`.handlers`, :mod:`.executor`); Stop, Pause and
 Resize a control message to each rank, which leaves at its next ``report``; after
-Finish the experiment is done once the last processes have left.
+Finish the experiment is done once the last processes have left. The engine is told
+which resizes restart a loop that keeps no checkpoint (hint ``"resize_restarts"``).
 
-Faults: a trial that raises becomes ``TrialFailed(error=traceback)``; a dead
-worker becomes ``TrialFailed(worker_lost=True)`` for each trial on it followed
-by ``ResourcesChanged``; a trial past ``trial_memory_limit`` (or killed by
-the kernel) fails with ``out_of_memory=True``.
+Faults: a trial that raises becomes ``TrialFailed(error=traceback)``; a dead worker
+becomes ``TrialFailed(worker_lost=True)`` for each trial on it followed by
+``ResourcesChanged``; one past ``trial_memory_limit`` (or killed) ``out_of_memory=True``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from nbtune.runtimes.dask.driver import RunDriver
 from nbtune.runtimes.dask.execution import check_execution, check_thread_limits, for_experiment
 from nbtune.runtimes.dask.fused_job import FusedUnits
 from nbtune.runtimes.dask.inbox import Inbox, route
-from nbtune.runtimes.dask.jobs import RunSettings
+from nbtune.runtimes.dask.jobs import RunSettings, resize_restarts
 from nbtune.runtimes.dask.links import WorkerLinks
 from nbtune.runtimes.dask.membership import Membership
 from nbtune.runtimes.dask.runs import Run, WallClock, check_memory_limit, check_timeout
@@ -124,11 +124,11 @@ class DaskRuntime:
         self.host, self.dashboard_address, self.memory_limit = host, dashboard_address, memory_limit
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.sample_interval = float(sample_interval)
-        self.trial_memory_limit = check_memory_limit(trial_memory_limit)
-        self.trial_timeout = check_timeout(trial_timeout)
+        self.trial_memory_limit, self.trial_timeout = (check_memory_limit(trial_memory_limit),
+                                                       check_timeout(trial_timeout))
         self.security, self.connect_timeout = security, float(connect_timeout)
-        self.warm_processes = int(warm_processes)
-        self.preload, self.mps, self.reuse_processes = tuple(preload), mps, reuse_processes
+        self.warm_processes, self.preload = int(warm_processes), tuple(preload)
+        self.mps, self.reuse_processes = mps, reuse_processes
         self.shutdown_grace = float(shutdown_grace)
         self.profiler = profiler  # measures c, d, α, β, ε, demands (nbtune.runtimes.profiler)
         self.execution = check_execution(execution)
@@ -141,8 +141,7 @@ class DaskRuntime:
         self._forks: ForkServer | None = None  # a local CPU cluster's (.forkserver)
         self._owns_client = False
         self._run_ids = itertools.count(1)
-        self._closed = False
-        self._experiments = 0
+        self._closed, self._experiments = False, 0
         self._own_ckpt = checkpoint_dir is None
         self._new_experiment()
 
@@ -276,6 +275,7 @@ class DaskRuntime:
             bool(reuse), self.trial_memory_limit, self.trial_timeout, self.shutdown_grace, execution)
         self._driver = RunDriver(engine, self._clock, self.inventory, self._links, settings,
                                  self._run_ids, FusedUnits)
+        engine.set_hint("resize_restarts", resize_restarts(settings))
         self._members = Membership(self.client, self.inventory, self._links,
                                    self._driver.end_runs_on)
         sampler = UtilizationSampler(self._topic, self.sample_interval, bool(self.gpus))
