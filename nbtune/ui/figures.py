@@ -107,8 +107,11 @@ class Figures:
         self.curves = self._curves_figure(width)
         self.util = self._util_figure(width)
         self.alloc = self._alloc_figure(width, self.util)
+        # columns keep their widths (force_fit squeezed "completed" to "comple" once config
+        # columns were added); wider than the panel, the table scrolls sideways
         self.table = DataTable(source=self.table_src, columns=self._table_columns(), width=width,
-                               height=260, sortable=True, index_position=None)
+                               height=260, sortable=True, index_position=None,
+                               autosize_mode="none")
         #: two equal filters the table's view alternates between (see _render_table)
         self._table_filters = (self.table.view.filter, AllIndices())
         self.layout = column(self.header, self.legend, self.curves, self.util, self.alloc,
@@ -164,17 +167,18 @@ class Figures:
         text, editor = StringFormatter(), StringEditor()  # shared: fewer models to ship
         cols = [TableColumn(field="trial_id", title="trial", width=50, formatter=text),
                 TableColumn(field="state", title="state", width=95, formatter=text),
-                TableColumn(field="metric", title=f"{self.metric} (best)", formatter=num),
-                TableColumn(field="last", title="last", formatter=num),
+                TableColumn(field="metric", title=f"{self.metric} (best)", formatter=num,
+                            width=110),
+                TableColumn(field="last", title="last", formatter=num, width=80),
                 TableColumn(field="budget", title="budget", formatter=num, width=70),
                 TableColumn(field="promotions", title="promoted", width=80, formatter=text),
                 TableColumn(field="role", title="role", width=70, formatter=text)]
         for k, is_num in self._config_cols.items():
-            cols.append(TableColumn(field=f"config/{k}", title=k,
+            cols.append(TableColumn(field=f"config/{k}", title=k, width=max(80, 9 * len(k)),
                                     formatter=num if is_num else text))
-        cols += [TableColumn(field="start", title="start (s)", formatter=num),
-                 TableColumn(field="end", title="end (s)", formatter=num),
-                 TableColumn(field="error", title="error", formatter=text)]
+        cols += [TableColumn(field="start", title="start (s)", formatter=num, width=75),
+                 TableColumn(field="end", title="end (s)", formatter=num, width=75),
+                 TableColumn(field="error", title="error", formatter=text, width=300)]
         for c in cols:
             c.editor = editor
         return cols

@@ -182,3 +182,14 @@ def test_the_model_reads_the_engine_only_on_the_engines_thread():
     assert all(r["last"] is not None for r in last.rows)  # the trials did report
     for r in last.rows:
         assert r["last"] == engine.trials[r["trial_id"]].last
+
+
+def test_table_columns_keep_their_widths():
+    """With config columns added, BokehJS's default force_fit squeezed every column to fit the
+    panel ("completed" drawn as "comple"); the table now keeps each column's width and scrolls
+    sideways instead, and a column is wide enough for what it shows."""
+    figs = Figures("loss", "min", space=SPACE)
+    assert figs.table.autosize_mode == "none"
+    width = {c.field: c.width for c in figs.table.columns}
+    assert width["state"] >= 9 * len("completed") and width["promotions"] >= 9 * len("promoted")
+    assert all(width[f"config/{k}"] >= 9 * len(k) for k in SPACE)
