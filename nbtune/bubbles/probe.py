@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nbtune.allocators.bubble_model import CoLocation, resumptions
 from nbtune.allocators.bubbles import PipelineHost as BubbleModel
@@ -28,7 +28,7 @@ from nbtune.bubbles.guest import GuestSpec
 from nbtune.bubbles.host import HostRun
 from nbtune.bubbles.timeline import clip, idle_windows, merge, total
 
-__all__ = ["Phase", "phase", "iteration_window", "forecast", "what_if"]
+__all__ = ["Phase", "phase", "iteration_window", "forecast", "model", "what_if"]
 
 
 def iteration_window(run: HostRun, k: int, s: int) -> tuple[float, float]:
@@ -167,20 +167,26 @@ def forecast(model: BubbleModel, gated: int) -> dict[str, float]:
             "fill": sum(progress) / sum(bubble), "bubble_s": sum(bubble)}
 
 
+def model(probe: Phase, microbatches: int, *, feed: Phase | None = None) -> BubbleModel:
+    """The simulator's bubble model calibrated by ``probe`` (σ, φ, κ, δ per stage) and fed
+    ``feed``'s held figures (default: the probe's own): the no-guest iteration time, each
+    stage's idle share and resumptions per iteration, what a host publishes alone."""
+    f = probe if feed is None else feed
+    return BubbleModel(len(f.stages), microbatches, iteration_time=f.held_iteration(),
+                       idle=tuple(min(f.held_idle(s), 0.999) for s in f.stages),
+                       colocation=tuple(probe.colocation(s) for s in probe.stages),
+                       resumptions=tuple(f.resumptions(s) for s in f.stages))
+
+
 def what_if(probe: Phase, target: Phase, microbatches: int) -> dict[str, dict[str, float]]:
     """The probe-calibrated model (``new``: the probe's per-resumption delay carried to
     ``target``'s resumptions; ``ratio``: the probe's σ as it is) and the assumed one
     (``old``: no slowdown, fill = its ``efficiency``) against ``target``'s gated iterations
     (``measured``), all fed only ``target``'s held figures (what the host publishes without
     a guest: iteration time, idle shares, resumptions); ``*_error``: the relative errors."""
-    feed = {"iteration_time": target.held_iteration(),
-            "idle": tuple(min(target.held_idle(s), 0.999) for s in target.stages)}
-    stages = len(target.stages)
-    colo = tuple(probe.colocation(s) for s in probe.stages)
-    new = BubbleModel(stages, microbatches, **feed, colocation=colo,
-                      resumptions=tuple(target.resumptions(s) for s in target.stages))
-    ratio = BubbleModel(stages, microbatches, **feed, colocation=colo)
-    old = BubbleModel(stages, microbatches, **feed)
+    new = model(probe, microbatches, feed=target)
+    ratio = replace(new, resumptions=())
+    old = replace(new, colocation=None, resumptions=())
     got = {"slowdown": target.slowdown(), "fill": target.fill(), "bubble_s": sum(target.bubble_s)}
     out = {"measured": got, "new": forecast(new, target.gated),
            "ratio": forecast(ratio, target.gated), "old": forecast(old, target.gated)}
