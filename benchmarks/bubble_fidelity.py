@@ -54,16 +54,8 @@ import statistics
 from dataclasses import replace
 
 from nbtune.bubbles import GuestSpec, HostSpec, PipelineHost
-from nbtune.bubbles.guest import train_guest
+from nbtune.bubbles.calibrate import solo_step
 from nbtune.bubbles.probe import Phase, phase, what_if
-
-
-def solo_step(spec: GuestSpec, steps: int = 200) -> float:
-    """The guest's solo seconds per step (one thread, as in its process)."""
-    import torch
-
-    torch.set_num_threads(1)
-    return train_guest(replace(spec, steps=steps, stop_with_host=False)).step_time()
 
 
 def compare(probe: Phase, target: Phase, spec: HostSpec) -> dict:
@@ -112,7 +104,7 @@ def main() -> None:
     reps = []
     for rep in range(args.reps):
         run = PipelineHost(spec).run(guests)
-        steps = {g.name: solo_step(g) for g in guests.values()}
+        steps = {g.name: solo_step(g, 200) for g in guests.values()}
         probe = phase(run, range(warm, warm + args.probe), guests, steps)
         later = phase(run, later_its, guests, steps)
         r = {"probe": {"slowdown": probe.slowdown(), "fill": probe.fill(),
