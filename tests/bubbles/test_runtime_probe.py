@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-import nbtune
 from nbtune.bubbles import GuestSpec, HostSpec
 from nbtune.bubbles.runtime import BubbleRuntime
-from tests.bubbles.test_runtime import SPACE, train
+from tests.bubbles.test_runtime import tune_on
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -29,15 +28,8 @@ GUEST = GuestSpec(width=256, depth=3, batch=256, layer_hooks=False, nice=0, idle
 
 @pytest.fixture(scope="module")
 def probed():
-    rt = BubbleRuntime(SPEC, idle_class=False, probe=GUEST, probe_iterations=PROBE)
-    try:
-        exp = nbtune.tune(train, SPACE, algorithm="random", num_trials=2, max_budget=1,
-                          metric="loss", allocator="bubbles", runtime=rt, seed=0)
-        assert exp.wait(timeout=200), "the experiment did not end"
-        run = rt.host_run(timeout=200)
-    finally:
-        rt.close()
-    return exp, rt, run
+    return tune_on(BubbleRuntime(SPEC, idle_class=False, probe=GUEST, probe_iterations=PROBE),
+                   2, 1)
 
 
 def test_the_probe_runs_first_and_the_trials_after_it(probed):
