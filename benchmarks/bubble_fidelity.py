@@ -25,7 +25,12 @@ Each repetition:
    This tests whether σ and φ are properties of guest-beside-stage on this
    machine rather than of one run.
 
-Against each, the old model (σ = 0, φ = ``efficiency`` 0.6) on the same feed.
+Against each, the old model (σ = 0, φ = ``efficiency`` 0.6) on the same feed,
+and ``ratio``: the probe's σ as a ratio, without the per-resumption delay
+(δ: the probe's paired gated − held seconds per compute resumption, carried to
+the target's resumptions per iteration, :meth:`CoLocation.at
+<nbtune.allocators.bubble_model.CoLocation.at>`). Slowdowns are medians over
+gated iterations each paired with its held neighbours (same load).
 The measurement's own resolution: the later phase split in two halves, the
 relative difference of their measured slowdowns and fills. Goal
 ``whatif_within_10pct``, run A's later phase, medians over repetitions: the
@@ -49,16 +54,8 @@ import statistics
 from dataclasses import replace
 
 from nbtune.bubbles import GuestSpec, HostSpec, PipelineHost
-from nbtune.bubbles.guest import train_guest
+from nbtune.bubbles.calibrate import solo_step
 from nbtune.bubbles.probe import Phase, phase, what_if
-
-
-def solo_step(spec: GuestSpec, steps: int = 200) -> float:
-    """The guest's solo seconds per step (one thread, as in its process)."""
-    import torch
-
-    torch.set_num_threads(1)
-    return train_guest(replace(spec, steps=steps, stop_with_host=False)).step_time()
 
 
 def compare(probe: Phase, target: Phase, spec: HostSpec) -> dict:
@@ -107,11 +104,14 @@ def main() -> None:
     reps = []
     for rep in range(args.reps):
         run = PipelineHost(spec).run(guests)
-        steps = {g.name: solo_step(g) for g in guests.values()}
+        steps = {g.name: solo_step(g, 200) for g in guests.values()}
         probe = phase(run, range(warm, warm + args.probe), guests, steps)
         later = phase(run, later_its, guests, steps)
         r = {"probe": {"slowdown": probe.slowdown(), "fill": probe.fill(),
                        "stretch": [probe.colocation(s).compute_stretch for s in probe.stages],
+                       "delay_ms_per_resumption": [1e3 * (probe.colocation(s).chunk_delay or 0.0)
+                                                   for s in probe.stages],
+                       "resumptions": [probe.resumptions(s) for s in probe.stages],
                        "held_iteration_s": probe.held_iteration()},
              "later": compare(probe, later, spec),
              "halves": halves(run, later_its.start, later_its.stop, guests, steps),
@@ -142,13 +142,17 @@ def summary(reps: list[dict]) -> dict:
         for f in ("fill", "slowdown", "bubble_s"):
             out[f"{case}_{f}_measured"] = [round(r["measured"][f], 4) for r in rs]
             out[f"{case}_{f}_predicted"] = [round(r["new"][f], 4) for r in rs]
-            for k in ("new", "old"):
+            for k in ("new", "ratio", "old"):
                 errs = [r[f"{k}_error"][f] for r in rs]
                 out[f"{case}_{f}_{k}_error_median"] = round(med(abs(e) for e in errs), 3)
         out[f"{case}_within_10pct_per_rep"] = [r["within_10pct"] for r in rs]
     for f in ("slowdown", "fill"):
         out[f"probe_{f}"] = [round(r["probe"][f], 4) for r in reps]
         out[f"halves_{f}_rel_diff"] = [round(r["halves"][f], 3) for r in reps]
+        out[f"halves_{f}_rel_diff_median"] = round(med(r["halves"][f] for r in reps), 3)
+        got = [r["later"]["measured"][f] for r in reps]
+        # run to run: how far the repetitions' measured values lie apart, relative to their median
+        out[f"reps_{f}_spread"] = round((max(got) - min(got)) / abs(med(got)), 3) if med(got) else None
     # the goal: median over repetitions of each error's magnitude against the median measured
     rs = [r["later"] for r in reps]
     slow_err = med(abs(r["new"]["slowdown"] - r["measured"]["slowdown"]) for r in rs)

@@ -23,6 +23,7 @@ SERIAL = (
     "tests/bubbles/test_runtime.py",  # a live pipeline host's measured bubbles
     "tests/bubbles/test_host.py",  # a pipeline host's measured timeline
     "tests/bubbles/test_fidelity.py",  # probe-calibrated bubble model vs measured slowdown/fill
+    "tests/bubbles/test_runtime_probe.py",  # a live host's start-up co-location probe
     # 27 trial processes waiting at rungs on 2 workers: beside another test it missed its 60 s
     "tests/runtimes/test_dask_barrier_fill.py",
     # Lab, chromium, a kernel and a cluster at once: beside another test a reload took > 60 s

@@ -118,6 +118,11 @@ class PipelineHost:
     stage idles :func:`~nbtune.allocators.bubble_model.gated_idle` of them and
     a guest progresses at fill × that share (``efficiency`` is then unused).
     Without it: no slowdown, speed = idle share × ``efficiency`` (an assumption).
+    ``resumptions``: per stage, how often its compute resumes after idling per
+    iteration (read off the host's no-guest timeline); with them a probe that
+    measured a per-resumption delay δ sets the slowdown to δ·n/T here
+    (:meth:`CoLocation.at <nbtune.allocators.bubble_model.CoLocation.at>`), so a
+    probe at 4 microbatches predicts a host at 8.
     """
 
     stages: int
@@ -130,6 +135,7 @@ class PipelineHost:
     efficiency: float = 0.6
     idle: tuple[float, ...] = ()
     colocation: CoLocation | tuple[CoLocation, ...] | None = None
+    resumptions: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.stages < 1 or self.micro_batches < 1 or self.gpus_per_stage < 1:
@@ -142,6 +148,9 @@ class PipelineHost:
             raise ValueError(f"idle needs one fraction in [0, 1) per stage, got {self.idle}")
         if isinstance(self.colocation, tuple) and len(self.colocation) != self.stages:
             raise ValueError(f"colocation needs one probe per stage, got {len(self.colocation)}")
+        if self.resumptions and (len(self.resumptions) != self.stages
+                                 or any(n < 0 for n in self.resumptions)):
+            raise ValueError(f"resumptions needs one count >= 0 per stage, got {self.resumptions}")
         if self.memory_left(0) < 0:
             raise ValueError("the host job's first stage does not fit its GPU memory")
 
@@ -156,9 +165,13 @@ class PipelineHost:
         return self.idle[stage] if self.idle else self.bubble_ratio
 
     def probe(self, stage: int) -> CoLocation | None:
-        """The co-location probe's numbers for ``stage`` (one for all stages, or per stage)."""
+        """The co-location probe's numbers for ``stage`` (one for all stages, or per stage),
+        carried to this host's resumptions when both are known."""
         c = self.colocation
-        return c[stage] if isinstance(c, tuple) else c
+        c = c[stage] if isinstance(c, tuple) else c
+        if c is None or not self.resumptions:
+            return c
+        return c.at(self.iteration_time, self.resumptions[stage])
 
     @property
     def gated_iteration_time(self) -> float:

@@ -92,8 +92,9 @@ def _model(spec: GuestSpec) -> Any:
 
 
 def train_guest(spec: GuestSpec, gate: GuestSide | None = None, *,
-                on_ready: Any = None) -> GuestResult:
-    """Train ``spec`` to the end; with ``gate``, only inside the host stage's bubbles."""
+                on_ready: Any = None, stop: Any = None) -> GuestResult:
+    """Train ``spec`` to the end; with ``gate``, only inside the host stage's bubbles.
+    ``stop`` (an Event): end at the first step boundary after it is set (a probe's end)."""
     import torch
 
     model = _model(spec)
@@ -109,6 +110,8 @@ def train_guest(spec: GuestSpec, gate: GuestSide | None = None, *,
     res = GuestResult(spec=spec, weights={}, started=now())
     cpu0 = time.process_time()
     for _ in range(spec.steps):
+        if stop is not None and stop.is_set():
+            break
         if gate is not None:
             if spec.stop_with_host and gate.host_ended():
                 break
@@ -135,7 +138,7 @@ def train_guest(spec: GuestSpec, gate: GuestSide | None = None, *,
 
 
 def guest_main(spec: GuestSpec, gate: Gate | None, out: Any, cpu: int | None,
-               max_wait: float) -> None:
+               max_wait: float, stop: Any = None) -> None:
     """Entry point of a guest process: pinned beside its stage, gated."""
     pin(cpu)
     os.nice(spec.nice)
@@ -143,7 +146,8 @@ def guest_main(spec: GuestSpec, gate: Gate | None, out: Any, cpu: int | None,
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     side = GuestSide(gate, max_wait=max_wait) if gate is not None else None
     try:
-        res = train_guest(spec, side, on_ready=lambda: out.put(("ready", spec.name, os.getpid())))
+        res = train_guest(spec, side, on_ready=lambda: out.put(("ready", spec.name, os.getpid())),
+                          stop=stop)
         out.put(("guest", spec.name, res))
     except BaseException as exc:  # the parent must hear of it, not wait for a result
         out.put(("error", spec.name, repr(exc)))

@@ -49,9 +49,14 @@ class HostSpec:
     #: (guests in the bubbles) and held (the stage keeps its slot, the guest sleeps), so one
     #: run compares the host with and without guests under the same machine load
     ab_block: int = 0
+    #: with ``ab_block``: alternate only before this iteration, gate every one from here on
+    #: (a co-location probe in the host's first iterations, then guests in every bubble)
+    ab_until: int | None = None
 
     def gated(self, it: int) -> bool:
         """Whether iteration ``it`` lets the guests into its bubbles."""
+        if self.ab_until is not None and it >= self.ab_until:
+            return True
         return self.ab_block == 0 or (it // self.ab_block) % 2 == 1
 
 

@@ -17,17 +17,18 @@ iterations.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from nbtune.allocators.bubble_model import CoLocation
+from nbtune.allocators.bubble_model import CoLocation, resumptions
 from nbtune.allocators.bubbles import PipelineHost as BubbleModel
 from nbtune.bubbles.guest import GuestSpec
 from nbtune.bubbles.host import HostRun
-from nbtune.bubbles.timeline import idle_windows, total
+from nbtune.bubbles.timeline import clip, idle_windows, merge, total
 
-__all__ = ["Phase", "phase", "iteration_window", "forecast", "what_if"]
+__all__ = ["Phase", "phase", "iteration_window", "forecast", "model", "what_if"]
 
 
 def iteration_window(run: HostRun, k: int, s: int) -> tuple[float, float]:
@@ -50,6 +51,9 @@ class Phase:
     bubble_s: list[float] = field(default_factory=list)  # idle, summed over gated iterations
     steps: list[int] = field(default_factory=list)  # guest steps finished in gated iterations
     progress_s: list[float] = field(default_factory=list)  # steps × the guest's solo step time
+    held_resumptions: list[list[int]] = field(default_factory=list)  # per held iteration
+    held_k: list[int] = field(default_factory=list)  # the held iterations' indices, in order
+    gated_k: list[int] = field(default_factory=list)  # the gated ones'
 
     @property
     def stages(self) -> list[int]:
@@ -67,10 +71,32 @@ class Phase:
         """Stage ``s``'s idle share in the held iterations (what a host publishes alone)."""
         return self.held_idle_s[s] / sum(self.held_s[s])
 
+    def pairs(self, s: int) -> list[tuple[float, float]]:
+        """Stage ``s``'s gated iterations, each beside the mean of its nearest held
+        neighbours (before and after): a pair sees the same load, so a machine whose load
+        drifts during the phase shifts both alike."""
+        out = []
+        for g, k in zip(self.gated_s[s], self.gated_k, strict=True):
+            near = [self.held_s[s][j] for j in (bisect.bisect_left(self.held_k, k) - 1,
+                                                bisect.bisect_left(self.held_k, k))
+                    if 0 <= j < len(self.held_k)]
+            if near:
+                out.append((g, statistics.mean(near)))
+        return out
+
     def slowdown(self) -> float:
-        """Median gated over median held iteration time − 1, mean over stages."""
-        return statistics.mean(statistics.median(g) / statistics.median(h) - 1.0
-                               for g, h in zip(self.gated_s, self.held_s, strict=True))
+        """Median over paired iterations of gated / held − 1, mean over stages."""
+        return statistics.mean(statistics.median(g / h for g, h in self.pairs(s)) - 1.0
+                               for s in self.stages)
+
+    def delay(self) -> float:
+        """Median over paired iterations of gated − held seconds, mean over stages."""
+        return statistics.mean(statistics.median(g - h for g, h in self.pairs(s))
+                               for s in self.stages)
+
+    def resumptions(self, s: int) -> float:
+        """Stage ``s``'s median resumptions per held iteration (its no-guest timeline)."""
+        return statistics.median(self.held_resumptions[s])
 
     def fill(self, stages: Iterable[int] | None = None) -> float:
         """Guest progress seconds per bubble second over the gated iterations."""
@@ -78,11 +104,14 @@ class Phase:
         return sum(self.progress_s[s] for s in ss) / sum(self.bubble_s[s] for s in ss)
 
     def colocation(self, s: int) -> CoLocation:
-        """The probe's numbers for stage ``s`` (σ shared: the host's iteration is one)."""
+        """The probe's numbers for stage ``s`` (σ and the delay shared: the host's iteration
+        is one; δ = the paired delay over the stage's resumptions per held iteration)."""
         c = CoLocation.measure(self.held_s[s], self.gated_s[s], held_busy_s=self.held_busy_s[s],
                                gated_busy_s=self.gated_busy_s[s], bubble_s=self.bubble_s[s],
                                progress_s=self.progress_s[s])
-        return CoLocation(self.slowdown(), c.fill, c.compute_stretch)
+        n = self.resumptions(s)
+        return CoLocation(self.slowdown(), c.fill, c.compute_stretch,
+                          chunk_delay=self.delay() / n if n > 0 else None)
 
 
 def phase(run: HostRun, its: Iterable[int], guests: Mapping[int, GuestSpec],
@@ -96,7 +125,7 @@ def phase(run: HostRun, its: Iterable[int], guests: Mapping[int, GuestSpec],
     out = Phase()
     for s in range(spec.stages):
         stage = [iv for it in run.iterations for iv in it[s]]
-        held, gated, hb, gb = [], [], [], []
+        held, gated, hb, gb, res = [], [], [], [], []
         held_idle = bubble = 0.0
         steps = 0
         g = guests.get(s)
@@ -113,6 +142,7 @@ def phase(run: HostRun, its: Iterable[int], guests: Mapping[int, GuestSpec],
                 held.append(hi - lo)
                 hb.append(hi - lo - idle)
                 held_idle += idle
+                res.append(resumptions(clip(merge(run.iterations[k][s]), lo, hi)))
         out.held_s.append(held)
         out.gated_s.append(gated)
         out.held_busy_s.append(hb)
@@ -121,6 +151,9 @@ def phase(run: HostRun, its: Iterable[int], guests: Mapping[int, GuestSpec],
         out.bubble_s.append(bubble)
         out.steps.append(steps)
         out.progress_s.append(steps * (solo_step[g.name] if g is not None else 0.0))
+        out.held_resumptions.append(res)
+    out.held_k = [k for k in its if not spec.gated(k)]
+    out.gated_k = [k for k in its if spec.gated(k)]
     return out
 
 
@@ -134,19 +167,29 @@ def forecast(model: BubbleModel, gated: int) -> dict[str, float]:
             "fill": sum(progress) / sum(bubble), "bubble_s": sum(bubble)}
 
 
+def model(probe: Phase, microbatches: int, *, feed: Phase | None = None) -> BubbleModel:
+    """The simulator's bubble model calibrated by ``probe`` (σ, φ, κ, δ per stage) and fed
+    ``feed``'s held figures (default: the probe's own): the no-guest iteration time, each
+    stage's idle share and resumptions per iteration, what a host publishes alone."""
+    f = probe if feed is None else feed
+    return BubbleModel(len(f.stages), microbatches, iteration_time=f.held_iteration(),
+                       idle=tuple(min(f.held_idle(s), 0.999) for s in f.stages),
+                       colocation=tuple(probe.colocation(s) for s in probe.stages),
+                       resumptions=tuple(f.resumptions(s) for s in f.stages))
+
+
 def what_if(probe: Phase, target: Phase, microbatches: int) -> dict[str, dict[str, float]]:
-    """The probe-calibrated model (``new``) and the assumed one (``old``: no slowdown, fill =
-    its ``efficiency``) against ``target``'s gated iterations (``measured``), both fed only
-    ``target``'s held figures (what the host publishes without a guest); ``*_error``: the
-    relative errors."""
-    feed = {"iteration_time": target.held_iteration(),
-            "idle": tuple(min(target.held_idle(s), 0.999) for s in target.stages)}
-    stages = len(target.stages)
-    new = BubbleModel(stages, microbatches, **feed,
-                      colocation=tuple(probe.colocation(s) for s in probe.stages))
-    old = BubbleModel(stages, microbatches, **feed)
+    """The probe-calibrated model (``new``: the probe's per-resumption delay carried to
+    ``target``'s resumptions; ``ratio``: the probe's σ as it is) and the assumed one
+    (``old``: no slowdown, fill = its ``efficiency``) against ``target``'s gated iterations
+    (``measured``), all fed only ``target``'s held figures (what the host publishes without
+    a guest: iteration time, idle shares, resumptions); ``*_error``: the relative errors."""
+    new = model(probe, microbatches, feed=target)
+    ratio = replace(new, resumptions=())
+    old = replace(new, colocation=None, resumptions=())
     got = {"slowdown": target.slowdown(), "fill": target.fill(), "bubble_s": sum(target.bubble_s)}
-    out = {"measured": got, "new": forecast(new, target.gated), "old": forecast(old, target.gated)}
-    for k in ("new", "old"):
+    out = {"measured": got, "new": forecast(new, target.gated),
+           "ratio": forecast(ratio, target.gated), "old": forecast(old, target.gated)}
+    for k in ("new", "ratio", "old"):
         out[f"{k}_error"] = {f: (out[k][f] - v) / abs(v) if v else 0.0 for f, v in got.items()}
     return out

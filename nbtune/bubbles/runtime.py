@@ -22,6 +22,11 @@ Hydro §5.1 end to end, on real processes:
    in the trial process, reaches the profiler (``TrialSampled``), which is
    where the memory check reads it.
 
+With ``probe=GuestSpec(...)`` the runtime first runs a co-location probe in
+the host's first iterations (:mod:`.calibrate`) and keeps what it measured:
+:attr:`BubbleRuntime.colocation` (per stage σ, φ, κ, δ) and
+:meth:`BubbleRuntime.what_if`, the simulator's bubble model calibrated by it.
+
 One guest per stage at a time (the gate has one compute slot): give the
 allocator whole workers (``bubbles``/``bubbles+fifo``). When the host ends,
 its bubbles are over and a guest still running runs free (the gate releases
@@ -41,7 +46,11 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
+from nbtune.allocators.bubble_model import CoLocation
 from nbtune.allocators.bubbles import IdleWindow
+from nbtune.allocators.bubbles import PipelineHost as BubbleModel
+from nbtune.bubbles.calibrate import LiveProbe, probe_spec
+from nbtune.bubbles.guest import GuestSpec
 from nbtune.bubbles.guest_trial import trial_worker
 from nbtune.bubbles.host import HostRun, HostSpec
 from nbtune.bubbles.live import LiveHost
@@ -82,7 +91,8 @@ class BubbleRuntime:
     ``host`` is the :class:`~nbtune.bubbles.host.HostSpec` of the host job;
     ``memory_limit`` (bytes) is what a stage and its guest may use together
     (default: no limit). ``nice``/``idle_class``/``max_wait`` are the guests'
-    (see :class:`~nbtune.bubbles.guest.GuestSpec`).
+    (see :class:`~nbtune.bubbles.guest.GuestSpec`). ``probe``: a guest to probe the
+    host's first ``probe_iterations`` with (none: no probe, no :meth:`what_if`).
     """
 
     name = "bubbles"
@@ -91,15 +101,20 @@ class BubbleRuntime:
     live_workers: ClassVar[bool] = False
 
     def __init__(self, host: HostSpec, *, memory_limit: float | None = None, nice: int = 19,
-                 idle_class: bool = True, max_wait: float = 30.0, pin_cores: bool = True) -> None:
+                 idle_class: bool = True, max_wait: float = 30.0, pin_cores: bool = True,
+                 probe: GuestSpec | None = None, probe_iterations: int = 12) -> None:
         import torch.multiprocessing as mp
 
+        if probe is not None:
+            host = probe_spec(host, probe_iterations)
         self.spec = host
         self.memory_limit = memory_limit
         self.nice, self.idle_class, self.max_wait = nice, idle_class, max_wait
         self.ctx = mp.get_context("spawn")
         self.out = self.ctx.Queue()
         self.host = LiveHost(host, self.ctx, self.out, pin_cores=pin_cores)
+        self.probe = None if probe is None else LiveProbe(self.host, probe, max_wait=max_wait)
+        self.colocation: tuple[CoLocation, ...] | None = None  # what the probe measured
         self.guests: dict[int, list[GuestRecord]] = {}  # trial -> its launches, in order
         self.on_stage: dict[int, GuestRecord] = {}
         self.workers: dict[int, tuple[Any, Any]] = {}  # stage -> (guest process, its inbox)
@@ -142,7 +157,11 @@ class BubbleRuntime:
         self._fn = cloudpickle.dumps(trainable)
         for s in range(self.spec.stages):  # warm guest processes, importing beside the host
             self._spawn_worker(s)
+        if self.probe is not None:
+            self.probe.start()
         self.host.start()
+        if self.probe is not None:  # the trials come once the probe has measured the host
+            self.colocation = self.probe.finish()
         self.host.wait_measured(min(self.spec.warmup + 1, self.spec.iterations))
         limit = (self.memory_limit or 0.0) / GB or 1e6
         cluster = ClusterSpec.of([GPU(s, "host", "bubble", 1.0, limit)
@@ -170,6 +189,15 @@ class BubbleRuntime:
         return self.host.run
 
     # ------------------------------------------------------------ measurements
+    def what_if(self) -> BubbleModel:
+        """The simulator's model of this host, calibrated by the start-up probe: its
+        ``gated_iteration_time`` (slowdown), ``guest_speed`` (fill of the bubbles),
+        ``windows``; ``dataclasses.replace`` it with another configuration's no-guest
+        figures (iteration time, idle shares, resumptions) to ask about that one."""
+        if self.probe is None:
+            raise RuntimeError("BubbleRuntime(probe=None) measured no co-location")
+        return self.probe.model()
+
     def windows(self) -> dict[int, list[IdleWindow]]:
         """What the host publishes now: per stage, its measured idle share until its end."""
         t, end = self._clock.now(), self.host.expected_end() - self._clock.origin

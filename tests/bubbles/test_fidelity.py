@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 
 from nbtune.bubbles import GuestSpec, HostSpec, PipelineHost
-from nbtune.bubbles.guest import train_guest
+from nbtune.bubbles.calibrate import solo_step
 from nbtune.bubbles.probe import phase, what_if
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -35,17 +35,8 @@ GUESTS = {s: GuestSpec(name=f"g{s}", seed=20 + s, width=384, depth=3, batch=256,
 
 @pytest.fixture(scope="module")
 def phases():
-    import torch
-
     run = PipelineHost(SPEC).run(GUESTS)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as in the guest process
-    try:
-        steps = {g.name: train_guest(GuestSpec(**{**g.__dict__, "steps": 100,
-                                                  "stop_with_host": False})).step_time()
-                 for g in GUESTS.values()}
-    finally:
-        torch.set_num_threads(threads)
+    steps = {g.name: solo_step(g) for g in GUESTS.values()}  # one thread, as in the guest
     probe = phase(run, range(WARM, WARM + PROBE), GUESTS, steps)
     later = phase(run, range(WARM + PROBE, SPEC.iterations), GUESTS, steps)
     return probe, later

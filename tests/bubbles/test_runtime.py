@@ -67,18 +67,24 @@ def alone(config, budget):
     return [(m["step"], m["metrics"]) for m in ch.sent if m["k"] == "report"]
 
 
-@pytest.fixture(scope="module")
-def tuned():
-    # normal scheduling class (nice 19): on a crowded CI box a SCHED_IDLE guest may hardly run
-    rt = BubbleRuntime(SPEC, idle_class=False, memory_limit=64e9)
+def tune_on(rt: BubbleRuntime, num_trials: int, max_budget: float):
+    """``nbtune.tune`` of :func:`train` on ``rt``'s host (bounded); the experiment, the
+    runtime and the host's measured run."""
     try:
-        exp = nbtune.tune(train, SPACE, algorithm="random", num_trials=3, max_budget=2,
-                          metric="loss", allocator="bubbles", runtime=rt, seed=0)
+        exp = nbtune.tune(train, SPACE, algorithm="random", num_trials=num_trials,
+                          max_budget=max_budget, metric="loss", allocator="bubbles", runtime=rt,
+                          seed=0)
         assert exp.wait(timeout=200), "the experiment did not end"
         run = rt.host_run(timeout=200)
     finally:
         rt.close()
     return exp, rt, run
+
+
+@pytest.fixture(scope="module")
+def tuned():
+    # normal scheduling class (nice 19): on a crowded CI box a SCHED_IDLE guest may hardly run
+    return tune_on(BubbleRuntime(SPEC, idle_class=False, memory_limit=64e9), 3, 2)
 
 
 def test_the_scheduler_places_trials_on_the_hosts_stages(tuned):
