@@ -88,7 +88,7 @@ class LiveProbe:
             absorb(host.run, msg)
         deadline = now() + spec.timeout
         while not want <= host.run.guests.keys():
-            msg = host._get(deadline)
+            msg = host.next_message(deadline)
             if msg[0] == "guest" and msg[1] in want:
                 absorb(host.run, msg)
             elif not host.take(msg):

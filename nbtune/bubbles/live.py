@@ -54,7 +54,7 @@ class LiveHost:
         deadline = now() + self.spec.timeout
         up = 0
         while up < self.spec.stages:
-            msg = self._get(deadline)
+            msg = self.next_message(deadline)
             if msg[0] == "up":
                 up += 1
             else:  # a guest's (they share the queue): for whoever reads the queue next
@@ -62,7 +62,8 @@ class LiveHost:
         self.started_at = now()
         go.set()
 
-    def _get(self, deadline: float) -> tuple:
+    def next_message(self, deadline: float) -> tuple:
+        """The host's next message (a stage's or a guest's), or TimeoutError at ``deadline``."""
         try:
             msg = self.out.get(timeout=max(deadline - now(), 0.01))
         except queue.Empty:
@@ -90,7 +91,7 @@ class LiveHost:
         first measurement); other messages are kept in :attr:`early`."""
         deadline = now() + self.spec.timeout
         while self.measured() < iterations:
-            msg = self._get(deadline)
+            msg = self.next_message(deadline)
             if not self.take(msg):
                 self.early.append(msg)
 
