@@ -190,3 +190,24 @@ def test_tune_returns_before_the_warm_processes_are_ready_and_the_first_trials_r
     assert {m["parent"] for t in exp.engine.trials.values() for _, _, m in t.results} == {
         forks.pid}
     assert not forks.is_running() or forks.status() == psutil.STATUS_ZOMBIE  # closed with it
+
+
+def pandas_seen(config, trial):
+    """Whether the process was born with pandas (before anything in the job imported it)."""
+    trial.report(1, loss=0.0, pandas=float("pandas" in sys.modules))
+
+
+def test_trial_processes_are_born_with_pandas_spawned_or_forked(server, tmp_path):
+    """``import nbtune`` no longer imports pandas; a trial process still does at its
+    preload, once in the fork server (scikit-learn and data loading need it: imported in
+    each first trial, it cost every warm process's first epoch)."""
+    fs = server(("numpy",))
+    forked = WarmPool(1, ("numpy",), fork_server=fs.address)
+    spawned = WarmPool(1, ("numpy",))
+    try:
+        assert forked.wait_ready(60) and spawned.wait_ready(60)
+        for pool in (forked, spawned):
+            assert run_one(pool.take(refill=False), tmp_path, pandas_seen)["pandas"] == 1.0
+    finally:
+        forked.shutdown()
+        spawned.shutdown()

@@ -269,7 +269,7 @@ def serve(address: str, preload: list[str], parent: int | None = None) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(address)
     listener.listen(64)
-    _import(preload)
+    _import(preload, preload=True)
     conns: list[socket.socket] = []
     owner: dict[int, socket.socket] = {}  # forked pid -> the worker that asked for it
     while os.getppid() == parent:
