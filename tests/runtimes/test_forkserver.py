@@ -211,3 +211,45 @@ def test_trial_processes_are_born_with_pandas_spawned_or_forked(server, tmp_path
     finally:
         forked.shutdown()
         spawned.shutdown()
+
+
+def test_a_fork_server_started_early_is_taken_once_and_only_for_its_preload():
+    """``tune()`` starts the fork server before importing ``distributed`` (start_early); the
+    runtime's cluster start takes that one instead of starting another, if the preload agrees."""
+    from nbtune.runtimes.dask.forkserver import start_early, take_early
+
+    start_early(SLOW)
+    start_early(SLOW)  # a second call while one waits starts nothing
+    first = take_early(SLOW)
+    try:
+        assert first is not None and first.proc.poll() is None
+        assert take_early(SLOW) is None  # taken once
+    finally:
+        first.close()
+    start_early(SLOW)
+    other = take_early(("numpy",))
+    assert other is None  # another preload: closed, not handed over
+    assert take_early(SLOW) is None
+
+
+def test_a_cold_tune_starts_the_fork_server_before_importing_distributed():
+    code = textwrap.dedent("""
+        import sys
+        from nbtune.runtimes.dask import forkserver
+        seen = []
+        real = forkserver.ForkServer.__init__
+        def init(self, *a, **k):
+            seen.append('distributed' in sys.modules)
+            real(self, *a, **k)
+        forkserver.ForkServer.__init__ = init
+        from nbtune.runtimes.dask.shared import shared_runtime
+        rt = shared_runtime()
+        assert seen == [False], seen
+        early = forkserver.take_early(forkserver.DEFAULT_PRELOAD)
+        assert early is not None  # not taken yet: the runtime takes it when it connects
+        early.close()
+        rt.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
