@@ -6,12 +6,14 @@ space helpers, and the runtimes. Everything else lives in subpackages.
 
 from __future__ import annotations
 
-from nbtune.api import tune
+from typing import TYPE_CHECKING
+
+from nbtune.core.frontend import set_frontend
 from nbtune.core.space import choice, grid, loguniform, qloguniform, quniform, randint, uniform
-from nbtune.experiment import Experiment, TrialsFailed, set_frontend
-from nbtune.runtimes.sim import SimRuntime
 from nbtune.version import __version__
-from nbtune.workloads import SyntheticWorkload, TraceWorkload
+
+if TYPE_CHECKING:
+    from nbtune.experiment import Experiment
 
 __all__ = [
     "tune", "resume", "Experiment", "SimRuntime", "DaskRuntime", "SyntheticWorkload", "TraceWorkload",
@@ -56,9 +58,28 @@ def load_ipython_extension(ipython: object) -> None:
     load(ipython)
 
 
-def __getattr__(name: str) -> object:
-    # nbtune.resume needs the store; importing it (SQLAlchemy) on first use keeps
-    # `import nbtune` fast for the many sessions that never persist anything
+def _lazy(name: str) -> object:
+    """The public name ``name``, imported now (None: not one of nbtune's)."""
+    # tune and Experiment bring pandas and the engine (0.5 s); each Dask worker and
+    # the fork server import nbtune only to unpickle its plugins, which need neither
+    # (issue 15: 0.5 s of CPU off each of them at start-up); nbtune.resume needs the
+    # store (SQLAlchemy); distributed is heavy. Each is imported on first use.
+    if name == "tune":
+        from nbtune.api import tune
+
+        return tune
+    if name in ("Experiment", "TrialsFailed"):
+        from nbtune import experiment
+
+        return getattr(experiment, name)
+    if name == "SimRuntime":
+        from nbtune.runtimes.sim import SimRuntime
+
+        return SimRuntime
+    if name in ("SyntheticWorkload", "TraceWorkload"):
+        from nbtune import workloads
+
+        return getattr(workloads, name)
     if name == "resume":
         from nbtune.resumption import resume
 
@@ -67,8 +88,21 @@ def __getattr__(name: str) -> object:
         from nbtune.runtimes.dask import trial_api
 
         return getattr(trial_api, name)
-    if name == "DaskRuntime":  # distributed is heavy: import it only when asked for
+    if name == "DaskRuntime":
         from nbtune.runtimes.dask import DaskRuntime
 
         return DaskRuntime
-    raise AttributeError(f"module 'nbtune' has no attribute {name!r}")
+    return None
+
+
+def __getattr__(name: str) -> object:
+    value = _lazy(name)
+    if value is None:
+        raise AttributeError(f"module 'nbtune' has no attribute {name!r}")
+    if name not in ("report", "should_stop", "get_trial"):  # those read the current trial
+        globals()[name] = value  # asked for once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

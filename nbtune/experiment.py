@@ -8,6 +8,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from nbtune.core import events as ev
+from nbtune.core import frontend as _registry
 from nbtune.core.best import best_index
 from nbtune.core.listing import error_line
 from nbtune.core.roles import role
@@ -28,13 +29,9 @@ class Frontend(Protocol):
     def show(self, exp: Experiment) -> None: ...
 
 
-_frontend: Frontend | None = None
-
-
 def set_frontend(frontend: Frontend | None) -> None:
     """Plug the UI in (``nbtune/__init__.py`` does, lazily); the experiment never imports it."""
-    global _frontend
-    _frontend = frontend
+    _registry.set_frontend(frontend)
 
 
 class TrialsFailed(RuntimeError):
@@ -59,9 +56,10 @@ _CREATED = itertools.count()
 
 
 def _front() -> Frontend:
-    if _frontend is None:
+    front: Frontend | None = _registry.frontend()
+    if front is None:
         raise RuntimeError("no notebook front end is plugged in: import nbtune first")
-    return _frontend
+    return front
 
 
 class Experiment:

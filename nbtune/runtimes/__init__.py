@@ -5,14 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 from nbtune.runtimes.base import Runtime
-from nbtune.runtimes.sim import SimRuntime, SimulationError
 
 __all__ = ["Runtime", "SimRuntime", "SimulationError", "DaskRuntime"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "DaskRuntime":  # lazy: importing nbtune must not import distributed
+    # lazy: importing nbtune must not import distributed, and a Dask worker or the fork
+    # server importing nbtune.runtimes.dask must not import the simulator (pandas, the
+    # engine: 0.4 s of CPU each at a cluster's start-up, issue 15)
+    if name in ("SimRuntime", "SimulationError"):
+        from nbtune.runtimes import sim
+
+        return getattr(sim, name)
+    if name == "DaskRuntime":
         from nbtune.runtimes.dask import DaskRuntime
 
         return DaskRuntime
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -190,3 +190,66 @@ def test_tune_returns_before_the_warm_processes_are_ready_and_the_first_trials_r
     assert {m["parent"] for t in exp.engine.trials.values() for _, _, m in t.results} == {
         forks.pid}
     assert not forks.is_running() or forks.status() == psutil.STATUS_ZOMBIE  # closed with it
+
+
+def pandas_seen(config, trial):
+    """Whether the process was born with pandas (before anything in the job imported it)."""
+    trial.report(1, loss=0.0, pandas=float("pandas" in sys.modules))
+
+
+def test_trial_processes_are_born_with_pandas_spawned_or_forked(server, tmp_path):
+    """``import nbtune`` no longer imports pandas; a trial process still does at its
+    preload, once in the fork server (scikit-learn and data loading need it: imported in
+    each first trial, it cost every warm process's first epoch)."""
+    fs = server(("numpy",))
+    forked = WarmPool(1, ("numpy",), fork_server=fs.address)
+    spawned = WarmPool(1, ("numpy",))
+    try:
+        assert forked.wait_ready(60) and spawned.wait_ready(60)
+        for pool in (forked, spawned):
+            assert run_one(pool.take(refill=False), tmp_path, pandas_seen)["pandas"] == 1.0
+    finally:
+        forked.shutdown()
+        spawned.shutdown()
+
+
+def test_a_fork_server_started_early_is_taken_once_and_only_for_its_preload():
+    """``tune()`` starts the fork server before importing ``distributed`` (start_early); the
+    runtime's cluster start takes that one instead of starting another, if the preload agrees."""
+    from nbtune.runtimes.dask.forkserver import start_early, take_early
+
+    start_early(SLOW)
+    start_early(SLOW)  # a second call while one waits starts nothing
+    first = take_early(SLOW)
+    try:
+        assert first is not None and first.proc.poll() is None
+        assert take_early(SLOW) is None  # taken once
+    finally:
+        first.close()
+    start_early(SLOW)
+    other = take_early(("numpy",))
+    assert other is None  # another preload: closed, not handed over
+    assert take_early(SLOW) is None
+
+
+def test_a_cold_tune_starts_the_fork_server_before_importing_distributed():
+    code = textwrap.dedent("""
+        import sys
+        from nbtune.runtimes.dask import forkserver
+        seen = []
+        real = forkserver.ForkServer.__init__
+        def init(self, *a, **k):
+            seen.append('distributed' in sys.modules)
+            real(self, *a, **k)
+        forkserver.ForkServer.__init__ = init
+        from nbtune.runtimes.dask.shared import shared_runtime
+        rt = shared_runtime()
+        assert seen == [False], seen
+        early = forkserver.take_early(forkserver.DEFAULT_PRELOAD)
+        assert early is not None  # not taken yet: the runtime takes it when it connects
+        early.close()
+        rt.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr

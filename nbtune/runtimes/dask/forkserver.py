@@ -18,6 +18,7 @@ it: their processes must be born with the MPS daemon's environment.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import json
@@ -37,7 +38,11 @@ from typing import Any
 
 import psutil
 
-__all__ = ["ForkServer", "fork_client", "send_imports", "supported", "ForkedProcess"]
+__all__ = ["ForkServer", "fork_client", "send_imports", "supported", "ForkedProcess",
+           "start_early", "take_early", "DEFAULT_PRELOAD"]
+
+#: what a DaskRuntime's warm processes import unless told otherwise
+DEFAULT_PRELOAD: tuple[str, ...] = ("torch",)
 
 CONNECT_TIMEOUT = 30.0  # seconds a worker retries connecting to a fork server still starting
 _MSG = 1 << 20  # bytes: the largest request or reply (an environment fits)
@@ -47,6 +52,7 @@ class ForkServer:
     """The driver's handle on a fork server process: started now, importing ``preload``."""
 
     def __init__(self, preload: tuple[str, ...], env: dict[str, str] | None = None) -> None:
+        self.preload = tuple(preload)
         self._dir = tempfile.mkdtemp(prefix="nbtune-fork-")
         self.address = os.path.join(self._dir, "sock")
         child_env = dict(os.environ if env is None else env)
@@ -65,6 +71,44 @@ class ForkServer:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+_EARLY: list[ForkServer] = []  # started before the runtime that will take it exists
+_EARLY_LOCK = threading.Lock()
+
+
+def start_early(preload: tuple[str, ...]) -> None:
+    """Start a fork server now, for the local CPU cluster about to be made (issue 15).
+
+    ``tune()`` calls it (:func:`.shared.shared_runtime`) before importing ``distributed``
+    and the runtime, so the torch import, a cold start-up's critical path, begins ~1 s
+    sooner. :func:`.worker_setup.local_cpu_start` takes it; one not taken (the experiment
+    failed to build) waits for the next ``tune()`` and is closed at exit."""
+    if not supported():
+        return
+    with _EARLY_LOCK:
+        if _EARLY:
+            return
+        _EARLY.append(ForkServer(tuple(preload), worker_env()))
+    atexit.register(_close_early)  # idempotent; a kernel starts a cold cluster rarely
+
+
+def take_early(preload: tuple[str, ...]) -> ForkServer | None:
+    """The fork server :func:`start_early` started, if it imports ``preload`` and still runs."""
+    with _EARLY_LOCK:
+        forks = _EARLY.pop() if _EARLY else None
+    if forks is None:
+        return None
+    if forks.preload != tuple(preload) or forks.proc.poll() is not None:
+        forks.close()
+        return None
+    return forks
+
+
+def _close_early() -> None:
+    with _EARLY_LOCK:
+        while _EARLY:
+            _EARLY.pop().close()
 
 
 def supported() -> bool:
@@ -269,7 +313,7 @@ def serve(address: str, preload: list[str], parent: int | None = None) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(address)
     listener.listen(64)
-    _import(preload)
+    _import(preload, preload=True)
     conns: list[socket.socket] = []
     owner: dict[int, socket.socket] = {}  # forked pid -> the worker that asked for it
     while os.getppid() == parent:

@@ -39,6 +39,7 @@ from nbtune.runtimes.dask.cluster import Inventory, close_cluster, connect, list
 from nbtune.runtimes.dask.dask_page import Publisher, page_link
 from nbtune.runtimes.dask.driver import RunDriver
 from nbtune.runtimes.dask.execution import check_execution, check_thread_limits, for_experiment
+from nbtune.runtimes.dask.forkserver import DEFAULT_PRELOAD, ForkServer
 from nbtune.runtimes.dask.fused_job import FusedUnits
 from nbtune.runtimes.dask.inbox import Inbox, route
 from nbtune.runtimes.dask.jobs import RunSettings, resize_restarts
@@ -50,7 +51,6 @@ from nbtune.runtimes.dask.worker_setup import tolerate_lost_workers as tolerant
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
-    from nbtune.runtimes.dask.forkserver import ForkServer
 
 __all__ = ["DaskRuntime", "DaskRuntimeError", "WallClock"]
 
@@ -105,7 +105,7 @@ class DaskRuntime:
         trial_memory_limit: int | str | None = None,
         trial_timeout: float | None = None,
         security: Any = None, connect_timeout: float = 30.0,
-        warm_processes: int = 2, preload: tuple[str, ...] = ("torch",),
+        warm_processes: int = 2, preload: tuple[str, ...] = DEFAULT_PRELOAD,
         mps: bool | None = None, reuse_processes: bool | None = None,
         shutdown_grace: float = 30.0,
         profiler: Any = None, execution: str = "auto",

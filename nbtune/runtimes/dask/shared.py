@@ -10,6 +10,7 @@ experiment starts at once. It is closed at interpreter exit, or by
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from typing import Any
 
@@ -25,6 +26,12 @@ def shared_runtime() -> Any:
     A new, unkept runtime when the shared one is busy with another experiment:
     experiments on one runtime run one after another.
     """
+    with _LOCK:
+        cold = not _SHARED or _SHARED[0].closed
+    if cold and not os.path.exists("/proc/driver/nvidia"):  # a GPU cluster forks nothing
+        from nbtune.runtimes.dask.forkserver import DEFAULT_PRELOAD, start_early
+
+        start_early(DEFAULT_PRELOAD)  # torch imports while `distributed` and the runtime do
     from nbtune.runtimes.dask.runtime import DaskRuntime
 
     with _LOCK:

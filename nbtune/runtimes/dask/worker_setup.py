@@ -60,14 +60,14 @@ def local_cpu_start(cluster: Any, gpus: bool | None, warm_processes: int,
     run. Any other cluster: ``(None, None)``, and plugins come in
     :func:`prepare_workers` (a GPU one's after the MPS daemon's).
     """
-    from nbtune.runtimes.dask.forkserver import ForkServer, supported, worker_env
+    from nbtune.runtimes.dask.forkserver import ForkServer, supported, take_early, worker_env
 
     if cluster is not None or gpus or warm_processes <= 0:
         return None, None
     if not supported():  # the workers start their processes, from their own start
         return None, worker_plugins(False, False, warm_processes, preload)
 
-    forks = ForkServer(preload, worker_env())
+    forks = take_early(preload) or ForkServer(preload, worker_env())  # tune() may have started it
     return forks, worker_plugins(False, False, warm_processes, preload, forks.address)
 
 
