@@ -17,16 +17,19 @@ S = 1, whether S = 1's best configuration is in the surrogate's top 3, and the
 regret (S = 1 loss of the surrogate's best configuration minus S = 1's best).
 Goal: Spearman >= 0.8 at S = 4 with µP on both tasks, and higher than without.
 
-``--seeds K`` trains every (configuration, S, arm) K times (seeds 0..K-1: init and
-data order; seed 0 is the single run of earlier sessions) and ranks by the loss
+``--seeds K`` (default 3) trains every (configuration, S, arm) K times (seeds 0..K-1: init and
+data order; seed 0 seeds as the earlier single run did) and ranks by the loss
 averaged over seeds; it also reports each seed's own Spearman and a bootstrap
 over seeds (5th-95th percentile of the Spearman, and of µP minus SP at S = 4 with
-the same resampled seeds on both arms), so a difference can be told from noise.
+the same resampled seeds on both arms), so a difference can be told from noise:
+``met`` counts µP as higher only when it is in >= 90 % of the draws (session 8
+measured a seed-to-seed sd of the CNN's S = 4 Spearman of ~0.04, more than the
+µP - SP gap of one seed).
 ``--cnn-channels 64,128`` widens the CNN target; ``--tasks cnn_adam`` runs one task
 (``met`` needs both, so it is false then).
 
 Run: ``.venv/bin/python benchmarks/transfer.py [--configs 32] [--epochs 6] [--workers 2]
-[--seeds 1] [--cnn-channels 32,64] [--tasks mlp_sgd,cnn_adam]`` (a few minutes on 2 idle
+[--seeds 3] [--cnn-channels 32,64] [--tasks mlp_sgd,cnn_adam]`` (a few minutes on 2 idle
 cores per seed; ``--quick`` for 8 configs, 2 epochs).
 """
 
@@ -52,6 +55,9 @@ from nbtune.surrogate.transfer_study import (  # the study's tasks, shared with 
     train_one,
 )
 
+#: share of seed-bootstrap draws in which µP must beat SP for "higher" to count
+SURE = 0.9
+
 
 def _job(args: tuple) -> tuple[tuple, tuple[float, float]]:
     t, i, c, s, mu, epochs, seed, channels = args
@@ -69,7 +75,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0, help="seed of the configuration sample")
-    ap.add_argument("--seeds", type=int, default=1, help="training seeds per configuration")
+    ap.add_argument("--seeds", type=int, default=3, help="training seeds per configuration")
     ap.add_argument("--cnn-channels", default="32,64", help="the CNN target's channels")
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--dump", help="write every run's losses here (JSON) for later analysis")
@@ -146,9 +152,11 @@ def main() -> None:
     figures["cnn_channels"], figures["tasks"] = list(channels), tasks
     figures["seconds"] = round(time.monotonic() - t0, 1)
     goal = {"spearman_S4_mup": ">= 0.8 on both tasks (seed-averaged loss)",
-            "mup_vs_sp_S4": "higher on both tasks"}
+            "mup_vs_sp_S4": "higher on both tasks, and with --seeds > 1 in >= 90 % of the "
+                            "seed-bootstrap draws (a gap inside the seed noise is not 'higher')"}
     met = all(t in tasks and figures[f"{t}.mup.S4.spearman"] >= 0.8
               and figures[f"{t}.mup.S4.spearman"] > figures[f"{t}.sp.S4.spearman"]
+              and (k == 1 or figures[f"{t}.S4.mup_above_sp_boot_share"] >= SURE)
               for t in TASKS)
     print(json.dumps({"name": "transfer", "figures": figures, "goal": goal, "met": met}))
 
