@@ -26,7 +26,8 @@ the same resampled seeds on both arms), so a difference can be told from noise:
 measured a seed-to-seed sd of the CNN's S = 4 Spearman of ~0.04, more than the
 µP - SP gap of one seed).
 ``--cnn-channels 64,128`` widens the CNN target; ``--tasks cnn_adam`` runs one task
-(``met`` needs both, so it is false then).
+(``met`` needs both, so it is false then); ``--dump`` writes every run, ``--load``
+recomputes the figures from dumps (one per task, or seeds added with ``--first-seed``).
 
 Run: ``.venv/bin/python benchmarks/transfer.py [--configs 32] [--epochs 6] [--workers 2]
 [--seeds 3] [--cnn-channels 32,64] [--tasks mlp_sgd,cnn_adam]`` (a few minutes on 2 idle
@@ -69,6 +70,21 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
 
 
+def _load(paths: list[str], n: int, seed: int) -> tuple[dict[tuple, tuple], dict[str, Any]]:
+    """Runs of earlier ``--dump`` files, checked to be this sample of configurations."""
+    out: dict[tuple, tuple] = {}
+    meta: dict[str, Any] = {}
+    for path in paths:
+        with open(path) as f:
+            d = json.load(f)
+        for t, cs in d["configs"].items():
+            if cs != sample_configs(t, n, seed):
+                raise SystemExit(f"{path}: {t}'s configurations are not --configs {n} --seed {seed}")
+        meta.update({key: d[key] for key in ("epochs", "cnn_channels") if key in d})
+        out.update({tuple(r[:5]): tuple(r[5:]) for r in d["runs"]})
+    return out, meta
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", type=int, default=32)
@@ -76,28 +92,42 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0, help="seed of the configuration sample")
     ap.add_argument("--seeds", type=int, default=3, help="training seeds per configuration")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="train seeds first..first+K-1 (to add seeds to a dump later)")
     ap.add_argument("--cnn-channels", default="32,64", help="the CNN target's channels")
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--dump", help="write every run's losses here (JSON) for later analysis")
+    ap.add_argument("--load", help="comma-separated --dump files: recompute the figures from "
+                                   "their runs instead of training (same --configs/--seed)")
     ap.add_argument("--quick", action="store_true", help="8 configs, 2 epochs (a smoke run)")
     args = ap.parse_args()
     if args.quick:
         args.configs, args.epochs = 8, 2
     tasks = [t for t in args.tasks.split(",") if t]
     channels = tuple(int(c) for c in args.cnn_channels.split(","))
-    k = args.seeds
+    k, n = args.seeds, args.configs
     t0 = time.monotonic()
-    configs = {t: sample_configs(t, args.configs, args.seed) for t in tasks}
-    jobs = [(t, i, c, s, mu, args.epochs, seed, channels) for seed in range(k) for t in tasks
-            for s in SCALES for mu in (True, False) for i, c in enumerate(configs[t])]
-    with ProcessPoolExecutor(args.workers) as pool:
-        out = dict(pool.map(_job, jobs, chunksize=4))
-    n = args.configs
-    if args.dump:
-        with open(args.dump, "w") as f:
-            json.dump({"configs": configs, "runs": [[*key, *v] for key, v in out.items()]}, f)
+    if args.load:
+        out, meta = _load(args.load.split(","), n, args.seed)
+        tasks = [t for t in TASKS if any(key[0] == t for key in out)]
+        channels, args.epochs = tuple(meta.get("cnn_channels", channels)), meta.get(
+            "epochs", args.epochs)
+    else:
+        configs = {t: sample_configs(t, n, args.seed) for t in tasks}
+        jobs = [(t, i, c, s, mu, args.epochs, seed, channels) for seed in range(args.first_seed, args.first_seed + k)
+                for t in tasks for s in SCALES for mu in (True, False)
+                for i, c in enumerate(configs[t])]
+        with ProcessPoolExecutor(args.workers) as pool:
+            out = dict(pool.map(_job, jobs, chunksize=4))
+        if args.dump:
+            with open(args.dump, "w") as f:
+                json.dump({"configs": configs, "epochs": args.epochs,
+                           "cnn_channels": list(channels),
+                           "runs": [[*key, *v] for key, v in out.items()]}, f)
     # runs[(task, S, mu)][0 or 1] = per seed, per configuration: validation / training loss
-    runs = {(t, s, mu): [[[out[(t, s, mu, seed, i)][j] for i in range(n)] for seed in range(k)]
+    seeds = sorted({key[3] for key in out})
+    k = len(seeds)
+    runs = {(t, s, mu): [[[out[(t, s, mu, seed, i)][j] for i in range(n)] for seed in seeds]
                          for j in (0, 1)]
             for t in tasks for s in SCALES for mu in (True, False)}
     draws = seed_draws(k)
@@ -148,9 +178,11 @@ def main() -> None:
             print(f"{t:9} S=4 µP - SP over seed bootstrap: 5-95 % "
                   f"{figures[f'{t}.S4.mup_minus_sp_boot_p5_p95']}, "
                   f"share > 0 {figures[f'{t}.S4.mup_above_sp_boot_share']}")
-    figures["configs"], figures["epochs"], figures["seeds"] = args.configs, args.epochs, k
+    figures["configs"], figures["epochs"], figures["seeds"] = args.configs, args.epochs, seeds
     figures["cnn_channels"], figures["tasks"] = list(channels), tasks
     figures["seconds"] = round(time.monotonic() - t0, 1)
+    if args.load:
+        figures["loaded_from"] = args.load  # seconds: the analysis, not the training
     goal = {"spearman_S4_mup": ">= 0.8 on both tasks (seed-averaged loss)",
             "mup_vs_sp_S4": "higher on both tasks, and with --seeds > 1 in >= 90 % of the "
                             "seed-bootstrap draws (a gap inside the seed noise is not 'higher')"}
