@@ -133,3 +133,21 @@ def test_mup_invariant_for_any_width(width, scale):
         assert sgd[n] == pytest.approx(m) and adam[n] == 1.0
     assert sgd["out.1.bias"] == adam["out.1.bias"] == 1.0
     assert sur.readout_mult == pytest.approx(1 / m)
+
+
+# the CNN at S = 4 (32/64 channels -> 8/16), from mup 1.0.0's rules written out: a conv
+# weight (out, in, kh, kw) has two infinite dims; its InfShape "main" dim is the last
+# infinite one, the input channels (the kernel dims are finite), and MuAdam divides a
+# matrix-like lr by that width_mult (1/4); MuSGD multiplies it by fanout_mult / fanin_mult.
+CNN_ADAM_S4 = {"0.weight": 1.0, "0.bias": 1.0, "1.weight": 1.0, "1.bias": 1.0,
+               "3.weight": 4.0, "3.bias": 1.0, "7.1.weight": 1.0, "7.1.bias": 1.0}
+CNN_SGD_S4 = {"0.weight": 1 / 4, "0.bias": 1 / 4, "1.weight": 1 / 4, "1.bias": 1 / 4,
+              "3.weight": 1.0, "3.bias": 1 / 4, "7.1.weight": 1 / 4, "7.1.bias": 1.0}
+
+
+def test_conv_multipliers_match_the_derivation():
+    """Convolutions get mup's matrix-like rule, whatever their kernel size."""
+    sur = shrink(cnn(32), 4)
+    assert sur.lr_multipliers(torch.optim.Adam) == pytest.approx(CNN_ADAM_S4)
+    assert sur.lr_multipliers(torch.optim.SGD) == pytest.approx(CNN_SGD_S4)
+    assert sur.readout_mult == 4.0
