@@ -16,6 +16,8 @@ absolute difference of any parameter (goal <= 1e-5, float32), with the implement
 layers choose and, for Adam, with the per-member loop (torch's own kernels).
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/fusion_throughput.py [--members 16]``.
+``--device cuda`` runs both sides on a GPU (timed after ``torch.cuda.synchronize``); the
+goals are the CPU ones, and the JSON line names the device.
 """
 
 from __future__ import annotations
@@ -46,8 +48,18 @@ def cnn() -> nn.Module:
                          nn.Linear(32 * 16, 10))
 
 
+DEVICE = torch.device("cpu")
+
+
+def sync() -> None:
+    """Wait for the device: GPU kernels run asynchronously, so a host clock needs this."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+
+
 def batches(x: torch.Tensor, y: torch.Tensor, bs: int, seed: int):
     gen = torch.Generator().manual_seed(seed)
+    x, y = x.to(DEVICE), y.to(DEVICE)
     while True:
         order = torch.randperm(len(x), generator=gen)
         for i in range(0, len(order) - bs + 1, bs):
@@ -63,7 +75,7 @@ def throughput(make, f: int, bs: int, rounds: int, blocks: int) -> dict:
     """Samples/s of fused vs sequential training, alternating blocks of ``rounds`` rounds."""
     x, y, _, _ = load_data()
     torch.manual_seed(0)
-    models = [make() for _ in range(f)]
+    models = [make().to(DEVICE) for _ in range(f)]
     fm = fuse([copy.deepcopy(m) for m in models])
     fopt = fused_optimizer(torch.optim.SGD, fm, lr=lrs(f), momentum=0.9)
     opts = [torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9)
@@ -90,9 +102,11 @@ def throughput(make, f: int, bs: int, rounds: int, blocks: int) -> dict:
     fused_t, seq_t = [], []
     for _ in range(blocks):
         for fn, acc in ((fused_round, fused_t), (sequential_round, seq_t)):
+            sync()
             t0 = time.perf_counter()
             for _ in range(rounds):
                 fn()
+            sync()
             acc.append((time.perf_counter() - t0) / rounds)
     ratio = statistics.median(s / fu for s, fu in zip(seq_t, fused_t, strict=True))
     samples = f * bs
@@ -106,7 +120,7 @@ def equivalence(opt_cls, f: int, steps: int, impl: str = "auto", **hp) -> float:
     """Largest |fused - separate| over every parameter after ``steps`` steps."""
     x, y, _, _ = load_data()
     torch.manual_seed(1)
-    models = [mlp() for _ in range(f)]
+    models = [mlp().to(DEVICE) for _ in range(f)]
     fm = fuse([copy.deepcopy(m) for m in models], impl=impl)
     fopt = fused_optimizer(opt_cls, fm, lr=[lr / 10 for lr in lrs(f)], **hp)
     opts = [opt_cls(m.parameters(), lr=lr / 10, **hp)
@@ -137,7 +151,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--blocks", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda[:N] for a GPU")
     args = ap.parse_args()
+    global DEVICE
+    DEVICE = torch.device(args.device)
     torch.set_num_threads(args.threads)
     f = args.members
 
@@ -162,7 +179,8 @@ def main() -> None:
                "cnn_sequential_samples_per_s": round(res_cnn["sequential_samples_per_s"]),
                "sgd_max_param_diff": sgd, "adam_max_param_diff": adam,
                "adam_max_param_diff_loop": adam_loop,
-               "members": f, "batch": args.batch, "threads": args.threads}
+               "members": f, "batch": args.batch, "threads": args.threads,
+               "device": torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "cpu"}
     met = (res_mlp["speedup"] >= goal["mlp_speedup"] and res_cnn["speedup"] >= goal["cnn_speedup"]
            and max(sgd, adam) <= goal["max_param_diff"])
     print(json.dumps({"name": "fusion_throughput", "figures": figures, "goal": goal,

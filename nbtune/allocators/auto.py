@@ -19,6 +19,12 @@ runtime's profiler measured (``hints["profiles"]``), per decision:
    (HyperSack's demands, Fluid's widths) with c and d as measured; an
    unmeasured d is 1 (a plain training function gains nothing from a second
    worker unless it is data-parallel, and only a measurement can say so).
+   On real GPUs, before any packing is measured, the profiler's *GPU room*
+   does too: a model that NVML shows busy at most half the time alone
+   (``gpu_room`` ≥ 2) is packed at once, c = that room, capped; packed times
+   measured later settle c as in 1. Many small configurations of different
+   shapes (each its own signature, each stopped early) never give the probe
+   two trials of one model running on, and left a GPU 90 % idle under FIFO.
 3. Otherwise (c = 1 and d = 1 measured): FIFO for the rest of the run.
 
 A second run of the same model reads c and d from the job history and
@@ -50,7 +56,7 @@ class AutoAllocator(BaseAllocator):
         self.probe = probe
         self.fifo = FifoAllocator()
         self.fluid = FluidKnapsackAllocator(**fluid_options)
-        self._max_d = self.fluid._fluid.max_d
+        self._max_c, self._max_d = self.fluid._fluid.max_c, self.fluid._fluid.max_d
         #: "fifo" or "fluid": the mode of the last decision (for logs and tests)
         self.mode = "fifo"
 
@@ -72,10 +78,17 @@ class AutoAllocator(BaseAllocator):
         profs = self._profiles(view)
         if not profs:
             return profs  # nothing in play is measured (or nothing in play): keep the mode
-        pays = [p for p in profs if (p.c_measured and p.c > 1) or (p.d_measured and p.d > 1)]
+        room = getattr(view.hints.get("profiles"), "gpu_room", None)
+        rooms = {p.signature: r for p in profs if not p.c_measured and room is not None
+                 and (r := room(p.signature)) is not None}
+        pays = [p for p in profs if (p.c_measured and p.c > 1) or (p.d_measured and p.d > 1)
+                or rooms.get(p.signature, 0.0) >= 2.0]
         if pays:
             ds = [p.d for p in profs if p.d_measured]
-            self.fluid._fluid.max_d = min([self._max_d, *ds]) if ds else 1
+            # c by room where packing is not measured yet (measured c: the profiles say)
+            self.fluid._fluid.limit(
+                c=min([self._max_c, *(int(r) for r in rooms.values() if r >= 2.0)]),
+                d=min([self._max_d, *ds]) if ds else 1)
             self.mode = "fluid"
         else:
             self.mode = "fifo"

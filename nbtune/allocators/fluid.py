@@ -90,6 +90,7 @@ class StaticFluidAllocator(BaseAllocator):
         self.c, self.d = c, d
         self.max_c, self.max_d = c, d  # what was asked for; measurements may only lower it
         self._measured = MeasuredLimits(signature_keys) if measured else None
+        self._last: tuple[int | None, int | None] = (None, None)  # c, d last measured
         self.alpha, self.beta = alpha, beta
         self.concurrency = concurrency
         self.fill = fill
@@ -118,6 +119,18 @@ class StaticFluidAllocator(BaseAllocator):
         mc, md = self._measured(view)
         if mc is None and md is None:
             return  # nothing measured for the trials in play (or none in play): keep what was
+        self._last = (mc, md)
+        self._settle()
+
+    def limit(self, c: int | None = None, d: int | None = None) -> None:
+        """New caps for c and d, under which measurements still lower them (``auto``: c by a
+        model's measured GPU room, d = 1 until scaling is measured)."""
+        self.max_c = self.max_c if c is None else max(1, int(c))
+        self.max_d = self.max_d if d is None else max(1, int(d))
+        self._settle()
+
+    def _settle(self) -> None:
+        mc, md = self._last
         c = self.max_c if mc is None else max(1, min(self.max_c, mc))
         d = self.max_d if md is None else max(1, min(self.max_d, md))
         if (c, d) != (self.c, self.d):

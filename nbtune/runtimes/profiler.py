@@ -49,6 +49,8 @@ __all__ = ["Profiler", "model_key", "attach_profiler"]
 log = logging.getLogger(__name__)
 
 _TOL = 1e-6
+#: utilization samples of a model alone before its GPU room counts (~2 s at the default 2 Hz)
+ROOM_SAMPLES = 4
 
 
 class Profiler:
@@ -178,6 +180,21 @@ class Profiler:
         """The highest runnable share sampled of ``sig`` alone (None: fewer than two samples)."""
         obs = self._obs.get(sig)
         return max(obs.demand) if obs is not None and len(obs.demand) > 1 else None
+
+    def gpu_room(self, sig: str) -> float | None:
+        """How many trials of ``sig`` one GPU has compute for, by NVML alone: 1 / utilization.
+
+        HyperSack §IV packs by the compute demand its sampler measures; a small
+        model that keeps a GPU busy 7 % of the time leaves room for more than one
+        (session 9's H200: 2.5-11 % for vs_peers' CNN, and ``auto`` stayed FIFO for
+        want of a packing probe, which needs two trials of one signature running on).
+        None on time-sliced stand-ins (a CPU share is not a GPU's idle time: ``runnable``
+        decides there) and before :data:`ROOM_SAMPLES` samples of it alone.
+        """
+        obs = self._obs.get(sig)
+        if self.time_sliced or obs is None or len(obs.util) < ROOM_SAMPLES:
+            return None
+        return 1.0 / min(max(mean(obs.util), 0.01), 1.0)
 
     def awaits_demand(self, sig: str) -> bool:
         """A packing probe of ``sig`` should wait: its runnable share, which may settle c, is due."""

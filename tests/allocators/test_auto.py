@@ -54,16 +54,20 @@ def test_packing_that_pays_switches_to_fluid_knapsack_and_beats_fifo():
     assert auto.makespan < 0.8 * fifo.makespan
 
 
-def test_without_a_profiler_or_probe_it_is_fifo():
+@pytest.mark.parametrize("compute, packs", [(1.0, False), (0.25, True)])
+def test_without_a_probe_only_a_measured_gpu_room_packs(compute, packs):
+    """``probe=False`` never packs to measure; a model the (simulated) NVML samples show busy a
+    quarter of the time alone is packed all the same, by its GPU room, with no probe."""
     from nbtune.algorithms import make_algorithm
     from nbtune.engine.engine import Engine
 
-    wl = SyntheticWorkload(SPACE, unit_time=2.0, demand=Demand(0.25, 2.0))
-    algo = make_algorithm("random", SPACE, metric="loss", max_budget=3, num_trials=6, seed=0)
+    wl = SyntheticWorkload(SPACE, unit_time=2.0, demand=Demand(compute, 2.0))
+    # the simulator samples a trial once per launch alone: four launches, then the room counts
+    algo = make_algorithm("random", SPACE, metric="loss", max_budget=3, num_trials=12, seed=0)
     eng = Engine(algo, AutoAllocator(probe=False), validate=True)
     SimRuntime(cluster=2).start(eng, wl)
-    assert eng.done and eng.allocator.mode == "fifo"
-    assert eng.ledger.log and all(r.share == 1.0 for r in eng.ledger.log)
+    assert eng.done and eng.allocator.mode == ("fluid" if packs else "fifo")
+    assert eng.ledger.log and any(r.share < 1.0 for r in eng.ledger.log) == packs
 
 
 @pytest.mark.parametrize("bad", [{"c": 0}, {"d": 0}])
@@ -123,3 +127,41 @@ def test_on_time_sliced_gpus_the_probe_waits_for_the_runnable_share(runnable, pr
     prof.time_sliced = False  # a GPU (no runnable share): timing decides, the probe runs
     if runnable is None:
         assert {t for t, pl in AutoAllocator().allocate(view).launch.items() if pl[0][1] < 1}
+
+
+@pytest.mark.parametrize("util, packs", [(0.07, True), (0.4, True), (0.9, False)])
+def test_on_real_gpus_a_model_that_leaves_the_gpu_idle_is_packed_without_a_probe(util, packs):
+    """GPU room (HyperSack's measured compute demand): a model NVML shows busy 7 % of the time
+    alone is packed at once, as many per GPU as fit (capped at c = 4, or by the room), with no
+    probe and no packing measured; one that fills the GPU is not (the probe decides, as before).
+    On time-sliced stand-ins the room is never read: a CPU share is not a GPU's idle time."""
+    from nbtune.allocators.profiling import Profile, model_signature
+    from nbtune.core.resources import ClusterSpec
+    from nbtune.core.trial import TrialRecord, TrialSpec, TrialState
+    from nbtune.runtimes.profile_samples import Obs
+    from tests.allocators.fluid_views import View
+
+    cfgs = [{"layers": k} for k in range(8)]  # eight shapes: eight signatures, none probed
+    prof = Profiler()
+    for cfg in cfgs:
+        sig = model_signature(cfg)
+        prof.put(Profile(sig, unit_time=1.0, packing={1: 1.0}, demand=Demand(util, 1.0)))
+        prof._obs.setdefault(sig, Obs()).util.extend([util] * 4)
+    specs = [TrialSpec(t, dict(cfg), 9.0) for t, cfg in enumerate(cfgs)]
+    trials = {s.trial_id: TrialRecord(s.trial_id, dict(s.config), TrialState.PENDING,
+                                      target_budget=9.0) for s in specs}
+    view = View(ClusterSpec.homogeneous(2), trials, {}, specs, hints={"profiles": prof})
+    auto = AutoAllocator(probe=False)  # no probe: only the room can make it pack
+    out = auto.allocate(view)
+    packed = [t for t, pl in out.launch.items() if pl[0][1] < 1.0]
+    assert (auto.mode == "fluid") == packs
+    if packs:
+        per_gpu = max(sum(pl[0][0] == g for pl in out.launch.values()) for g in (0, 1))
+        assert len(out.launch) > 2 and per_gpu <= min(4, int(1 / util))
+        assert packed
+    else:
+        assert len(out.launch) == 2 and not packed
+    assert prof.gpu_room(model_signature(cfgs[0])) == pytest.approx(1 / util)
+    prof.time_sliced = True
+    assert prof.gpu_room(model_signature(cfgs[0])) is None
+    assert AutoAllocator(probe=False).allocate(view).launch.keys() <= {0, 1}

@@ -98,3 +98,47 @@ def test_a_process_that_ran_a_trial_serves_the_next_before_a_fresh_one(pool, tmp
     run_one(used, tmp_path, modules_seen, reuse=True)
     p.give_back(used)
     assert p.idle == 2 and p.take(refill=False) is used
+
+
+def test_a_gpu_process_serves_only_trials_of_its_gpu_and_mps_share(pool):
+    """A CUDA context is bound to one GPU and one MPS thread percentage: a process handed
+    back after a GPU trial gets only trials with the same ones (the same context first), and
+    one without a context fits any trial. CPU trials never get a process with a context."""
+    from nbtune.runtimes.dask._child import cuda_key
+
+    whole = cuda_key({"CUDA_VISIBLE_DEVICES": "GPU-a"})
+    half = cuda_key({"CUDA_VISIBLE_DEVICES": "GPU-a", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})
+    assert whole != half and whole == cuda_key({"CUDA_VISIBLE_DEVICES": "GPU-a", "X": "1"})
+    p = pool(3, ())
+    assert p.wait_ready(60)
+    a, b = p.take(refill=False), p.take(refill=False)
+    a.cuda, b.cuda = whole, half
+    p.give_back(b)
+    p.give_back(a)
+    assert p.take_idle(refill=False, cuda=half) is b  # its own context, though not first
+    p.give_back(b)
+    other = cuda_key({"CUDA_VISIBLE_DEVICES": "GPU-b"})
+    fresh = p.take_idle(refill=False, cuda=other)
+    assert fresh is not None and fresh.cuda is None  # never a context of another GPU
+    assert p.take_idle(refill=False, cuda=other) is None
+    assert p.take_idle(refill=False) is None  # a CPU trial: neither a nor b
+    assert p.take_idle(refill=False, cuda=whole) is a
+
+
+def test_a_process_refuses_a_trial_its_cuda_context_was_not_made_for():
+    """The last guard: a context made for one GPU and share never runs a trial of another.
+
+    The key is the environment CUDA read, kept from the trial that made the context (a
+    GPU run on session 9's H200 found the key read again after the worker's environment
+    was restored, ``'0|'``, which refused every reused process)."""
+    from nbtune.runtimes.dask._child import cuda_key, refusal
+
+    base = {"CUDA_VISIBLE_DEVICES": "0", "PATH": "/bin"}  # a dask-cuda worker's own
+    job = {"CUDA_VISIBLE_DEVICES": "GPU-a"}
+    made = cuda_key({**base, **job})
+    assert refusal(None, {**base, **job}) is None  # no context yet: any trial
+    assert refusal(made, {**base, **job}) is None
+    assert refusal(made, {**base, "CUDA_VISIBLE_DEVICES": "GPU-b"}) is not None
+    packed = {**base, **job, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}
+    assert "GPU-a|50" in refusal(made, packed)
+    assert refusal(cuda_key(base), {**base, **job}) is not None  # the session-9 bug's key

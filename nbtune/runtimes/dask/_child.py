@@ -3,10 +3,11 @@
 Started ahead of time by a worker's warm pool (so torch is already imported
 when a trial lands), it waits on a pipe for exactly one job, runs the user's
 training function with a :class:`~nbtune.runtimes.dask.trial_api.Trial`, sends
-an ``exit`` message and quits: on GPUs one trial per process, so the CUDA
-context, the MPS thread percentage and the memory go away with it. On CPU
-workers a process that ended cleanly (no error, no stray threads) is
-handed back to the pool and serves the next trial without re-importing.
+an ``exit`` message. A process that ended cleanly (no error, no stray
+threads) is handed back to the pool and serves the next trial without
+re-importing. On GPUs it keeps its CUDA context, which was made for one GPU
+and one MPS thread percentage: it says which (``"cuda"`` in its exit, see
+:func:`cuda_key`), and the pool gives it only trials with the same ones.
 On a local CPU cluster it is forked by a :mod:`.forkserver` instead of started.
 """
 
@@ -21,7 +22,42 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["cuda_key", "main"]
+
+#: the environment that fixes a CUDA context: the GPU and the MPS thread percentage
+_CUDA_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+
+
+def cuda_key(env: Any) -> str:
+    """What a CUDA context made under ``env`` is bound to (read once, at CUDA's first use)."""
+    return "|".join(str(env.get(k, "")) for k in _CUDA_ENV)
+
+
+def refusal(made: str | None, env: Any) -> str | None:
+    """Why a process whose CUDA context is for ``made`` must not run a trial whose process
+    environment is ``env`` (None: it may). The pool matches keys (``WarmPool.take``), so a
+    refusal is nbtune's bug; run anyway, the trial would use another GPU or share."""
+    if made is None or made == cuda_key(env):
+        return None
+    return (f"this trial process's CUDA context is for {made!r}, not {cuda_key(env)!r} "
+            "(nbtune bug: please report it)")
+
+
+def _cuda_made() -> str | None:
+    """This process's CUDA context's :func:`cuda_key`, or None while it has none. Call it
+    while the trial's environment is in place: the key is the environment CUDA read.
+
+    The trial's cached GPU blocks are released here, so an idle process holds
+    only its context, not the memory of the trial it ran.
+    """
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_initialized():
+            return None
+        torch.cuda.empty_cache()
+    except Exception:  # a broken CUDA state: not a process to hand a trial again
+        return "broken"
+    return cuda_key(os.environ)
 
 
 class PipeChannel:
@@ -222,6 +258,7 @@ def serve(fd: int, preload: list[str], imports: list[str], watch: int | None = N
     channel = PipeChannel(conn)
     channel.send({"k": "ready"})  # imports done: WarmPool.wait_ready counts this process warm
     _import(imports)  # the trainables' modules (WarmPool.add_imports): a job may queue behind
+    made: str | None = None  # the key of this process's CUDA context, once it has one
     while True:
         try:
             job = conn.recv()
@@ -235,10 +272,16 @@ def serve(fd: int, preload: list[str], imports: list[str], watch: int | None = N
         if job.get("k") != "job":
             os._exit(0)
         saved_env = dict(os.environ)
+        why = refusal(made, {**os.environ, **job.get("env", {})})
+        if why is not None:
+            channel.send({"k": "exit", "ok": False, "oom": False, "reusable": False,
+                          "error": why})
+            os._exit(0)
         out = run_job(job, channel)
-        # a CPU trial process may serve the next trial (no re-import); a GPU one never
-        # does (its CUDA context and MPS share are fixed), nor one that left threads behind
-        out["reusable"] = bool(job.get("reuse")) and out["ok"] and threading.active_count() <= 2
+        out["cuda"] = made = _cuda_made() or made  # read before the environment is restored
+        # serve the next trial (no re-import), unless it failed or left threads behind
+        out["reusable"] = (bool(job.get("reuse")) and out["ok"] and out["cuda"] != "broken"
+                           and threading.active_count() <= 2)
         channel.send(out)
         sys.stdout.flush()
         sys.stderr.flush()

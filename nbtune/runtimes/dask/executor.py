@@ -27,6 +27,7 @@ from typing import Any
 
 import psutil
 
+from nbtune.runtimes.dask._child import cuda_key
 from nbtune.runtimes.dask.pool import _Child, get_pool
 
 __all__ = ["start_rank", "run_rank", "deliver", "active_children"]
@@ -208,7 +209,8 @@ def start_rank(worker: Any, job: dict[str, Any], emit: Emit, put: Emit) -> None:
         return
     child_job = _child_job(worker, job)
     if not entry.killed and len(job.get("fn", b"")) < FAST_HANDOFF:
-        entry.child = get_pool().take_idle(refill=not job.get("reuse"))
+        entry.child = get_pool().take_idle(refill=not job.get("reuse"),
+                                           cuda=_cuda_of(child_job))
         if entry.child is not None:
             try:
                 entry.child.conn.send(child_job)
@@ -231,6 +233,12 @@ def _forget(key: str) -> None:
 
 def _tag(job: dict[str, Any]) -> dict[str, Any]:
     return {"trial": job["trial_id"], "run": job["run_id"], "rank": job["rank"]}
+
+
+def _cuda_of(child_job: dict[str, Any]) -> str | None:
+    """The GPU and MPS share a trial's process must have (None: a CPU trial)."""
+    env = child_job.get("env", {})  # over the worker's, as the process will have it
+    return cuda_key({**os.environ, **env}) if "CUDA_VISIBLE_DEVICES" in env else None
 
 
 def _child_job(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
@@ -265,7 +273,7 @@ def run_rank(worker: Any, job: dict[str, Any], entry: _Active, child_job: dict[s
                        "error": "killed before it started", **tag}
                 emit(job["topic"], [out])
                 return out
-            entry.child = get_pool().take(refill=not job.get("reuse"))
+            entry.child = get_pool().take(refill=not job.get("reuse"), cuda=_cuda_of(child_job))
             entry.child.conn.send(child_job)
             entry.reader = _PipeReader(worker.loop.asyncio_loop, entry.child, tag, job["topic"],
                                        put, entry.control)
@@ -273,6 +281,7 @@ def run_rank(worker: Any, job: dict[str, Any], entry: _Active, child_job: dict[s
         out = _relay(entry, tag, job["topic"], job.get("memory_limit"), emit)
         assert entry.child is not None
         if out.get("reusable") and entry.child.alive():
+            entry.child.cuda = out.get("cuda") or entry.child.cuda
             get_pool().give_back(entry.child)
             entry.child = None
     except BaseException as exc:

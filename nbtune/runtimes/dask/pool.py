@@ -43,6 +43,12 @@ class _Child:
     proc: subprocess.Popen[bytes] | ForkedProcess
     conn: Connection
     ready: bool = False  # said "ready": its preload imports are done
+    #: the GPU and MPS share its CUDA context is bound to (``_child.cuda_key``); None: no
+    #: context yet, so it fits any trial
+    cuda: str | None = None
+
+    def fits(self, cuda: str | None) -> bool:
+        return self.cuda is None or self.cuda == cuda
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -212,17 +218,20 @@ class WarmPool:
     def fill_async(self) -> None:
         threading.Thread(target=self.fill, name="nbtune-warm-pool", daemon=True).start()
 
-    def take_idle(self, refill: bool = True) -> _Child | None:
-        """An idle live process now, or None (never waits, never spawns: safe on an event loop)."""
+    def take_idle(self, refill: bool = True, cuda: str | None = None) -> _Child | None:
+        """An idle live process now, or None (never waits, never spawns: safe on an event loop).
+
+        ``cuda``: the trial's GPU and MPS share (``_child.cuda_key``); only a process with
+        no CUDA context or one made for them is taken."""
         with self._lock:
-            c = self._pop_live()
+            c = self._pop_live(cuda)
         if c is not None and refill:
             self.fill_async()
         return c
 
-    def take(self, refill: bool = True) -> _Child:
-        """An idle started process, else one that becomes idle soon; with ``refill`` the pool
-        refills behind.
+    def take(self, refill: bool = True, cuda: str | None = None) -> _Child:
+        """An idle started process that fits ``cuda`` (:meth:`take_idle`), else one that
+        becomes idle soon; with ``refill`` the pool refills behind.
 
         A process the filler is starting right now is waited for rather than
         duplicated: two torch imports at once on a small machine take twice as
@@ -237,7 +246,7 @@ class WarmPool:
         asked_at: float | None = None
         while child is None and self.size > 0 and time.monotonic() < deadline:
             with self._ready:
-                child = self._pop_live()
+                child = self._pop_live(cuda)
                 if child is not None:
                     break
                 starting = asked_at is not None and time.monotonic() - asked_at < 1.0
@@ -255,8 +264,10 @@ class WarmPool:
             self.fill_async()
         return child
 
-    def _pop_live(self) -> _Child | None:
-        """A live idle process, one known to be ready first (dead ones are dropped).
+    def _pop_live(self, cuda: str | None = None) -> _Child | None:
+        """A live idle process that fits ``cuda``, dead ones dropped: first one whose CUDA
+        context is made for it (a GPU trial then skips CUDA's set-up), then one known to
+        be ready.
 
         A process started moments ago may still be importing; one handed back
         by a finished trial, or waited on by :meth:`wait_ready`, is not. Call
@@ -265,14 +276,17 @@ class WarmPool:
         for c in [c for c in self._idle if not c.alive()]:
             self._idle.remove(c)
             c.conn.close()
-        for c in self._idle:
-            if c.ready:
-                self._idle.remove(c)
-                return c
-        return self._idle.popleft() if self._idle else None
+        fit = [c for c in self._idle if c.fits(cuda)]
+        best = ([c for c in fit if cuda is not None and c.cuda == cuda]
+                or [c for c in fit if c.ready] or fit[:1])
+        if not best:
+            return None
+        self._idle.remove(best[0])
+        return best[0]
 
     def give_back(self, child: _Child) -> None:
-        """A process that finished a trial cleanly serves again (CPU trials only).
+        """A process that finished a trial cleanly serves again (a GPU one: trials of its
+        GPU and MPS share, :attr:`_Child.cuda`).
 
         First in line: it has paid what a first trial pays beyond the imports (the
         data set read on first use, torch's first-operation set-up: 2-4 s of a first

@@ -76,10 +76,10 @@ class DaskRuntime:
     ``connect_timeout`` are for a remote scheduler. ``warm_processes`` trial
     processes per worker are kept started with ``preload`` imported (on a local
     CPU cluster, forked from one process that imported it once: .forkserver);
-    ``reuse_processes`` (default: on CPU yes, on GPU no) lets a process that
-    ended a trial cleanly run the next one: imports are paid once, but module
-    globals the training function sets persist into the next trial (pass
-    False for full isolation). ``gpu_speeds``: relative speeds by GPU or worker name.
+    ``reuse_processes`` (default: on CPU yes, on GPU no) lets a process that ended a
+    trial cleanly run the next one: imports are paid once (on a GPU the CUDA context too,
+    so it serves only trials of its GPU and MPS share), but module globals the training
+    function sets persist. ``gpu_speeds``: relative speeds by GPU name.
     ``execution``: a trial runs in a ``"process"``, a ``"thread"`` of its worker (stopped only
     at a report) or ``"auto"``: threads where steps are tiny, measured (:mod:`.execution`).
     It runs experiments one after another on one cluster and its warm processes; a cluster
