@@ -40,6 +40,8 @@ class Mark:
 
 #: samples kept per shape (HyperSack's sampler takes ~10 iterations; more only smooths noise)
 SAMPLES = 64
+#: utilization samples of a model alone before its GPU room counts (4 s at Dask's 1 Hz)
+ROOM_SAMPLES = 4
 
 
 def mean(xs: list[float]) -> float:

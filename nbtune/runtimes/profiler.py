@@ -24,9 +24,9 @@ What it records, per model signature (:func:`model_key` of the trainable +
   workers, the simulated GPU in the simulator) of GPUs that held exactly one
   trial, and on CPU workers the runnable share that bounds packing.
 
-It is the ProfileStore the allocators read (``engine.hints["profiles"]``):
-``get(signature)`` answers from this run's measurements, falling back field
-by field to the job history, into which :meth:`Profiler.flush` writes.
+It is the ProfileStore the allocators read (``engine.hints["profiles"]``): ``get(signature)``
+answers from this run's measurements, falling back field by field to the job history,
+into which :meth:`Profiler.flush` writes.
 """
 
 from __future__ import annotations
@@ -42,15 +42,13 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import GPU, Demand, Placement
 from nbtune.runtimes.model_key import model_key
-from nbtune.runtimes.profile_samples import SAMPLES, Mark, Obs, add, mean
+from nbtune.runtimes.profile_samples import ROOM_SAMPLES, SAMPLES, Mark, Obs, add, mean
 
 __all__ = ["Profiler", "model_key", "attach_profiler"]
 
 log = logging.getLogger(__name__)
 
 _TOL = 1e-6
-#: utilization samples of a model alone before its GPU room counts (~2 s at the default 2 Hz)
-ROOM_SAMPLES = 4
 
 
 class Profiler:
@@ -77,6 +75,7 @@ class Profiler:
         self.time_sliced = False
         self.model = ""
         self._engine: Any = None
+        self._cluster_seen, self._cpus = None, False  # .sliced, per cluster
         self._obs: dict[str, Obs] = {}
         self._cache: dict[str, Profile | None] = {}
         self._hist: dict[str, Profile | None] = {}
@@ -182,23 +181,31 @@ class Profiler:
         return max(obs.demand) if obs is not None and len(obs.demand) > 1 else None
 
     def gpu_room(self, sig: str) -> float | None:
-        """How many trials of ``sig`` one GPU has compute for, by NVML alone: 1 / utilization.
+        """How many trials of ``sig`` one GPU has compute for: 1 / NVML utilization alone.
 
-        HyperSack §IV packs by the compute demand its sampler measures; a small
-        model that keeps a GPU busy 7 % of the time leaves room for more than one
-        (session 9's H200: 2.5-11 % for vs_peers' CNN, and ``auto`` stayed FIFO for
-        want of a packing probe, which needs two trials of one signature running on).
-        None on time-sliced stand-ins (a CPU share is not a GPU's idle time: ``runnable``
-        decides there) and before :data:`ROOM_SAMPLES` samples of it alone.
-        """
+        HyperSack §IV packs by measured compute demand (on the H200, session 9, a small CNN
+        kept the GPU 2.5-11 % busy while ``auto`` stayed FIFO for want of a probe). None on
+        time-sliced stand-ins (a CPU share is no GPU idle time) and before
+        :data:`~nbtune.runtimes.profile_samples.ROOM_SAMPLES` samples alone."""
         obs = self._obs.get(sig)
-        if self.time_sliced or obs is None or len(obs.util) < ROOM_SAMPLES:
-            return None
-        return 1.0 / min(max(mean(obs.util), 0.01), 1.0)
+        ok = obs is not None and len(obs.util) >= ROOM_SAMPLES and not self.sliced
+        return 1.0 / min(max(mean(obs.util), 0.01), 1.0) if ok else None
 
     def awaits_demand(self, sig: str) -> bool:
         """A packing probe of ``sig`` should wait: its runnable share, which may settle c, is due."""
-        return self.time_sliced and self.runnable(sig) is None
+        return self.sliced and self.runnable(sig) is None
+
+    @property
+    def sliced(self) -> bool:
+        """Time-sliced stand-ins: the runtime says so, or every GPU is a CPU (kind ``"cpu"``),
+        read from the cluster's recorded events, so a resumed run's replay agrees."""
+        try:
+            cluster = self._engine.cluster
+        except Exception:  # not attached, or no cluster yet
+            return self.time_sliced
+        if cluster is not self._cluster_seen:
+            self._cluster_seen, self._cpus = cluster, all(g.kind == "cpu" for g in cluster.gpus)
+        return self.time_sliced or self._cpus
 
     def probe(self, workload: Any, configs: Iterable[Mapping[str, Any]],
               gpu: GPU | None = None) -> list[Profile]:

@@ -50,6 +50,7 @@ class _Live:
     started: bool = False
     fails_at: float | None = None
     waiting: bool = False  # a report fired; the next one is scheduled after commands run
+    samples: int = 0  # TrialSampled events of this launch so far
 
 
 @dataclass
@@ -61,15 +62,17 @@ class SimRuntime:
     ``resize_overhead`` is Fluid's ε, paid when a running trial is resized;
     ``report_every`` is the budget between two reports. ``profiler`` measures
     c, d, α, β, ε and demands from the simulated clock and the simulated GPUs'
-    samples of a trial alone on its GPU (``TrialSampled``, one per launch),
-    as on Dask; give one with a
-    job history to keep what it learns.
+    samples of a trial alone on its GPU (``TrialSampled``: as its launch
+    starts, then every ``sample_every`` seconds, as Dask's workers sample NVML,
+    up to ``samples_per_launch``); give one with a job history to keep what it learns.
     """
 
     cluster: ClusterSpec | int = 4
     launch_overhead: float | None = None
     resize_overhead: float = 0.0
     report_every: float = 1.0
+    sample_every: float = 1.0
+    samples_per_launch: int = 4
     max_events: int = 50_000_000
     name: str = "sim"
     virtual_clock: ClassVar[bool] = True
@@ -280,13 +283,16 @@ class SimRuntime:
         self._push(live.last_t + 1e-9, _SAMPLE, c.trial_id, 0, live)  # just after it starts
 
     def _sample(self, tid: int, launched: _Live, t: float) -> ev.Event | None:
-        """What NVML would read on the trial's GPU as it starts, if it holds the GPU alone."""
+        """What NVML would read on the trial's GPU now, if it holds the GPU alone."""
         live = self._live.get(tid)
         if live is not launched or self._workload is None:
             return None  # stopped or relaunched since
         if any(self._on_gpu.get(g, set()) != {tid} for g, _ in live.placement):
             return None  # shared: no clean sample of this trial
         d = self._workload.demand(tid, live.config)
+        live.samples += 1
+        if live.samples < self.samples_per_launch:  # the profiler's GPU room wants a few
+            self._push(t + self.sample_every, _SAMPLE, tid, 0, live)
         return ev.TrialSampled(t, tid, min(live.placement[0][1], d.compute), d.memory_gb)
 
     def _advance(self, live: _Live, now: float) -> None:

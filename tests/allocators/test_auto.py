@@ -62,7 +62,7 @@ def test_without_a_probe_only_a_measured_gpu_room_packs(compute, packs):
     from nbtune.engine.engine import Engine
 
     wl = SyntheticWorkload(SPACE, unit_time=2.0, demand=Demand(compute, 2.0))
-    # the simulator samples a trial once per launch alone: four launches, then the room counts
+    # the simulator samples a trial alone each second of its first four: then the room counts
     algo = make_algorithm("random", SPACE, metric="loss", max_budget=3, num_trials=12, seed=0)
     eng = Engine(algo, AutoAllocator(probe=False), validate=True)
     SimRuntime(cluster=2).start(eng, wl)
@@ -165,3 +165,21 @@ def test_on_real_gpus_a_model_that_leaves_the_gpu_idle_is_packed_without_a_probe
     prof.time_sliced = True
     assert prof.gpu_room(model_signature(cfgs[0])) is None
     assert AutoAllocator(probe=False).allocate(view).launch.keys() <= {0, 1}
+
+
+def test_cpu_stand_ins_read_from_the_cluster_are_time_sliced_in_a_replay_too():
+    """A resumed run replays its events before any runtime exists: the profiler then learns
+    time slicing from the recorded cluster (GPUs of kind "cpu"), so the replay's ``auto``
+    reads no GPU room where the first run (told by its Dask runtime) read none either."""
+    from nbtune.core.resources import ClusterSpec
+
+    wl = SyntheticWorkload(SPACE, unit_time=2.0, demand=Demand(0.25, 2.0))
+    runs = {}
+    for kind in ("cpu", "A100"):
+        exp = nbtune.tune(wl, SPACE, algorithm="random", metric="loss", max_budget=3,
+                          num_trials=12, allocator=AutoAllocator(probe=False), seed=0,
+                          runtime=SimRuntime(cluster=ClusterSpec.homogeneous(2, kind=kind)))
+        prof = exp.engine.hints["profiles"]
+        assert prof.time_sliced is False  # nobody said so: the cluster does
+        runs[kind] = (prof.sliced, exp.engine.allocator.mode)
+    assert runs == {"cpu": (True, "fifo"), "A100": (False, "fluid")}
