@@ -5,8 +5,8 @@ a small model leaves most of a GPU idle, so several trials packed onto it
 finish sooner than the same trials one after another. On CPU stand-ins that
 premise is false (``real_allocators``); this is the check on a real GPU.
 
-Workload: vs_peers' digits CNN (scikit-learn's 8x8 digits, two conv layers,
-SGD), data on the GPU, ``PASSES`` passes per epoch, ASHA (η = 3, 1–9
+Workload: vs_peers' digits CNN (its ``data``, ``make`` and ``epoch``: scikit-learn's
+8x8 digits, two conv layers, SGD), data on the GPU, 2 passes per epoch, ASHA (η = 3, 1–9
 epochs), ``TRIALS`` trials, the search space of vs_peers. One dask-cuda
 LocalCUDACluster (one worker per GPU, MPS when ``nvidia-cuda-mps-control``
 is there) serves every nbtune run. Systems, alternating, in rounds:
@@ -40,69 +40,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROUNDS = int(os.environ.get("NBTUNE_BENCH_ROUNDS", "2"))
 TRIALS = int(os.environ.get("NBTUNE_BENCH_TRIALS", "27"))
-PASSES = int(os.environ.get("NBTUNE_BENCH_PASSES", "2"))
 MAX_EPOCHS = 9
 SYSTEMS = ["fifo", "auto", "waterfill", "optuna"]
-DEVICE = os.environ.get("NBTUNE_BENCH_DEVICE", "cuda")  # set by --cpu, read by trial processes
 
+import vs_peers  # noqa: E402  (the workload: data, model and epoch on NBTUNE_BENCH_DEVICE)
+from vs_peers import epoch, make  # noqa: E402
 
-def data() -> tuple[Any, Any, Any, Any]:
-    """Digits on the GPU, cached per process (a reused trial process keeps it)."""
-    import types
-
-    cache = sys.modules.setdefault("_gpu_packing_cache", types.ModuleType("_gpu_packing_cache"))
-    if not hasattr(cache, "xy"):
-        import torch
-        from sklearn.datasets import load_digits
-        from sklearn.model_selection import train_test_split
-
-        x, y = load_digits(return_X_y=True)
-        xtr, xva, ytr, yva = train_test_split(x / 16.0, y, test_size=0.2, random_state=0,
-                                              stratify=y)
-        t = lambda a, dt: torch.tensor(a, dtype=dt, device=DEVICE)  # noqa: E731
-        cache.xy = (t(xtr, torch.float32).view(-1, 1, 8, 8), t(ytr, torch.long),
-                    t(xva, torch.float32).view(-1, 1, 8, 8), t(yva, torch.long))
-    return cache.xy
-
-
-def make(config: dict[str, Any]) -> tuple[Any, Any]:
-    import torch
-    from torch import nn
-
-    torch.manual_seed(0)
-    c = int(config["channels"])
-    model = nn.Sequential(
-        nn.Conv2d(1, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(c, 2 * c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(2 * c * 4, 10),
-    ).to(DEVICE)
-    opt = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=config["momentum"],
-                          weight_decay=config["weight_decay"])
-    return model, opt
-
-
-def epoch(model: Any, opt: Any, config: dict[str, Any], seed: int) -> float:
-    import torch
-    import torch.nn.functional as F
-
-    xtr, ytr, xva, yva = data()
-    g = torch.Generator(device=DEVICE).manual_seed(seed)
-    bs = int(config["batch_size"])
-    model.train()
-    for _ in range(PASSES):
-        perm = torch.randperm(len(xtr), generator=g, device=DEVICE)
-        for i in range(0, len(xtr), bs):
-            idx = perm[i:i + bs]
-            opt.zero_grad()
-            F.cross_entropy(model(xtr[idx]), ytr[idx]).backward()
-            opt.step()
-    model.eval()
-    with torch.no_grad():
-        return float((model(xva).argmax(1) == yva).float().mean())
+cloudpickle.register_pickle_by_value(vs_peers)  # trial processes need not find the module
 
 
 def train(config, trial):
@@ -148,39 +99,13 @@ def run_nbtune(client: Any, allocator: str, db: Path, seed: int) -> dict[str, An
 
 
 def run_optuna(seed: int) -> dict[str, Any] | None:
+    """vs_peers' Optuna run (``n_jobs=1``, SuccessiveHalvingPruner), with this space and size."""
     try:
-        import optuna
+        import optuna  # noqa: F401
     except ImportError:
         return None
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    epochs = 0
-
-    def objective(t):
-        nonlocal epochs
-        config = {"lr": t.suggest_float("lr", 1e-3, 0.3, log=True),
-                  "momentum": t.suggest_float("momentum", 0.5, 0.99),
-                  "channels": t.suggest_categorical("channels", [8, 16, 32]),
-                  "batch_size": t.suggest_categorical("batch_size", [16, 32, 64]),
-                  "weight_decay": t.suggest_float("weight_decay", 1e-6, 1e-2, log=True)}
-        model, opt = make(config)
-        acc = 0.0
-        for e in range(1, MAX_EPOCHS + 1):
-            acc = epoch(model, opt, config, e)
-            epochs += 1
-            t.report(acc, e)
-            if t.should_prune():
-                raise optuna.TrialPruned()
-        return acc
-
-    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed),
-                                pruner=optuna.pruners.SuccessiveHalvingPruner(
-                                    min_resource=1, reduction_factor=3))
-    t0 = time.perf_counter()
-    study.optimize(objective, n_trials=TRIALS, n_jobs=1)
-    wall = time.perf_counter() - t0
-    best = max((max(t.intermediate_values.values(), default=0.0) for t in study.trials),
-               default=0.0)
-    return {"wall": wall, "best": best, "epochs": epochs, "errors": 0}
+    return vs_peers.run_optuna(1, channels=(8, 16, 32), trials=TRIALS, max_epochs=MAX_EPOCHS,
+                               seed=seed)
 
 
 def main() -> None:
@@ -190,11 +115,9 @@ def main() -> None:
     from nbtune.runtimes.dask import gpu
 
     cpu = "--cpu" in sys.argv[1:]
-    if cpu:
-        os.environ["NBTUNE_BENCH_DEVICE"] = "cpu"
-        global DEVICE
-        DEVICE = "cpu"
-    elif gpu.nvml_gpu_count() == 0 or not torch.cuda.is_available():
+    # before the cluster starts: its workers, and their trial processes, inherit it
+    os.environ["NBTUNE_BENCH_DEVICE"] = "cpu" if cpu else "cuda"
+    if not cpu and (gpu.nvml_gpu_count() == 0 or not torch.cuda.is_available()):
         print("no GPU here: gpu_packing measures nothing on CPU stand-ins (see real_allocators)")
         print(json.dumps({"name": "gpu_packing", "figures": {"gpu": None},
                           "goal": {"auto_vs_fifo_min": 1.5, "errors": 0}, "met": False}))
@@ -235,7 +158,7 @@ def main() -> None:
         "first_auto_run_s": first["wall"], "first_auto_profile": first["profile"],
         "best": {s: max(x["best"] for x in v) for s, v in runs.items() if v},
         "epochs": {s: [x["epochs"] for x in v] for s, v in runs.items() if v},
-        "mps": first["mps"], "rounds": ROUNDS, "trials": TRIALS, "passes": PASSES,
+        "mps": first["mps"], "rounds": ROUNDS, "trials": TRIALS, "passes": vs_peers.PASSES,
         "total_s": time.perf_counter() - t_start}, "goal": goal, "met": met}))
 
 

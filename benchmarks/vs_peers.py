@@ -54,12 +54,19 @@ ETA = 3
 
 
 # ------------------------------------------------------------ the workload
+def device() -> str:
+    """Where the workload trains: ``cpu`` here; ``gpu_packing`` sets ``NBTUNE_BENCH_DEVICE``
+    to ``cuda`` (read in each process, so trial processes inherit it from their worker)."""
+    return os.environ.get("NBTUNE_BENCH_DEVICE", "cpu")
+
+
 def data() -> tuple[Any, Any, Any, Any]:
-    """Digits as tensors, cached per process (a trial process reuses it across trials)."""
+    """Digits as tensors on :func:`device`, cached per process (a trial process reuses it)."""
     import types
 
     cache = sys.modules.setdefault("_vs_peers_cache", types.ModuleType("_vs_peers_cache"))
-    if not hasattr(cache, "xy"):
+    if getattr(cache, "device", None) != device():
+        cache.device = device()
         import torch
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
@@ -67,7 +74,7 @@ def data() -> tuple[Any, Any, Any, Any]:
         x, y = load_digits(return_X_y=True)
         xtr, xva, ytr, yva = train_test_split(x / 16.0, y, test_size=0.2, random_state=0,
                                               stratify=y)
-        t = lambda a, dt: torch.tensor(a, dtype=dt)  # noqa: E731
+        t = lambda a, dt: torch.tensor(a, dtype=dt, device=device())  # noqa: E731
         cache.xy = (t(xtr, torch.float32).view(-1, 1, 8, 8), t(ytr, torch.long),
                     t(xva, torch.float32).view(-1, 1, 8, 8), t(yva, torch.long))
     return cache.xy
@@ -84,7 +91,7 @@ def make(config: dict[str, Any]) -> tuple[Any, Any]:
         nn.Conv2d(1, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(c, 2 * c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(), nn.Linear(2 * c * 4, 10),
-    )
+    ).to(device())
     opt = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=config["momentum"],
                           weight_decay=config["weight_decay"])
     return model, opt
@@ -100,7 +107,7 @@ def epoch(model: Any, opt: Any, config: dict[str, Any], seed: int) -> float:
     bs = int(config["batch_size"])
     model.train()
     for _ in range(PASSES):
-        perm = torch.randperm(len(xtr), generator=g)
+        perm = torch.randperm(len(xtr), generator=g).to(xtr.device)  # the CPU's order anywhere
         for i in range(0, len(xtr), bs):
             idx = perm[i:i + bs]
             opt.zero_grad()
@@ -145,7 +152,9 @@ def run_nbtune() -> dict[str, Any]:
     return out
 
 
-def run_optuna(n_jobs: int) -> dict[str, Any]:
+def run_optuna(n_jobs: int, *, channels: tuple[int, ...] = (4, 8, 16), trials: int = TRIALS,
+               max_epochs: int = MAX_EPOCHS, seed: int = 0) -> dict[str, Any]:
+    """Optuna on this workload (``gpu_packing`` runs it on a GPU with other sizes)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -154,12 +163,12 @@ def run_optuna(n_jobs: int) -> dict[str, Any]:
     def objective(trial):
         config = {"lr": trial.suggest_float("lr", 1e-3, 0.3, log=True),
                   "momentum": trial.suggest_float("momentum", 0.5, 0.99),
-                  "channels": trial.suggest_categorical("channels", [4, 8, 16]),
+                  "channels": trial.suggest_categorical("channels", list(channels)),
                   "batch_size": trial.suggest_categorical("batch_size", [16, 32, 64]),
                   "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True)}
         model, opt = make(config)
         acc = 0.0
-        for e in range(1, MAX_EPOCHS + 1):
+        for e in range(1, max_epochs + 1):
             acc = epoch(model, opt, config, e)
             epochs[0] += 1
             trial.report(acc, e)
@@ -170,9 +179,9 @@ def run_optuna(n_jobs: int) -> dict[str, Any]:
     data()
     t0 = time.perf_counter()
     study = optuna.create_study(
-        direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0),
+        direction="maximize", sampler=optuna.samplers.RandomSampler(seed=seed),
         pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=ETA))
-    study.optimize(objective, n_trials=TRIALS, n_jobs=n_jobs)
+    study.optimize(objective, n_trials=trials, n_jobs=n_jobs)
     wall = time.perf_counter() - t0
     best = max(max(t.intermediate_values.values(), default=0.0) for t in study.trials)
     errors = sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials)

@@ -23,6 +23,13 @@ def local_client(n_workers: int = 2, **cluster_kwargs: Any) -> Iterator[distribu
         scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},  # never fight over port 8787
         **cluster_kwargs,
     )
+    with client_of(cluster) as client:
+        yield client
+
+
+@contextmanager
+def client_of(cluster: Any) -> Iterator[distributed.Client]:
+    """A client of ``cluster``; both are closed at the end (a dask-cuda one too: tests/gpu)."""
     client = distributed.Client(cluster, set_as_default=False)
     try:
         yield client

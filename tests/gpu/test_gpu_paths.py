@@ -102,13 +102,10 @@ def check_reuse(seen: list[dict], at_least: int = 1) -> None:
 @pytest.fixture(scope="module")
 def cuda_client():
     """A dask-cuda LocalCUDACluster, one worker per GPU, as ``DaskRuntime()`` makes one."""
-    cluster = gpu.make_cuda_cluster("127.0.0.1", None)
-    client = distributed.Client(cluster, set_as_default=False)
-    try:
+    from tests.dask_cluster import client_of
+
+    with client_of(gpu.make_cuda_cluster("127.0.0.1", None)) as client:
         yield client
-    finally:
-        client.close()
-        cluster.close()
 
 
 def test_default_tune_runs_trials_on_the_gpu_and_samples_nvml(tmp_path):
