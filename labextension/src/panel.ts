@@ -101,7 +101,7 @@ export class ExperimentPanel extends Widget {
       const best = t.trial_id === s.best_trial;
       const cells = [
         String(t.trial_id),
-        best ? 'best' : t.state,
+        best ? `★ ${t.state}` : t.state, // the best, starred: its state still shows
         formatMetric(t.value),
         formatMetric(t.budget),
         t.error ?? ''

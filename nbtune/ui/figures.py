@@ -166,7 +166,7 @@ class Figures:
         num = NumberFormatter(format="0.[0000]")
         text, editor = StringFormatter(), StringEditor()  # shared: fewer models to ship
         cols = [TableColumn(field="trial_id", title="trial", width=50, formatter=text),
-                TableColumn(field="state", title="state", width=95, formatter=text),
+                TableColumn(field="state", title="state", width=105, formatter=text),
                 TableColumn(field="metric", title=f"{self.metric} (best)", formatter=num,
                             width=110),
                 TableColumn(field="last", title="last", formatter=num, width=80),
@@ -272,7 +272,7 @@ class Figures:
         n = max((r["trial_id"] for r in rows), default=-1) + 1
         pal = [_GREY] * max(n, 1)
         for r in rows:
-            state = r["state"]
+            state = r["colour"]
             pal[r["trial_id"]] = _GREY if state in ("stopped", "pending") else STATE_COLORS[state]
         if force or pal != self._palette:
             self._palette = pal

@@ -86,18 +86,14 @@ def read_grids(page: Any) -> list[list[list[str]]]:
 
 
 def expected_states(truth: dict[str, Any]) -> dict[int, set[str]]:
-    """What the table may show for each trial: ``best`` for exp.best, else the engine's state,
-    or ``promoted`` for a trial that won a rung and is not running/stopped/failed."""
+    """What the table may show for each trial: the engine's state, or ``promoted`` for a trial
+    that won a rung and is not running/stopped/failed; starred (``★ ``) for exp.best."""
     best = truth["best"]
     out: dict[int, set[str]] = {}
     for tid, state in truth["states"].items():
         tid = int(tid)
-        if tid == best:
-            out[tid] = {"best"}
-        elif state in ("running", "stopped", "error"):
-            out[tid] = {state}
-        else:
-            out[tid] = {state, "promoted"}
+        shown = {state} if state in ("running", "stopped", "error") else {state, "promoted"}
+        out[tid] = {f"★ {s}" for s in shown} if tid == best else shown
     return out
 
 
@@ -120,7 +116,8 @@ def check_doc(doc: dict[str, Any], truth: dict[str, Any]) -> list[str]:
     for tid, state in zip(ids, cols.get("state", []), strict=False):
         if tid is not None and tid == tid and int(tid) in want and state not in want[int(tid)]:
             problems.append(f"trial {int(tid)} shown {state!r}, is {sorted(want[int(tid)])}")
-    bests = [int(t) for t, s in zip(ids, cols.get("state", []), strict=False) if s == "best"]
+    bests = [int(t) for t, s in zip(ids, cols.get("state", []), strict=False)
+             if str(s).startswith("★")]
     if bests != [truth["best"]]:
         problems.append(f"best rows {bests} != exp.best trial {truth['best']}")
     for name in ("alloc", "util"):

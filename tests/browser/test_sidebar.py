@@ -97,7 +97,7 @@ def test_sidebar_lists_the_store_experiments(page, lab_server: LabServer) -> Non
     rows.first.wait_for()
     assert rows.count() == len(detail["trials"]) == exp["trials_total"]
     best_row = view.locator(f'tr[data-trial="{exp["best_trial"]}"] td[data-field="state"]')
-    assert best_row.inner_text() == "best"
+    assert best_row.inner_text().startswith("★ ")  # the best, starred; its state still shows
     assert view.locator("polyline").count() == len(detail["curves"]) > 0
     assert f"{exp['trials']} trials ended" in view.locator(".jp-nbtune-summary").inner_text()
     if SHOTS is not None:
@@ -201,7 +201,7 @@ def test_sidebar_lists_the_running_kernels_experiments(page, lab_server: LabServ
     assert view.locator("tbody tr").count() == len(truth["mem"]["states"])
     best_cell = view.locator(f'tr[data-trial="{truth["mem"]["best_trial"]}"] '
                              f'td[data-field="state"]')
-    assert best_cell.inner_text() == "best"
+    assert best_cell.inner_text().startswith("★ ")
     assert view.locator("polyline").count() == len(truth["mem"]["states"])
     assert "kernels.ipynb" in view.locator(".jp-nbtune-where").inner_text()
 

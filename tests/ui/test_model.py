@@ -113,9 +113,13 @@ def test_packed_trials_stack_without_overlap_inside_their_lane(allocator):
 def test_states_shown_cover_promotions_and_the_best():
     exp = run(experiment("asha", trials=30))
     d = DashboardModel(exp.engine).pull()
-    states = {r["state"] for r in d.rows.values()}
-    assert states <= set(DISPLAY_STATES)
-    assert [tid for tid, r in d.rows.items() if r["state"] == "best"] == [exp.best["trial_id"]]
+    assert {r["colour"] for r in d.rows.values()} <= set(DISPLAY_STATES)
+    assert [tid for tid, r in d.rows.items() if r["colour"] == "best"] == [exp.best["trial_id"]]
+    # the best trial's cell still says what it is doing, starred: "best" alone hid that
+    starred = {tid: r["state"] for tid, r in d.rows.items() if r["state"].startswith("★ ")}
+    assert list(starred) == [exp.best["trial_id"]]
+    assert starred[exp.best["trial_id"]][2:] in set(DISPLAY_STATES) - {"best"}
+    assert {r["state"] for r in d.rows.values()} - set(starred.values()) <= set(DISPLAY_STATES)
     promoted = [r for r in d.rows.values() if r["promotions"] > 0]
     assert promoted and all(r["budget"] > 1 for r in promoted)
     stopped = set(exp.trials_in(TrialState.STOPPED))
