@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -77,7 +78,17 @@ def _sqlite_pragmas(memory: bool) -> Any:
     def on_connect(dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
         if not memory:
-            cur.execute("PRAGMA journal_mode=WAL")  # readers never block the recorder
+            # readers never block the recorder. Switching a new file to WAL while another
+            # opener holds its write lock fails at once, busy wait or not (seen in CI)
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    cur.execute("PRAGMA journal_mode=WAL")
+                    break
+                except Exception as exc:  # sqlite3.OperationalError
+                    if "locked" not in str(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
             cur.execute("PRAGMA synchronous=NORMAL")  # safe under WAL against process crashes
         cur.execute("PRAGMA busy_timeout=30000")
         cur.execute("PRAGMA foreign_keys=ON")

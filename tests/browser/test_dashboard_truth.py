@@ -14,7 +14,6 @@ console. With ``NBTUNE_DOCS_SCREENSHOTS=1`` it saves the screenshots that
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 
 from tests.browser.bokeh_docs import check_doc, check_grid, read_docs, read_grids
 from tests.browser.conftest import REPO, LabServer
-from tests.browser.tune_notebook import SETUP, run_all_cells, wait_until
+from tests.browser.tune_notebook import SETUP, json_written, run_all_cells, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -130,8 +129,7 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
     shoot(page, live, "dashboard-live.png")
     (lab_server.root_dir / GATE).touch()  # let the trials run on to the end
 
-    wait_until(truth_file.exists, SLOW, "the run to end and truth.json")
-    truth = json.loads(truth_file.read_text())
+    truth = json_written(truth_file, SLOW, "the run to end and truth.json")
     # three views: the live one, exp.wait()'s and exp's; give the last update time to land
     problems = settled_problems(page, truth, 3)
     assert problems == [], "\n".join(problems)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import math
 import os
 import urllib.request
@@ -24,7 +23,7 @@ import pytest
 from nbtune.cli import main as nbtune_cli
 from nbtune.core.trial import ended_of_total
 from tests.browser.conftest import REPO, LabServer
-from tests.browser.tune_notebook import SETUP, run_all_cells, wait_until
+from tests.browser.tune_notebook import SETUP, json_written, run_all_cells, wait_until
 from tests.server.stores import finished_run, interrupted_run
 
 pytestmark = pytest.mark.browser
@@ -172,8 +171,7 @@ def test_sidebar_lists_the_running_kernels_experiments(page, lab_server: LabServ
     assert "notebook kernels.ipynb" in header.inner_text()
 
     truth_file = lab_server.root_dir / "kernel-truth.json"
-    wait_until(truth_file.exists, 180, "both runs to end and kernel-truth.json")
-    truth = json.loads(truth_file.read_text())
+    truth = json_written(truth_file, 180, "both runs to end and kernel-truth.json")
     assert source == f"kernel:{truth['pid']}"
     kept_source = f"store:{(elsewhere / 'nbtune.db').resolve()}"
     rows = {"mem": mem, "kept": panel.locator(

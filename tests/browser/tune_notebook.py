@@ -3,6 +3,7 @@ read its trials back from the store the magic writes."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
@@ -67,6 +68,18 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(0.5)
+
+
+def json_written(path: Path, timeout: float, what: str) -> Any:
+    """The JSON a kernel writes to ``path``, once whole: ``json.dump(..., open(path, "w"))``
+    makes the file before it writes, so "it exists" once read as an empty document."""
+    def parsed() -> Any:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    return wait_until(parsed, timeout, what)
 
 
 def run_all_cells(page: Any, server: LabServer, notebook: str) -> None:

@@ -213,3 +213,33 @@ def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
         errors = [p.communicate(timeout=60)[1] for p in procs]
         assert [p.returncode for p in procs] == [0] * 4, "\n".join(errors)
         assert Store(db).opened_version == SCHEMA_VERSION
+
+
+HOLDER = """
+import sqlite3, sys, time
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("CREATE TABLE held(x)")  # a new file, still in rollback-journal mode
+con.execute("BEGIN IMMEDIATE")  # its write lock, as another opener creating tables holds it
+print("held", flush=True)
+time.sleep(1.5)
+con.execute("COMMIT")
+"""
+
+
+def test_a_store_opens_while_another_opener_holds_the_new_files_write_lock(tmp_path):
+    """Switching a file to WAL while another connection holds its write lock fails at once
+    with "database is locked", busy timeout or not (CI, session 9: one of four processes
+    opening a new store together failed so). The open now waits for the lock."""
+    db = tmp_path / "nbtune.db"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], text=True,
+                              stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        store = Store(db)
+        assert time.monotonic() - t0 > 0.5  # it waited for the holder, it did not fail
+        assert store.names() == []
+        with sqlite3.connect(db) as con:
+            assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        holder.wait(timeout=30)
