@@ -24,6 +24,10 @@ class Obs:
     memory: list[float] = field(default_factory=list)
     resize: list[tuple] = field(default_factory=list)  # see fit_resize_cost
 
+    def compute_share(self) -> float:
+        """The compute share alone: the mean utilization sampled, kept in [0.01, 1]."""
+        return min(max(mean(self.util), 0.01), 1.0)
+
 
 @dataclass
 class Mark:

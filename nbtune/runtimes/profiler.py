@@ -168,7 +168,7 @@ class Profiler:
             elif p == 1 and w not in scale:
                 scale[w] = t * k
         base = past or Profile(sig)
-        util = min(max(mean(obs.util), 0.01), 1.0) if obs.util else base.demand.compute
+        util = obs.compute_share() if obs.util else base.demand.compute
         mem = max(obs.memory) if obs.memory else base.demand.memory_gb
         return summarize(base, pack, scale, Demand(util, mem, base.demand.cpus),
                          fit_resize_cost(obs.resize, pack, scale) or base.resize_cost,
@@ -189,7 +189,7 @@ class Profiler:
         :data:`~nbtune.runtimes.profile_samples.ROOM_SAMPLES` samples alone."""
         obs = self._obs.get(sig)
         ok = obs is not None and len(obs.util) >= ROOM_SAMPLES and not self.sliced
-        return 1.0 / min(max(mean(obs.util), 0.01), 1.0) if ok else None
+        return 1.0 / obs.compute_share() if ok else None
 
     def awaits_demand(self, sig: str) -> bool:
         """A packing probe of ``sig`` should wait: its runnable share, which may settle c, is due."""

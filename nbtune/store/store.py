@@ -18,6 +18,7 @@ Checkpoints are stored by reference: files under ``<store dir>/checkpoints``
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -78,15 +79,14 @@ def _sqlite_pragmas(memory: bool) -> Any:
     def on_connect(dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
         if not memory:
-            # readers never block the recorder. Switching a new file to WAL while another
-            # opener holds its write lock fails at once, busy wait or not (seen in CI)
-            deadline = time.monotonic() + 30
-            while True:
+            # readers never block the recorder. A new file's switch to WAL fails at once, busy
+            # wait or not, while another opener holds its write lock: 30 s of retries (CI)
+            for attempt in range(600):
                 try:
                     cur.execute("PRAGMA journal_mode=WAL")
                     break
-                except Exception as exc:  # sqlite3.OperationalError
-                    if "locked" not in str(exc) or time.monotonic() > deadline:
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) or attempt == 599:
                         raise
                     time.sleep(0.05)
             cur.execute("PRAGMA synchronous=NORMAL")  # safe under WAL against process crashes

@@ -347,11 +347,6 @@ class DashboardModel:
         """
         return "best" if tid == self._best else self._state(tid)
 
-    def state_text(self, tid: int) -> str:
-        """The table's state cell: the trial's own state, starred for the best (the colour
-        alone said ``best``, and a person could not tell whether it still ran)."""
-        return f"★ {self._state(tid)}" if tid == self._best else self._state(tid)
-
     def _state(self, tid: int) -> str:
         r = self._rows[tid]
         if r.state in (TrialState.RUNNING, TrialState.STOPPED, TrialState.ERROR):
@@ -359,9 +354,10 @@ class DashboardModel:
         return "promoted" if r.promotions else r.state.value
 
     def _row_dict(self, tid: int) -> dict[str, Any]:
-        r = self._rows[tid]
-        return {"trial_id": tid, "state": self.state_text(tid),
-                "colour": self.display_state(tid), "role": _role(r),
+        r, state, best = self._rows[tid], self._state(tid), tid == self._best
+        # the cell says what the best trial is doing, starred; its colour says "best"
+        return {"trial_id": tid, "state": f"★ {state}" if best else state,
+                "colour": "best" if best else state, "role": _role(r),
                 "config": dict(r.config), self.metric: r.best, "last": r.last,
                 "budget": r.budget, "promotions": r.promotions,
                 "start": r.start, "end": r.end, "error": error_line(r.error)}

@@ -272,7 +272,7 @@ def serve(fd: int, preload: list[str], imports: list[str], watch: int | None = N
         if job.get("k") != "job":
             os._exit(0)
         saved_env = dict(os.environ)
-        why = refusal(made, {**os.environ, **job.get("env", {})})
+        why = made and refusal(made, {**os.environ, **job.get("env", {})})  # GPU reuse only
         if why is not None:
             channel.send({"k": "exit", "ok": False, "oom": False, "reusable": False,
                           "error": why})
