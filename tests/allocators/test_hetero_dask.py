@@ -65,7 +65,7 @@ def test_a_target_that_idles_moves_to_the_slower_worker_in_the_next_run(tmp_path
     import nbtune
     from nbtune.allocators import FifoAllocator, HeterogeneityAware
 
-    allocs, placed = [], []
+    allocs, placed, demands = [], [], []
     with local_client() as client:
         rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ckpt", preload=(),
                          sample_interval=0.2, warm_processes=1, gpu_speeds={"0": 2.0})
@@ -73,10 +73,13 @@ def test_a_target_that_idles_moves_to_the_slower_worker_in_the_next_run(tmp_path
             for seed in range(2):  # one store: the second run reads the first's measurement
                 alloc = HeterogeneityAware(FifoAllocator())
                 exp = nbtune.tune(train, {"x": grid([1.0, 2.0])}, algorithm="grid",
-                                  metric="loss", max_budget=4, runtime=rt, seed=seed,
+                                  metric="loss", max_budget=8, runtime=rt, seed=seed,
                                   scaling=4, eager_fraction=1.0, allocator=alloc,
                                   store=tmp_path / "s.db")
                 assert exp.wait(120)
+                # run 1's target must leave utilization samples (3.2 s at 0.2 s; only zeros
+                # before its first report are dropped), or run 2 has nothing to act on
+                demands.append({s: p.demand for s, p in exp.engine.hints["profiles"].measured().items()})
                 speeds = {g.gpu_id: g.speed for g in exp.engine.cluster.gpus}
                 a = exp.allocations()
                 allocs.append(alloc)
@@ -87,4 +90,4 @@ def test_a_target_that_idles_moves_to_the_slower_worker_in_the_next_run(tmp_path
     fast = next(g for g, s in speeds.items() if s == 2.0)
     slow = next(g for g, s in speeds.items() if s == 1.0)
     assert allocs[0].moved == [] and placed[0] == {fast}  # nothing measured: FIFO's GPU
-    assert allocs[1].moved and placed[1] == {slow}  # measured idle: the slower worker
+    assert allocs[1].moved and placed[1] == {slow}, demands  # measured idle: the slower worker
