@@ -24,16 +24,26 @@ under the same load of a shared machine, iteration by iteration. It reports:
 
 On CPU a stage and its guest share one core (pinned), so the guest competes
 for the very resource the host uses, caches and memory bandwidth included;
-on a GPU the bubble is the GPU's, and the host's CPU side is untouched.
+on a GPU (``--device cuda``) the bubble is the GPU's idle SMs, and each
+process has a core of its own. With one GPU, an MPS daemon (started here when
+``nvidia-cuda-mps-control`` exists) splits it into one share per stage
+(``--mps-percentage``, default 100 / stages), and each guest gets its stage's
+share: a two-GPU pipeline on two half-GPUs, activations crossing in host memory.
 
     python benchmarks/bubble_squeeze.py [--reps 3] [--iterations 20]
+    python benchmarks/bubble_squeeze.py --device cuda [--width 4096 --depth 16 --batch 2048]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
+import subprocess
+import tempfile
+from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
@@ -50,6 +60,25 @@ def solo(spec: GuestSpec, steps: int):
 
     torch.set_num_threads(1)  # as in a guest process
     return train_guest(replace(spec, steps=steps, stop_with_host=False))
+
+
+@contextmanager
+def mps_daemon(device: str):
+    """An MPS control daemon for this run's processes (GPU only, where the tool exists)."""
+    tool = shutil.which("nvidia-cuda-mps-control")
+    if device == "cpu" or tool is None:
+        yield False
+        return
+    base = tempfile.mkdtemp(prefix="bubbles-mps-")
+    env = {"CUDA_MPS_PIPE_DIRECTORY": f"{base}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{base}/log"}
+    for d in env.values():
+        os.makedirs(d)
+    os.environ.update(env)  # the stage and guest processes inherit it at spawn
+    subprocess.run([tool, "-d"], check=True, timeout=30)
+    try:
+        yield True
+    finally:
+        subprocess.run([tool], input=b"quit\n", timeout=30, check=False)
 
 
 def ab(run, guests: dict[int, GuestSpec], solo_step: dict[str, float]) -> dict:
@@ -85,22 +114,46 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=30)
-    ap.add_argument("--grace", type=float, default=0.0,
-                    help="seconds a stage waits for its guest to pause before SIGSTOP (0: none)")
+    ap.add_argument("--grace", type=float, default=None,
+                    help="seconds a stage waits for its guest to pause before SIGSTOP (0: none; "
+                         "default 0 on CPU, 0.05 on a GPU, where a stopped guest's queued "
+                         "kernels would still run: it must pause itself)")
     ap.add_argument("--no-idle-class", action="store_true",
                     help="keep the guests in the normal scheduling class (nice only)")
-    ap.add_argument("--guest-width", type=int, default=128,
-                    help="the guest MLP's width (a tiny one isolates the gate's own cost)")
+    ap.add_argument("--guest-width", type=int, default=None,
+                    help="the guest MLP's width (a tiny one isolates the gate's own cost; "
+                         "default 128 on CPU, 2048 on a GPU)")
     ap.add_argument("--nice", type=int, default=19, help="the guest processes' niceness")
+    ap.add_argument("--device", default="cpu", help="'cpu' or a CUDA device ('cuda', 'cuda:0')")
+    ap.add_argument("--mps-percentage", type=int, default=None,
+                    help="on a GPU: each stage's (and its guest's) SM share (default 100/stages)")
+    ap.add_argument("--width", type=int, default=None, help="the host MLP's width")
+    ap.add_argument("--depth", type=int, default=None, help="the host MLP's layers")
+    ap.add_argument("--batch", type=int, default=None, help="the host's batch (4 microbatches)")
+    ap.add_argument("--guest-batch", type=int, default=None, help="default 64 (CPU), 512 (GPU)")
     args = ap.parse_args()
-    spec = HostSpec(stages=2, microbatches=4, batch=128, width=512, depth=8,
+    gpu = args.device != "cpu"
+    args.grace = (0.05 if gpu else 0.0) if args.grace is None else args.grace
+    args.guest_width = args.guest_width or (2048 if gpu else 128)
+    args.guest_batch = args.guest_batch or (512 if gpu else 64)
+    with mps_daemon(args.device) as mps:
+        run(args, gpu, mps)
+
+
+def run(args: argparse.Namespace, gpu: bool, mps: bool) -> None:
+    pct = (args.mps_percentage or 50) if mps else None  # two stages: half a GPU each
+    spec = HostSpec(stages=2, microbatches=4, batch=args.batch or (2048 if gpu else 128),
+                    width=args.width or (4096 if gpu else 512), depth=args.depth or (16 if gpu else 8),
                     iterations=args.iterations, warmup=2, grace=args.grace, timeout=300.0,
-                    ab_block=1)
+                    ab_block=1, device=args.device, mps_percentage=pct)
     guests = {s: GuestSpec(name=f"guest{s}", seed=10 + s, width=args.guest_width, depth=4,
-                           batch=64,
+                           batch=args.guest_batch,
                            steps=10_000_000, stop_with_host=True, nice=args.nice,
-                           idle_class=not args.no_idle_class)
+                           idle_class=not args.no_idle_class, device=args.device,
+                           mps_percentage=pct)
               for s in range(spec.stages)}
+    if pct is not None:
+        os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(pct)  # solo runs: the guests' share
     host = PipelineHost(spec)
     losses, sep_losses, ratios, fills, identical, no_overlap = [], [], [], [], True, True
     whatifs = []
@@ -163,7 +216,8 @@ def main() -> None:
                "bubble_ratio_1f1b": round(formula, 3), "guests_identical": identical,
                "gate_overlap_zero": no_overlap, "reps": args.reps, "guest_nice": args.nice,
                "grace_s": args.grace, "guest_sched_idle": not args.no_idle_class,
-               "guest_width": args.guest_width}
+               "guest_width": args.guest_width, "device": args.device, "mps_percentage": pct,
+               "host": {"width": spec.width, "depth": spec.depth, "batch": spec.batch}}
     goal = {"host_throughput_loss": "<= 0.03", "bubble_fill": ">= 0.5",
             "guests_identical": True}
     met = loss <= 0.03 and fill_med >= 0.5 and identical and no_overlap

@@ -167,8 +167,12 @@ class GuestSide:
     """The guest's end: call :meth:`checkpoint` often (hooks do it per module), it returns
     when the guest may compute."""
 
-    def __init__(self, gate: Gate, *, max_wait: float = 30.0, slice_s: float = 0.2) -> None:
+    def __init__(self, gate: Gate, *, max_wait: float = 30.0, slice_s: float = 0.2,
+                 sync: Any = None) -> None:
         self.gate = gate
+        #: waits for the guest's kernels (a GPU guest; :func:`~nbtune.bubbles.device.synchronizer`),
+        #: called at every checkpoint so that at most one layer's work is in flight
+        self.sync = sync
         self.max_wait = max_wait
         self.slice_s = slice_s
         self.free = False  # the host has ended (or died, or never came): no more gating
@@ -200,6 +204,8 @@ class GuestSide:
         """A safe point: pause here while the host stage wants its slot."""
         if self.free:
             return
+        if self.sync is not None:
+            self.sync()
         if self.gate.state.value == ENDED:  # the host has finished: run free from here on
             self._close("run")
             self.free = True

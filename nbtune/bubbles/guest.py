@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbtune.bubbles.device import MPS_SHARE_ENV, peak_memory, synchronizer, to_numpy, use_mps_share
 from nbtune.bubbles.gate import Gate, GuestSide
 from nbtune.bubbles.timeline import Interval, now
 
@@ -45,6 +46,11 @@ class GuestSpec:
     #: it and never preempts a waking task, the scheduler's own notion of "in the bubbles"
     idle_class: bool = True
     name: str = "guest"
+    #: where it trains: "cpu" or a CUDA device (its data is drawn on the CPU either way, so
+    #: a run is the same sequence of numbers on any device)
+    device: str = "cpu"
+    #: with an MPS daemon: the guest's share of the GPU's SMs, its stage's (never more)
+    mps_percentage: int | None = None
 
 
 @dataclass
@@ -54,7 +60,8 @@ class GuestResult:
     step_ends: list[float] = field(default_factory=list)  # when each step finished
     intervals: list[Interval] = field(default_factory=list)  # ("run"/"free", start, end)
     pauses: int = 0
-    peak_rss: int = 0  # bytes, ru_maxrss of the guest process
+    peak_rss: int = 0  # bytes: ru_maxrss of the guest process; on a GPU, peak reserved memory
+    mps_share: str | None = None  # the MPS SM share the process ran under, as it saw it
     started: float = 0.0
     ended: float = 0.0
     cpu_s: float = 0.0  # CPU seconds the training loop got (process time), against its wall time
@@ -97,10 +104,14 @@ def train_guest(spec: GuestSpec, gate: GuestSide | None = None, *,
     ``stop`` (an Event): end at the first step boundary after it is set (a probe's end)."""
     import torch
 
-    model = _model(spec)
+    dev = torch.device(spec.device)
+    model = _model(spec).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=spec.lr)
     gen = torch.Generator().manual_seed(spec.seed + 1)
-    w_true = torch.randn(spec.width, 1, generator=gen)
+    w_true = torch.randn(spec.width, 1, generator=gen).to(dev)
+    sync = synchronizer(spec.device)
+    if gate is not None and gate.sync is None:
+        gate.sync = sync  # nothing in flight when it gives the GPU back
     if gate is not None and spec.layer_hooks:
         gate.attach(model)
     if on_ready is not None:
@@ -116,7 +127,7 @@ def train_guest(spec: GuestSpec, gate: GuestSide | None = None, *,
             if spec.stop_with_host and gate.host_ended():
                 break
             gate.checkpoint()
-        x = torch.randn(spec.batch, spec.width, generator=gen)
+        x = torch.randn(spec.batch, spec.width, generator=gen).to(dev)
         y = torch.tanh(x @ w_true)
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
@@ -124,6 +135,8 @@ def train_guest(spec: GuestSpec, gate: GuestSide | None = None, *,
         if gate is not None:
             gate.checkpoint()
         opt.step()
+        if sync is not None:
+            sync()  # the step ends when its kernels do (step_ends time the guest's progress)
         res.step_ends.append(now())
     res.ended = now()
     res.cpu_s = time.process_time() - cpu0
@@ -132,14 +145,16 @@ def train_guest(spec: GuestSpec, gate: GuestSide | None = None, *,
         res.intervals, res.pauses = gate.intervals, gate.pauses
     else:
         res.intervals = [("free", res.started, res.ended)]
-    res.weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-    res.peak_rss = peak_rss()
+    res.weights = {k: to_numpy(v) for k, v in model.state_dict().items()}
+    res.peak_rss = peak_memory(spec.device)
+    res.mps_share = os.environ.get(MPS_SHARE_ENV)
     return res
 
 
 def guest_main(spec: GuestSpec, gate: Gate | None, out: Any, cpu: int | None,
                max_wait: float, stop: Any = None) -> None:
     """Entry point of a guest process: pinned beside its stage, gated."""
+    use_mps_share(spec.mps_percentage)
     pin(cpu)
     os.nice(spec.nice)
     if spec.idle_class and hasattr(os, "SCHED_IDLE"):

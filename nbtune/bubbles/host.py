@@ -2,7 +2,8 @@
 
 The host is the "large model" of Hydro §5.1: a small MLP cut into ``stages``
 consecutive parts, each trained in its own process by ``Schedule1F1B`` over
-gloo (CPU), ``microbatches`` per iteration. Each stage times its own compute
+gloo, ``microbatches`` per iteration, on the CPU or on a CUDA device
+(:mod:`.device`: the layers on the GPU, activations crossing in host memory). Each stage times its own compute
 (forward and backward of a microbatch, the loss on the last stage, the
 optimizer step) through :class:`~nbtune.bubbles.gate.HostSide`, which also
 keeps a co-located guest out while it computes, and publishes each iteration's
@@ -22,8 +23,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from nbtune.bubbles.device import OnDevice, peak_memory, synchronizer, to_numpy, use_mps_share
 from nbtune.bubbles.gate import Gate, HostSide
-from nbtune.bubbles.guest import GuestResult, GuestSpec, guest_main, peak_rss, pin
+from nbtune.bubbles.guest import GuestResult, GuestSpec, guest_main, pin
 from nbtune.bubbles.timeline import Interval, bubble_ratio, now, subtract
 
 __all__ = ["HostSpec", "HostRun", "PipelineHost", "reference_weights"]
@@ -52,6 +54,11 @@ class HostSpec:
     #: with ``ab_block``: alternate only before this iteration, gate every one from here on
     #: (a co-location probe in the host's first iterations, then guests in every bubble)
     ab_until: int | None = None
+    #: where the stages compute: "cpu" (one core per stage) or a CUDA device such as "cuda:0"
+    device: str = "cpu"
+    #: with an MPS daemon: each stage process's share of the GPU's SMs, e.g. 50 for two stages
+    #: on one GPU (each stage a half-GPU, as if on its own smaller GPU)
+    mps_percentage: int | None = None
 
     def gated(self, it: int) -> bool:
         """Whether iteration ``it`` lets the guests into its bubbles."""
@@ -69,7 +76,8 @@ class HostRun:
     iter_spans: list[tuple[float, float]] = field(default_factory=list)  # stage 0's per iteration
     stage_spans: list[list[tuple[float, float]]] = field(default_factory=list)  # [it][stage]
     weights: list[dict[str, Any]] = field(default_factory=list)  # per stage, final
-    peak_rss: list[int] = field(default_factory=list)  # per stage, bytes
+    #: per stage, bytes: peak RSS on the CPU, peak reserved device memory on a GPU
+    peak_rss: list[int] = field(default_factory=list)
     handoffs: list[list[float]] = field(default_factory=list)  # per stage
     stops: list[int] = field(default_factory=list)  # SIGSTOP fallbacks per stage
     stopped: list[list[Interval]] = field(default_factory=list)  # per stage, guest SIGSTOPped
@@ -153,7 +161,9 @@ def _stage_main(rank: int, spec: HostSpec, gate: Gate | None, out: Any, store: s
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
+    use_mps_share(spec.mps_percentage)
     pin(cpu)
+    sync = synchronizer(spec.device) or (lambda: None)
     grace = spec.grace if isinstance(spec.grace, float | int) else spec.grace[rank]
     host = HostSide(gate, grace=grace)
 
@@ -162,11 +172,15 @@ def _stage_main(rank: int, spec: HostSpec, gate: Gate | None, out: Any, store: s
 
         def forward_one_chunk(self, *a: Any, **k: Any) -> Any:
             with host.busy("F"):
-                return super().forward_one_chunk(*a, **k)
+                out = super().forward_one_chunk(*a, **k)
+                sync()  # the chunk ends when its kernels do
+                return out
 
         def backward_one_chunk(self, *a: Any, **k: Any) -> Any:
             with host.busy("B"):
-                return super().backward_one_chunk(*a, **k)
+                out = super().backward_one_chunk(*a, **k)
+                sync()
+                return out
 
     def loss_fn(output: Any, target: Any) -> Any:
         with host.busy("L"):
@@ -177,7 +191,12 @@ def _stage_main(rank: int, spec: HostSpec, gate: Gate | None, out: Any, store: s
                                 init_method=f"file://{store}",
                                 timeout=timedelta(seconds=spec.timeout))
         part = _part(spec, _layers(spec), rank)
-        stage = TimedStage(part, rank, spec.stages, torch.device("cpu"))
+        shape = (spec.batch // spec.microbatches, spec.width)
+        # static shapes, no shape inference through the GPU; stage > 0's input carries a gradient
+        ins, outs = torch.empty(shape, requires_grad=rank > 0), torch.empty(shape, requires_grad=True)
+        stage = (TimedStage(part, rank, spec.stages, torch.device("cpu")) if spec.device == "cpu"
+                 else TimedStage(OnDevice(part, spec.device), rank, spec.stages,
+                                 torch.device("cpu"), input_args=ins, output_args=outs))
         sched = Schedule1F1B(stage, n_microbatches=spec.microbatches, loss_fn=loss_fn)
         opt = torch.optim.SGD(part.parameters(), lr=spec.lr)
         out.put(("up", rank))
@@ -199,14 +218,15 @@ def _stage_main(rank: int, spec: HostSpec, gate: Gate | None, out: Any, store: s
                 sched.step()
             with host.busy("O"):
                 opt.step()
+                sync()
             t1 = now()
             if not spec.gated(it):
                 host.release()
-            out.put(("iter", rank, it, (t0, t1), host.take(), peak_rss()))
+            out.put(("iter", rank, it, (t0, t1), host.take(), peak_memory(spec.device)))
         host.end()
         dist.barrier()
-        weights = {k: v.detach().numpy().copy() for k, v in part.state_dict().items()}
-        out.put(("stage", rank, weights, peak_rss(), host.handoffs,
+        weights = {k: to_numpy(v) for k, v in part.state_dict().items()}
+        out.put(("stage", rank, weights, peak_memory(spec.device), host.handoffs,
                  gate.stops.value if gate is not None else 0, host.stopped))
         dist.destroy_process_group()
     except BaseException as exc:
@@ -220,13 +240,17 @@ class PipelineHost:
 
     ``pin_cores`` puts stage i and its guest on core i (when the machine has a
     core per stage), the CPU analogue of a stage and its guest sharing one GPU.
+    On a GPU they share the device, not a core: each process gets its own core
+    where there are enough (``guest_cores``), else none is pinned.
     """
 
     def __init__(self, spec: HostSpec, *, pin_cores: bool = True) -> None:
         self.spec = spec
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        self.cores: list[int | None] = (
-            cores[:spec.stages] if pin_cores and len(cores) >= spec.stages else [None] * spec.stages)
+        n = spec.stages if spec.device == "cpu" else 2 * spec.stages
+        mine = cores[:n] if pin_cores and len(cores) >= n else [None] * n
+        self.cores: list[int | None] = mine[:spec.stages]
+        self.guest_cores: list[int | None] = mine[-spec.stages:]
 
     def run(self, guests: dict[int, GuestSpec] | None = None, *,
             guest_max_wait: float = 30.0) -> HostRun:
@@ -247,7 +271,7 @@ class PipelineHost:
                 # the stages train only once every guest is ready to be gated
                 for s, g in guests.items():
                     procs.append(ctx.Process(target=guest_main, daemon=True,
-                                             args=(g, gates[s], out, self.cores[s], guest_max_wait)))
+                                             args=(g, gates[s], out, self.guest_cores[s], guest_max_wait)))
                 for s in range(spec.stages):
                     procs.append(ctx.Process(target=_stage_main, daemon=True, args=(
                         s, spec, gates[s], out, str(Path(tmp) / "store"), self.cores[s], go)))

@@ -1,0 +1,93 @@
+"""Bubble squeezing on a real GPU: a 1F1B host whose stages compute on CUDA, guests gated
+into the idle SMs, each process under MPS at its stage's share where a daemon can run.
+
+Skipped without CUDA (CI, this project's CPU machines). What it checks is what the
+CPU tests check, with the GPU's asynchrony in the way: a guest's running
+intervals never overlap its stage's compute (the gate waits for the guest's
+kernels, not only its Python), a gated guest ends bit-identical to a solo run
+on the same device, the host trains what one process would (to float
+tolerance, CPU reference), and the guest process ran under the share it was given.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device here", allow_module_level=True)
+
+from nbtune.bubbles import GuestSpec, HostSpec, PipelineHost, overlap, reference_weights  # noqa: E402
+from nbtune.bubbles.colocate import run_alone  # noqa: E402
+
+pytestmark = pytest.mark.integration
+MPS = "nvidia-cuda-mps-control"
+
+
+@pytest.fixture
+def mps(tmp_path, monkeypatch):
+    """An MPS daemon of this test's own (pipe directory in tmp_path), or None without the tool."""
+    tool = shutil.which(MPS)
+    if tool is None:
+        yield None
+        return
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe"),
+           "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / "log")}
+    for k, v in env.items():
+        os.makedirs(v)
+        monkeypatch.setenv(k, v)  # spawned stage and guest processes inherit it
+    subprocess.run([tool, "-d"], check=True, timeout=30)
+    try:
+        yield 50
+    finally:
+        subprocess.run([tool], input=b"quit\n", timeout=30, check=False)
+
+
+def test_guests_fill_a_cuda_pipelines_bubbles_without_touching_its_compute(mps):
+    spec = HostSpec(stages=2, microbatches=4, batch=1024, width=1024, depth=8, iterations=8,
+                    warmup=2, grace=0.05, timeout=240.0, ab_block=1, device="cuda",
+                    mps_percentage=mps)
+    guests = {s: GuestSpec(name=f"g{s}", seed=s, width=1024, depth=4, batch=256,
+                           steps=10_000_000, stop_with_host=True, device="cuda",
+                           mps_percentage=mps) for s in range(spec.stages)}
+    run = PipelineHost(spec).run(guests)
+
+    ref = reference_weights(spec)  # one CPU process
+    for s in range(spec.stages):
+        assert sorted(run.weights[s]) == sorted(ref[s])
+        for k in ref[s]:
+            np.testing.assert_allclose(run.weights[s][k], ref[s][k], rtol=1e-3, atol=1e-5)
+        assert run.peak_rss[s] > 0  # the stage's device memory: what a guest must fit beside
+    for s, g in guests.items():
+        res = run.guests[g.name]
+        stage = [iv for it in run.iterations for iv in it[s]]
+        assert res.step_ends, f"guest {g.name} made no progress in the bubbles"
+        assert overlap(run.guest_ran(s, g.name), stage) == 0.0
+        assert res.mps_share == (None if mps is None else str(mps))
+        alone = run_alone(g, steps=len(res.step_ends), timeout=120.0)
+        assert alone.mps_share == res.mps_share
+        for k, v in alone.weights.items():
+            assert np.array_equal(v, res.weights[k]), k  # resumed exactly where it paused
+    assert run.stops == [0] * spec.stages or all(run.stopped)  # a SIGSTOP is logged
+
+
+def test_an_mps_share_is_refused_once_cuda_is_up():
+    # in a process of its own: this one must not hold a CUDA context beside later MPS daemons
+    code = ("import torch; torch.zeros(1, device='cuda')\n"
+            "from nbtune.bubbles.device import use_mps_share; use_mps_share(50)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0 and "before its first CUDA call" in res.stderr
+
+
+def test_a_guest_on_cuda_trains_as_on_the_cpu():
+    g = GuestSpec(seed=3, width=256, depth=3, batch=64, steps=20)
+    cpu, gpu = run_alone(g), run_alone(replace(g, device="cuda"))
+    for k, v in cpu.weights.items():
+        np.testing.assert_allclose(gpu.weights[k], v, rtol=1e-4, atol=1e-5)
