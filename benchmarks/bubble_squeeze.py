@@ -49,6 +49,7 @@ from dataclasses import replace
 import numpy as np
 
 from nbtune.bubbles import GuestSpec, HostSpec, PipelineHost, one_f_one_b_bubble, overlap
+from nbtune.bubbles.colocate import run_alone
 from nbtune.bubbles.guest import train_guest
 from nbtune.bubbles.probe import iteration_window as window
 from nbtune.bubbles.probe import phase, what_if
@@ -56,6 +57,10 @@ from nbtune.bubbles.timeline import clip, idle_windows, merge, total
 
 
 def solo(spec: GuestSpec, steps: int):
+    """The guest alone for ``steps``: in this process on the CPU; on a GPU in a process of its
+    own, so that this one never holds a CUDA context (MPS's quit waits for every client)."""
+    if spec.device != "cpu":
+        return run_alone(spec, steps=steps, timeout=300.0)
     import torch
 
     torch.set_num_threads(1)  # as in a guest process
@@ -78,7 +83,10 @@ def mps_daemon(device: str):
     try:
         yield True
     finally:
-        subprocess.run([tool], input=b"quit\n", timeout=30, check=False)
+        try:
+            subprocess.run([tool], input=b"quit\n", timeout=30, check=False)
+        except subprocess.TimeoutExpired:
+            print("the MPS daemon did not quit in 30 s", flush=True)
 
 
 def ab(run, guests: dict[int, GuestSpec], solo_step: dict[str, float]) -> dict:
@@ -152,8 +160,6 @@ def run(args: argparse.Namespace, gpu: bool, mps: bool) -> None:
                            idle_class=not args.no_idle_class, device=args.device,
                            mps_percentage=pct)
               for s in range(spec.stages)}
-    if pct is not None:
-        os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(pct)  # solo runs: the guests' share
     host = PipelineHost(spec)
     losses, sep_losses, ratios, fills, identical, no_overlap = [], [], [], [], True, True
     whatifs = []

@@ -220,6 +220,29 @@ class GuestSide:
         self._acquire()
         self._run_start = now()
 
+    @contextmanager
+    def off_device(self) -> Iterator[None]:
+        """Work that needs no slot: a GPU guest's CPU-side work (drawing its next batch).
+
+        The stage need not wait for it, so the slot is given back for its length
+        and taken again (in a bubble) after; on the CPU the core *is* the slot,
+        so CPU guests do not use this.
+        """
+        if self.free or not self._held:
+            yield
+            return
+        if self.sync is not None:
+            self.sync()
+        self._close("run")
+        self.gate.lock.release()
+        self._held = False
+        try:
+            yield
+        finally:
+            if not self.free:
+                self._acquire()
+            self._run_start = now()
+
     def _close(self, kind: str) -> None:
         t = now()
         if t > self._run_start:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import resource
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +113,7 @@ def train_guest(spec: GuestSpec, gate: GuestSide | None = None, *,
     sync = synchronizer(spec.device)
     if gate is not None and gate.sync is None:
         gate.sync = sync  # nothing in flight when it gives the GPU back
+    off_gpu = gate.off_device if gate is not None and sync is not None else nullcontext
     if gate is not None and spec.layer_hooks:
         gate.attach(model)
     if on_ready is not None:
@@ -127,7 +129,9 @@ def train_guest(spec: GuestSpec, gate: GuestSide | None = None, *,
             if spec.stop_with_host and gate.host_ended():
                 break
             gate.checkpoint()
-        x = torch.randn(spec.batch, spec.width, generator=gen).to(dev)
+        with off_gpu():  # drawing the batch is CPU work: on a GPU it needs no bubble
+            x = torch.randn(spec.batch, spec.width, generator=gen)
+        x = x.to(dev)
         y = torch.tanh(x @ w_true)
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()

@@ -68,3 +68,23 @@ def test_a_host_through_the_device_wrapper_trains_as_one_process_with_gated_gues
         if res.step_ends:
             alone = run_alone(guests[s], steps=len(res.step_ends))
             assert all(np.array_equal(v, res.weights[k]) for k, v in alone.weights.items())
+
+
+def test_cpu_side_work_of_a_gpu_guest_leaves_the_slot_to_the_stage():
+    import multiprocessing as mp
+
+    from nbtune.bubbles.gate import Gate, GuestSide, HostSide
+
+    gate = Gate(mp.get_context("spawn"))
+    host, side = HostSide(gate, grace=5.0), GuestSide(gate, max_wait=5.0, sync=lambda: None)
+    host.start()
+    side.start()  # the guest holds the slot, as between two checkpoints
+    gate.guest_pid.value = 0  # one process plays both sides: never SIGSTOP it
+    with side.off_device():  # drawing a batch
+        with host.busy("F"):  # the stage takes the slot at once: nothing to wait for
+            pass
+    assert host.handoffs[-1] < 1.0 and gate.stops.value == 0
+    assert side._held  # and the guest has it back for its next kernels
+    side.finish()
+    host.end()
+    assert [k for k, *_ in side.intervals] == ["run", "run"]
