@@ -80,9 +80,9 @@ def test_cpu_side_work_of_a_gpu_guest_leaves_the_slot_to_the_stage():
     host.start()
     side.start()  # the guest holds the slot, as between two checkpoints
     gate.guest_pid.value = 0  # one process plays both sides: never SIGSTOP it
-    with side.off_device():  # drawing a batch
-        with host.busy("F"):  # the stage takes the slot at once: nothing to wait for
-            pass
+    # the guest draws a batch; the stage takes the slot at once: nothing to wait for
+    with side.off_device(), host.busy("F"):
+        pass
     assert host.handoffs[-1] < 1.0 and gate.stops.value == 0
     assert side._held  # and the guest has it back for its next kernels
     side.finish()
