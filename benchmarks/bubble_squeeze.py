@@ -212,6 +212,11 @@ def run(args: argparse.Namespace, gpu: bool, mps: bool) -> None:
           f"no overlap with the stage's compute: {no_overlap}")
     err = {f"{k}_{f}": round(statistics.median(abs(w[f"{k}_error"][f]) for w in whatifs), 3)
            for k in ("new", "old") for f in ("slowdown", "fill", "bubble_s")}
+    # the same slowdown seen as the gated iteration's time, T(1 + σ): a relative error of σ
+    # itself is ill-conditioned when σ is near 0 (a GPU guest that costs the host ~1 %)
+    err |= {f"{k}_iteration": round(statistics.median(
+        abs(w[k]["slowdown"] - w["measured"]["slowdown"]) / (1 + w["measured"]["slowdown"])
+        for w in whatifs), 4) for k in ("new", "old")}
     print(f"what-if, median relative errors (probe-calibrated model 'new', assumed 'old'): {err}")
     figures = {"host_throughput_loss": round(loss, 4),
                "whatif_error": err,

@@ -16,7 +16,7 @@ STEPS=${STEPS:-"bubbles gpu_tests fusion_cuda gpu_packing"}  # which of the step
 step() { local t=$1 name=$2; shift 2; [[ " $STEPS " == *" $name "* ]] || return 0
   echo "== $name"; local s=$SECONDS
   timeout "$t" "$@" > "$OUT/$name.log" 2>&1; echo "== $name rc=$? in $((SECONDS-s)) s"; tail -n 6 "$OUT/$name.log"; }
-step ${T_BUB:-200} bubbles python3 benchmarks/bubble_squeeze.py --device cuda --reps ${BUB_REPS:-3} --iterations 30
+step ${T_BUB:-330} bubbles python3 benchmarks/bubble_squeeze.py --device cuda --reps ${BUB_REPS:-3} --iterations 30
 step ${T_TESTS:-150} gpu_tests python3 -m pytest tests/gpu -q -p no:cacheprovider -rs --durations=8
 step ${T_FUSION:-60} fusion_cuda python3 benchmarks/fusion_throughput.py --device cuda --blocks 5
 step ${T_PACK:-300} gpu_packing python3 benchmarks/gpu_packing.py
