@@ -11,7 +11,6 @@ test of "a paused trial resumes exactly where it stopped".
 from __future__ import annotations
 
 import os
-import resource
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -81,11 +80,6 @@ def pin(cpu: int | None) -> None:
     torch.set_num_threads(1)
     if cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {cpu})
-
-
-def peak_rss() -> int:
-    """This process's peak resident set size in bytes (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _model(spec: GuestSpec) -> Any:

@@ -18,8 +18,9 @@ import os
 import queue
 from typing import Any
 
+from nbtune.bubbles.device import peak_memory, synchronizer, use_mps_share
 from nbtune.bubbles.gate import Gate, GuestSide
-from nbtune.bubbles.guest import peak_rss, pin
+from nbtune.bubbles.guest import pin
 from nbtune.bubbles.timeline import now
 
 __all__ = ["GatedChannel", "gate_layers", "trial_worker"]
@@ -38,14 +39,15 @@ def gate_layers(model: Any) -> Any:
 class GatedChannel:
     """The Trial's channel: messages to the runtime's queue, a pause at every report."""
 
-    def __init__(self, trial_id: int, run: int, side: GuestSide, out: Any, control: Any) -> None:
+    def __init__(self, trial_id: int, run: int, side: GuestSide, out: Any, control: Any,
+                 device: str = "cpu") -> None:
         self.trial_id, self.run, self.side = trial_id, run, side
-        self.out, self.control = out, control
+        self.out, self.control, self.device = out, control, device
 
     def send(self, msg: dict[str, Any]) -> None:
         msg.setdefault("t", now())
         if msg.get("k") == "report":
-            msg["rss"] = peak_rss()  # the trial's measured peak so far, for the memory check
+            msg["rss"] = peak_memory(self.device)  # its measured peak so far, for the memory check
         self.out.put(("trial", self.trial_id, self.run, msg))
         if msg.get("k") in ("report", "recomputed"):
             self.side.checkpoint()  # a step boundary: give the slot back if the stage wants it
@@ -59,29 +61,33 @@ class GatedChannel:
                 return out
 
 
-def _run(job: dict[str, Any], gate: Gate, out: Any, inbox: Any, max_wait: float) -> None:
-    """One trial, gated; its running intervals go back with the exit message."""
+def _run(job: dict[str, Any], gate: Gate, out: Any, inbox: Any, max_wait: float,
+         device: str) -> None:
+    """One trial, gated; its running intervals go back with the exit message. Beside a GPU
+    stage every checkpoint first waits for the trial's kernels (:mod:`.device`)."""
     from nbtune.runtimes.dask._child import run_job
 
-    side = GuestSide(gate, max_wait=max_wait)
+    side = GuestSide(gate, max_wait=max_wait, sync=synchronizer(device))
     _SIDE.append(side)
     tid, run = int(job["trial_id"]), int(job["run"])
     try:
         side.start()
-        res = run_job(job, GatedChannel(tid, run, side, out, inbox))
+        res = run_job(job, GatedChannel(tid, run, side, out, inbox, device))
     finally:
         side.finish()
         _SIDE.clear()
-    res.update(intervals=side.intervals, pauses=side.pauses, rss=peak_rss(), t=now())
+    res.update(intervals=side.intervals, pauses=side.pauses, rss=peak_memory(device), t=now())
     out.put(("trial", tid, run, res))
 
 
 def trial_worker(stage: int, gate: Gate, inbox: Any, out: Any, nice: int, idle_class: bool,
-                 max_wait: float) -> None:
+                 max_wait: float, device: str = "cpu", mps_percentage: int | None = None) -> None:
     """A stage's guest process, started with the host so torch is imported before a trial
     lands (a spawn costs seconds, a whole host run on a short job): lowest priority, it
     runs the jobs its inbox brings one at a time (``job["env"]`` pins it to the stage's
-    core) until told to quit."""
+    core; beside a GPU stage, a core of its own) until told to quit. Beside a GPU stage
+    it runs under the stage's MPS share (``mps_percentage``), set before CUDA starts."""
+    use_mps_share(mps_percentage)
     pin(None)  # torch imported, one thread
     os.nice(nice)
     if idle_class and hasattr(os, "SCHED_IDLE"):
@@ -92,5 +98,5 @@ def trial_worker(stage: int, gate: Gate, inbox: Any, out: Any, nice: int, idle_c
         if msg.get("k") == "quit":
             return
         if msg.get("k") == "job":
-            _run(msg, gate, out, inbox, max_wait)
+            _run(msg, gate, out, inbox, max_wait, device)
         # anything else: a stop for a trial that had already returned

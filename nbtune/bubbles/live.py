@@ -32,7 +32,8 @@ class LiveHost:
 
     def __init__(self, spec: HostSpec, ctx: Any, out: Any, *, pin_cores: bool = True) -> None:
         self.spec, self.ctx, self.out = spec, ctx, out
-        self.cores = PipelineHost(spec, pin_cores=pin_cores).cores
+        layout = PipelineHost(spec, pin_cores=pin_cores)
+        self.cores, self.guest_cores = layout.cores, layout.guest_cores  # equal on the CPU
         self.gates = [Gate(ctx) for _ in range(spec.stages)]
         self.run: HostRun = empty_run(spec)
         self.procs: list[Any] = []

@@ -176,7 +176,7 @@ class BubbleRuntime:
         inbox = self.ctx.Queue()
         proc = self.ctx.Process(target=trial_worker, daemon=True, args=(
             stage, self.host.gates[stage], inbox, self.out, self.nice, self.idle_class,
-            self.max_wait))
+            self.max_wait, self.spec.device, self.spec.mps_percentage))
         proc.start()
         self.workers[stage] = (proc, inbox)
 
@@ -324,7 +324,7 @@ class BubbleRuntime:
                                    f"{self.on_stage[stage].launch.trial_id})")
             self._deferred[stage] = c
             return
-        core = self.host.cores[stage]
+        core = self.host.guest_cores[stage]
         job = {"k": "job", "trial_id": c.trial_id, "config": dict(c.config),
                "start_step": c.start_budget, "budget": c.budget, "fn": self._fn,
                "checkpoint_dir": self._tmp.name, "max_budget": self._engine.max_budget,

@@ -45,6 +45,10 @@ class Event:
 @dataclass(slots=True)
 class ExperimentStarted(Event):
     cluster: ClusterSpec
+    #: what the runtime tells the allocators about itself (the Dask runtime's
+    #: ``"resize_restarts"``): plain JSON values, in the event and so in the store's log,
+    #: so that a replay decides as the run did. A restart's event replaces them.
+    hints: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

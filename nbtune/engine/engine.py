@@ -53,6 +53,7 @@ class Engine:
         self.mode = algorithm.mode
         self._minimize = algorithm.mode == "min"
         self._hints: dict[str, Any] = dict(hints or {})
+        self._started_hints: tuple[str, ...] = ()  # keys the last ExperimentStarted set
         self.time = 0.0
         self.trials: dict[int, TrialRecord] = {}
         self.groups: dict[int, TrialGroup] = {}
@@ -187,6 +188,11 @@ class Engine:
 
     # --------------------------------------------------------------- events
     def _on_started(self, e: ev.ExperimentStarted, cmds: list[Command]) -> None:
+        for key in self._started_hints:  # a restart's runtime says anew
+            self._hints.pop(key, None)
+        self._started_hints = tuple(e.hints)
+        for key, value in e.hints.items():
+            self.set_hint(key, value)
         if self.started:
             if not self.restartable:
                 raise EngineError("ExperimentStarted fed twice")

@@ -9,8 +9,8 @@ the experiment's :class:`~.driver.RunDriver`), calls ``engine.handle`` once on t
 batch and hands the commands to the driver: a Launch becomes one direct call per rank
 to the worker owning each GPU (:mod:`.handlers`, :mod:`.executor`); Stop, Pause and
 Resize a control message to each rank, which leaves at its next ``report``; after
-Finish the experiment is done once the last processes have left. The engine is told
-which resizes restart a loop that keeps no checkpoint (hint ``"resize_restarts"``).
+Finish the experiment is done once the last processes have left. ``ExperimentStarted``
+says which resizes restart a loop with no checkpoint (hint ``"resize_restarts"``).
 
 Faults: a trial that raises becomes ``TrialFailed(error=traceback)``; a dead worker
 becomes ``TrialFailed(worker_lost=True)`` for each trial on it followed by
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import logging
 import threading
 import uuid
 from collections.abc import Mapping
@@ -38,10 +37,11 @@ from nbtune.runtimes.dask import worker_setup as ws
 from nbtune.runtimes.dask.cluster import Inventory, close_cluster, connect, listen_all, unlisten_all
 from nbtune.runtimes.dask.dask_page import Publisher, page_link
 from nbtune.runtimes.dask.driver import RunDriver
+from nbtune.runtimes.dask.driver_loop import drive
 from nbtune.runtimes.dask.execution import check_execution, check_thread_limits, for_experiment
 from nbtune.runtimes.dask.forkserver import DEFAULT_PRELOAD, ForkServer
 from nbtune.runtimes.dask.fused_job import FusedUnits
-from nbtune.runtimes.dask.inbox import Inbox, route
+from nbtune.runtimes.dask.inbox import Inbox
 from nbtune.runtimes.dask.jobs import RunSettings, resize_restarts
 from nbtune.runtimes.dask.links import WorkerLinks
 from nbtune.runtimes.dask.membership import Membership
@@ -53,8 +53,6 @@ if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
 
 __all__ = ["DaskRuntime", "DaskRuntimeError", "WallClock"]
-
-log = logging.getLogger("nbtune.dask")
 
 
 class DaskRuntimeError(RuntimeError):
@@ -160,6 +158,8 @@ class DaskRuntime:
         self._links: WorkerLinks | None = None
         self._clock = WallClock()
         self._page = Publisher()  # the Dask dashboard's nbtune page (dask_page)
+        #: running placements after the driver's last batch, republished whole (driver_loop)
+        self._placed: Mapping[int, tuple[tuple[int, float], ...]] = MappingProxyType({})
 
     # ----------------------------------------------------------- Runtime API
     @property
@@ -180,10 +180,10 @@ class DaskRuntime:
     busy = property(lambda self: self._engine is not None and not self.done,
                     doc="An experiment is attached and has not ended.")
 
-    def placements(self) -> dict[int, tuple[tuple[int, float], ...]]:
-        """The engine's running placements (trial id -> (gpu id, share)...), copied."""
-        eng = self._engine
-        return {} if eng is None else dict(eng.running)
+    def placements(self) -> Mapping[int, tuple[tuple[int, float], ...]]:
+        """The running placements (trial id -> (gpu id, share)...) after the driver's last
+        batch: a snapshot it published, safe to read from any thread."""
+        return self._placed
 
     @property
     def finishing(self) -> bool:
@@ -275,7 +275,6 @@ class DaskRuntime:
             bool(reuse), self.trial_memory_limit, self.trial_timeout, self.shutdown_grace, execution)
         self._driver = RunDriver(engine, self._clock, self.inventory, self._links, settings,
                                  self._run_ids, FusedUnits)
-        engine.set_hint("resize_restarts", resize_restarts(settings))
         self._members = Membership(self.client, self.inventory, self._links,
                                    self._driver.end_runs_on)
         sampler = UtilizationSampler(self._topic, self.sample_interval, bool(self.gpus))
@@ -283,8 +282,10 @@ class DaskRuntime:
         tolerant(lambda: self.client.register_plugin(sampler, name=sampler.name), "sampler")
         attach_profiler(self, engine, trainable)
         self._clock.start()
-        self._inbox.put(("event", ev.ExperimentStarted(0.0, self.inventory.spec())))
-        self._thread = threading.Thread(target=self._loop, name="nbtune-dask-driver", daemon=True)
+        hints = {"resize_restarts": resize_restarts(settings)}  # a replay must decide alike
+        self._inbox.put(("event", ev.ExperimentStarted(0.0, self.inventory.spec(), hints)))
+        self._thread = threading.Thread(target=drive, args=(self,), name="nbtune-dask-driver",
+                                        daemon=True)
         self._thread.start()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -366,35 +367,3 @@ class DaskRuntime:
     def __repr__(self) -> str:
         n = len(self.inventory.slots) if self.inventory else 0
         return f"<DaskRuntime {'gpu' if self.gpus else 'cpu'} {n} slots, {len(self.runs)} live>"
-
-    # ------------------------------------------------------- the driver thread
-    def _loop(self) -> None:
-        engine, driver, members = self._engine, self._driver, self._members
-        assert engine is not None and driver is not None and members is not None
-        try:
-            while not self._halt.is_set():
-                items = self._inbox.batch()
-                events = driver.take_pending()
-                if items and log.isEnabledFor(logging.DEBUG):
-                    log.debug("t=%.3f inbox %s", self._clock.now(), [k for k, _ in items])
-                for kind, payload in items:  # to membership or the run driver (.inbox)
-                    events.extend(route(kind, payload, members, driver, self._clock))
-                driver.enforce_deadlines()
-                if events:
-                    driver.execute(engine.handle(*events))
-                    # the engine just changed: the Dask dashboard's page may show it
-                    self._page.tick(self.client, engine, self.inventory, self._topic,
-                                    self._clock.now(), force=engine.done)
-                if driver.finished:
-                    break
-        except BaseException as exc:  # surfaced by wait(); the trials must not outlive it
-            log.exception("nbtune Dask driver failed")
-            self._error = exc
-            if self._links is not None:
-                driver.kill_all(f"driver error: {exc!r}")
-        finally:
-            if self._cluster is not None and not self._halt.is_set() and not self.keep:
-                self.close()  # a cluster we started ends with its experiment; else the
-            # subscriptions stay until the next experiment or close() (releasing them here
-            # raced the last messages of the ending runs)
-            self._done.set()
