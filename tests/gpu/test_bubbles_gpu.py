@@ -91,3 +91,50 @@ def test_a_guest_on_cuda_trains_as_on_the_cpu():
     cpu, gpu = run_alone(g), run_alone(replace(g, device="cuda"))
     for k, v in cpu.weights.items():
         np.testing.assert_allclose(gpu.weights[k], v, rtol=1e-4, atol=1e-5)
+
+
+def gpu_train(config, trial):
+    """An ordinary trial on the GPU, checkpoints at its layers when it runs as a guest."""
+    import torch as t
+
+    from nbtune.bubbles.guest_trial import gate_layers
+
+    t.manual_seed(config["seed"])
+    model = gate_layers(t.nn.Sequential(t.nn.Linear(512, 512), t.nn.Tanh(),
+                                        t.nn.Linear(512, 1)).cuda())
+    opt = t.optim.SGD(model.parameters(), lr=config["lr"])
+    for step in trial.steps():
+        for _ in range(20):
+            x = t.randn(256, 512, device="cuda")
+            loss = (model(x) - x[:, :1].tanh()).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        trial.report(step=step, loss=loss.item())
+
+
+def test_tune_places_gpu_trials_into_a_cuda_hosts_bubbles(mps):
+    import nbtune
+    from nbtune.bubbles.runtime import BubbleRuntime
+    from nbtune.bubbles.timeline import subtract
+    from nbtune.core.space import choice
+
+    spec = HostSpec(stages=2, microbatches=4, batch=1024, width=1024, depth=8, iterations=150,
+                    warmup=2, grace=0.05, timeout=240.0, device="cuda", mps_percentage=mps)
+    rt = BubbleRuntime(spec, idle_class=False, memory_limit=64e9)
+    try:
+        exp = nbtune.tune(gpu_train, {"lr": choice([0.01, 0.1]), "seed": choice([1, 2])},
+                          algorithm="random", num_trials=3, max_budget=2, metric="loss",
+                          allocator="bubbles", runtime=rt, seed=0)
+        assert exp.wait(timeout=200)
+        run = rt.host_run(timeout=200)
+    finally:
+        rt.close()
+    assert (exp.results()["state"] == "completed").all()
+    gated = 0.0
+    for recs in rt.guests.values():
+        for rec in recs:
+            ran = subtract([iv for iv in rec.intervals if iv[0] == "run"], run.stopped[rec.stage])
+            assert overlap(ran, [iv for it in run.iterations for iv in it[rec.stage]]) == 0.0
+            gated += sum(e - s for _, s, e in ran)
+    assert gated > 0.0
