@@ -342,12 +342,19 @@ def close_cluster(cluster: Any) -> None:
     reached the user as a ``TimeoutError`` at the end of a finished run. The
     nanny kills the worker anyway; what is left is said in a warning.
     """
+    sched = logging.getLogger("distributed.scheduler")
+    level = sched.level
+    # its workers go first, so the scheduler's last broadcasts to them fail: a closing
+    # cluster's expected noise, which Dask logs as an ERROR at the end of a finished run
+    sched.setLevel(logging.CRITICAL)
     try:
         cluster.close()
     except TimeoutError as exc:
         logging.getLogger("nbtune.dask").warning(
             "the local Dask cluster did not close within its timeout (%r); its worker "
             "processes were told to exit", exc)
+    finally:
+        sched.setLevel(level)
 
 
 def listen_all(client: Any, fn: Callable[[Any], None]) -> None:
