@@ -43,7 +43,8 @@ def train_chaos(config: dict[str, Any], trial: Any) -> None:
 
 
 class Killer(threading.Thread):
-    """SIGKILLs a worker running a trial every ``every`` seconds (the nanny restarts it).
+    """SIGKILLs a worker running a trial every ``every`` seconds (the nanny restarts it),
+    preferring one whose trial has written a checkpoint.
 
     The next kill waits until the killed worker is back in the runtime's
     inventory (``n_workers`` of them): on a loaded machine a restart can take
@@ -64,11 +65,21 @@ class Killer(threading.Thread):
             inv = self.runtime.inventory
             while len(inv.workers) < self.n_workers and not self.stop.wait(0.1):
                 pass  # the last victim is not back yet
-            busy = sorted({inv.slots[g].worker for p in list(self.engine.running.values())
-                           for g, _ in p if g in inv.slots})
+            running = list(self.engine.running.items())
+            try:  # trials that have written a checkpoint (the driver thread adds to it)
+                saved = set(self.runtime.checkpoints)
+            except RuntimeError:
+                saved = set()
+            busy = sorted({inv.slots[g].worker for _, p in running for g, _ in p
+                           if g in inv.slots})
+            ready = sorted({inv.slots[g].worker for t, p in running if t in saved
+                            for g, _ in p if g in inv.slots})
             if not busy:
                 continue
-            victim = self.rng.choice(busy)
+            # a worker whose trial can restart from a checkpoint, where there is one: the
+            # recovery path under test; a trial killed before its first checkpoint only
+            # starts again, and a run whose kills all came that early showed nothing
+            victim = self.rng.choice(ready or busy)
             try:
                 pid = self.client.run(os.getpid, workers=[victim])[victim]
                 os.kill(pid, signal.SIGKILL)
