@@ -3,9 +3,9 @@
 The host is the "large model" of Hydro §5.1: a small MLP cut into ``stages``
 consecutive parts, each trained in its own process by ``Schedule1F1B`` over
 gloo, ``microbatches`` per iteration, on the CPU or on a CUDA device
-(:mod:`.device`: the layers on the GPU, activations crossing in host memory). Each stage times its own compute
-(forward and backward of a microbatch, the loss on the last stage, the
-optimizer step) through :class:`~nbtune.bubbles.gate.HostSide`, which also
+(:mod:`.device`: the layers on the GPU, activations crossing in host memory).
+Each stage times its own compute (forward and backward of a microbatch, the
+loss on the last stage, the optimizer step) through :class:`~nbtune.bubbles.gate.HostSide`, which also
 keeps a co-located guest out while it computes, and publishes each iteration's
 intervals on a queue as it goes; the parent (the scheduler side) reads them.
 
