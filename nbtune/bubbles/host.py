@@ -5,9 +5,10 @@ consecutive parts, each trained in its own process by ``Schedule1F1B`` over
 gloo, ``microbatches`` per iteration, on the CPU or on a CUDA device
 (:mod:`.device`: the layers on the GPU, activations crossing in host memory).
 Each stage times its own compute (forward and backward of a microbatch, the
-loss on the last stage, the optimizer step) through :class:`~nbtune.bubbles.gate.HostSide`, which also
-keeps a co-located guest out while it computes, and publishes each iteration's
-intervals on a queue as it goes; the parent (the scheduler side) reads them.
+loss on the last stage, the optimizer step) through
+:class:`~nbtune.bubbles.gate.HostSide`, which also keeps a co-located guest out
+while it computes, and publishes each iteration's intervals on a queue as it
+goes; the parent (the scheduler side) reads them.
 
 It does not use torch's private schedule visualiser: the timeline is what the
 stages measured, not what the schedule says should happen.
