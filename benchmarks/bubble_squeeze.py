@@ -38,11 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import statistics
-import subprocess
-import tempfile
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -70,23 +66,16 @@ def solo(spec: GuestSpec, steps: int):
 @contextmanager
 def mps_daemon(device: str):
     """An MPS control daemon for this run's processes (GPU only, where the tool exists)."""
-    tool = shutil.which("nvidia-cuda-mps-control")
-    if device == "cpu" or tool is None:
+    from nbtune.runtimes.dask.gpu import mps_available, start_mps_daemon, stop_mps_daemon
+
+    if device == "cpu" or not mps_available():
         yield False
         return
-    base = tempfile.mkdtemp(prefix="bubbles-mps-")
-    env = {"CUDA_MPS_PIPE_DIRECTORY": f"{base}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{base}/log"}
-    for d in env.values():
-        os.makedirs(d)
-    os.environ.update(env)  # the stage and guest processes inherit it at spawn
-    subprocess.run([tool, "-d"], check=True, timeout=30)
+    env = start_mps_daemon()  # the stage and guest processes inherit its pipe at spawn
     try:
         yield True
     finally:
-        try:
-            subprocess.run([tool], input=b"quit\n", timeout=30, check=False)
-        except subprocess.TimeoutExpired:
-            print("the MPS daemon did not quit in 30 s", flush=True)
+        stop_mps_daemon(env)
 
 
 def ab(run, guests: dict[int, GuestSpec], solo_step: dict[str, float]) -> dict:

@@ -19,6 +19,7 @@ On a GPU the bubble is idle SMs, not an idle core, and three things change:
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -73,6 +74,7 @@ def to_numpy(t: Any) -> Any:
     return t.detach().cpu().numpy().copy()
 
 
+@functools.cache
 def _module_class() -> type:
     from torch import nn
 

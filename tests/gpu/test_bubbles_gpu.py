@@ -11,8 +11,6 @@ tolerance, CPU reference), and the guest process ran under the share it was give
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -32,22 +30,21 @@ MPS = "nvidia-cuda-mps-control"
 
 
 @pytest.fixture
-def mps(tmp_path, monkeypatch):
-    """An MPS daemon of this test's own (pipe directory in tmp_path), or None without the tool."""
-    tool = shutil.which(MPS)
-    if tool is None:
+def mps(monkeypatch):
+    """An MPS daemon of this test's own, or None without the tool."""
+    from nbtune.runtimes.dask.gpu import mps_available, start_mps_daemon, stop_mps_daemon
+
+    if not mps_available():
         yield None
         return
-    env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe"),
-           "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / "log")}
-    for k, v in env.items():
-        os.makedirs(v)
-        monkeypatch.setenv(k, v)  # spawned stage and guest processes inherit it
-    subprocess.run([tool, "-d"], check=True, timeout=30)
+    for k in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
+        monkeypatch.delenv(k, raising=False)
+        monkeypatch.setenv(k, "")  # restored after the test: start_mps_daemon exports them
+    env = start_mps_daemon()
     try:
         yield 50
     finally:
-        subprocess.run([tool], input=b"quit\n", timeout=30, check=False)
+        stop_mps_daemon(env)
 
 
 def test_guests_fill_a_cuda_pipelines_bubbles_without_touching_its_compute(mps):

@@ -272,7 +272,8 @@ def serve(fd: int, preload: list[str], imports: list[str], watch: int | None = N
         if job.get("k") != "job":
             os._exit(0)
         saved_env = dict(os.environ)
-        why = made and refusal(made, {**os.environ, **job.get("env", {})})  # GPU reuse only
+        why = (None if made is None  # no CUDA context yet: any trial may use this process
+               else refusal(made, {**os.environ, **job.get("env", {})}))
         if why is not None:
             channel.send({"k": "exit", "ok": False, "oom": False, "reusable": False,
                           "error": why})

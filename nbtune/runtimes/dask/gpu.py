@@ -147,22 +147,37 @@ class MPSDaemonPlugin(WorkerPlugin):
         devices = nvml_devices(worker_devices(dict(worker.state.total_resources)))
         if not devices:
             return
-        base = tempfile.mkdtemp(prefix="nbtune-mps-")
-        self.env = {
-            "CUDA_MPS_PIPE_DIRECTORY": os.path.join(base, "pipe"),
-            "CUDA_MPS_LOG_DIRECTORY": os.path.join(base, "log"),
-        }
-        for d in self.env.values():
-            os.makedirs(d, exist_ok=True)
-        os.environ.update(self.env)  # trial processes started by this worker inherit them
         # the daemon serves only this worker's GPUs, named by UUID as the trials name them
-        daemon_env = {**os.environ,
-                      "CUDA_VISIBLE_DEVICES": ",".join(d["uuid"] for d in devices)}
-        subprocess.run([MPS_CONTROL, "-d"], env=daemon_env, check=True, timeout=30)
+        self.env = start_mps_daemon(",".join(d["uuid"] for d in devices))
 
     def teardown(self, worker: Any) -> None:
         env = getattr(self, "env", None)
-        if not env:
-            return
+        if env:
+            stop_mps_daemon(env)
+
+
+def start_mps_daemon(visible: str | None = None) -> dict[str, str]:
+    """Start an MPS control daemon with pipe and log directories of its own (for the GPUs
+    ``visible`` names, or every one) and export them into ``os.environ``, so the processes
+    started from here on are its clients; returns those variables for :func:`stop_mps_daemon`."""
+    base = tempfile.mkdtemp(prefix="nbtune-mps-")
+    env = {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(base, "pipe"),
+           "CUDA_MPS_LOG_DIRECTORY": os.path.join(base, "log")}
+    for d in env.values():
+        os.makedirs(d, exist_ok=True)
+    os.environ.update(env)
+    daemon_env = dict(os.environ) if visible is None else {**os.environ,
+                                                          "CUDA_VISIBLE_DEVICES": visible}
+    subprocess.run([MPS_CONTROL, "-d"], env=daemon_env, check=True, timeout=30)
+    return env
+
+
+def stop_mps_daemon(env: dict[str, str]) -> None:
+    """Tell the daemon at ``env``'s pipe directory to quit (it waits for its clients to end)."""
+    try:
         subprocess.run([MPS_CONTROL], input=b"quit\n", env={**os.environ, **env}, timeout=30,
                        check=False)
+    except subprocess.TimeoutExpired:
+        import logging
+
+        logging.getLogger("nbtune.dask").warning("the MPS daemon did not quit within 30 s")
