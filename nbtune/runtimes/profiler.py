@@ -377,8 +377,8 @@ class Profiler:
         if len(pl) != 1 or pl[0][1] < 1 - _TOL or self._on_gpu.get(pl[0][0]) != {tid}:
             return  # only a trial alone on one whole GPU shows its own demand
         obs = self._obs.setdefault(sig, Obs())
-        if util > 0 or not self._marks[tid].first:  # a 0 before a report may be a start-up
-            add(obs.util, float(util))
+        if not self._marks[tid].first:  # before its first report a trial starts up (HyperSack
+            add(obs.util, float(util))  # skips it): imports read busy, data loading idle
             if runnable is not None:
                 add(obs.demand, float(runnable))
         if memory_gb > 0:

@@ -77,8 +77,8 @@ def test_a_target_that_idles_moves_to_the_slower_worker_in_the_next_run(tmp_path
                                   scaling=4, eager_fraction=1.0, allocator=alloc,
                                   store=tmp_path / "s.db")
                 assert exp.wait(120)
-                # run 1's target must leave utilization samples (3.2 s at 0.2 s; only zeros
-                # before its first report are dropped), or run 2 has nothing to act on
+                # run 1's target must leave utilization samples (3.2 s at 0.2 s; those
+                # before its first report are start-up, not demand), or run 2 has nothing
                 demands.append({s: p.demand for s, p in exp.engine.hints["profiles"].measured().items()})
                 speeds = {g.gpu_id: g.speed for g in exp.engine.cluster.gpus}
                 a = exp.allocations()

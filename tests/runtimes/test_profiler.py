@@ -125,3 +125,32 @@ def test_resize_cost_is_measured_from_the_first_interval_after_a_resize():
     assert a.groupby("trial_id").start.nunique().max() > 1  # someone was resized
     measured = prof.get("{}").resize_cost
     assert measured == pytest.approx(3.0, rel=0.05)  # the simulator charged ε = 3 s
+
+
+def test_samples_before_a_trials_first_report_are_its_start_up_not_its_demand():
+    """HyperSack skips a trial's start-up: imports read busy, data loading idle; neither is
+    what the trial needs. Kept, a busy start-up sample once made an idle trial look like it
+    filled its CPU stand-in (runnable 1.0 -> c = 1 -> compute 1.0)."""
+    from nbtune.core import events as ev
+    from nbtune.core.resources import ClusterSpec
+    from nbtune.core.space import uniform
+    from nbtune.engine import Engine
+    from tests.engine.toy import OneShot
+
+    eng = Engine(OneShot({"x": uniform(0, 1)}, metric="loss", max_budget=3, num_trials=1,
+                         seed=0), validate=True)
+    prof = Profiler()
+    prof.attach(eng, OneShot)
+    eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(1)))
+    eng.handle(ev.TrialStarted(0.1, 0))
+    eng.handle(ev.UtilizationSampled(0.5, {0: 1.0}, {0: 0.3}, {0: 1.0}))  # importing
+    eng.handle(ev.UtilizationSampled(0.7, {0: 0.0}, {0: 0.3}, {0: 0.0}))  # reading its data
+    sig = prof.signature(eng.trials[0].config)
+    assert prof.get(sig).demand.compute == 1.0 and prof.runnable(sig) is None  # nothing yet
+    eng.handle(ev.TrialReported(1.0, 0, 1, {"loss": 1.0}))
+    for t in (1.2, 1.4, 1.6):
+        eng.handle(ev.UtilizationSampled(t, {0: 0.1}, {0: 0.4}, {0: 0.1}))
+    prof_ = prof.get(sig)
+    assert prof_.demand.compute == pytest.approx(0.1)
+    assert prof_.demand.memory_gb == pytest.approx(0.4)  # memory: the peak, start-up included
+    assert prof.runnable(sig) == pytest.approx(0.1)
