@@ -79,10 +79,10 @@ def report_sequences(draw: st.DrawFn) -> tuple[int, int, list[list[float]], list
 
 
 def replay(eta: int, max_t: int, curves: list[list[float]], picks: list[int],
-           judge: object, mode: str) -> list[tuple[int, int, bool, bool]]:
+           judge: object, mode: str, **algo_kw: object) -> list[tuple[int, int, bool, bool]]:
     """Feed reports in the order ``picks`` gives (a stopped trial reports no more)."""
     algo = ASHA(SPACE, metric="m", mode=mode, max_budget=max_t, num_trials=len(curves), eta=eta,
-                seed=0)
+                seed=0, **algo_kw)
     assert [s.trial_id for g in algo.ask(len(curves)) for s in g.specs] == list(
         range(len(curves)))
     step = [0] * len(curves)
