@@ -38,6 +38,8 @@ from typing import Any
 
 import psutil
 
+from nbtune.runtimes.dask.trial_env import trial_env, worker_env
+
 __all__ = ["ForkServer", "fork_client", "send_imports", "supported", "ForkedProcess",
            "start_early", "take_early", "DEFAULT_PRELOAD"]
 
@@ -117,22 +119,6 @@ def supported() -> bool:
     return sys.platform.startswith("linux") and hasattr(socket, "SOCK_SEQPACKET")
 
 
-def worker_env() -> dict[str, str]:
-    """The driver's environment with what a Dask nanny sets before spawning a worker.
-
-    Libraries read some of it once, when torch loads them (OpenMP's thread count),
-    so the fork server must import torch with the environment a worker's
-    processes would have had.
-    """
-    env = dict(os.environ)
-    with contextlib.suppress(Exception):
-        import dask
-
-        for key in ("distributed.nanny.pre-spawn-environ", "distributed.nanny.environ"):
-            env.update({k: str(v) for k, v in (dask.config.get(key, {}) or {}).items()})
-    return env
-
-
 # ----------------------------------------------------------------- worker side
 class _Client:
     """A worker's connection to a fork server: requests forks, learns how they exited."""
@@ -180,7 +166,7 @@ class _Client:
     def spawn(self, fd: int, imports: list[str], timeout: float) -> ForkedProcess:
         """A new trial process talking on ``fd`` (waits while the server still imports)."""
         rid, reply = next(self.ids), queue.Queue[int | None]()
-        req = {"k": "fork", "id": rid, "env": dict(os.environ), "worker": os.getpid(),
+        req = {"k": "fork", "id": rid, "env": trial_env(os.environ), "worker": os.getpid(),
                "imports": imports}
         self.replies[rid] = reply
         with self.lock:

@@ -112,7 +112,9 @@ class WarmPool:
                     "the fork server at %s did not answer (%r); starting trial processes "
                     "here", self.fork_server, exc)
                 self.fork_server = None
-        env = dict(os.environ)
+        from nbtune.runtimes.dask.trial_env import trial_env
+
+        env = trial_env(os.environ)  # not Dask's malloc settings for the worker (.trial_env)
         root = str(Path(__file__).resolve().parents[3])  # the directory holding `nbtune`
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         proc = subprocess.Popen(

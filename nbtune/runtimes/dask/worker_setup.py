@@ -60,7 +60,8 @@ def local_cpu_start(cluster: Any, gpus: bool | None, warm_processes: int,
     run. Any other cluster: ``(None, None)``, and plugins come in
     :func:`prepare_workers` (a GPU one's after the MPS daemon's).
     """
-    from nbtune.runtimes.dask.forkserver import ForkServer, supported, take_early, worker_env
+    from nbtune.runtimes.dask.forkserver import ForkServer, supported, take_early
+    from nbtune.runtimes.dask.trial_env import worker_env
 
     if cluster is not None or gpus or warm_processes <= 0:
         return None, None
