@@ -18,7 +18,7 @@ in Syne Tune (``type=``):
   at the rung, its own included, and while ``n < eta`` only when it is the
   best so far (Optuna's ``SuccessiveHalvingPruner``, decision for decision).
   Stricter at small ``n``: on ``vs_peers``' samples it trained 24-33 % fewer
-  epochs than Ray's rule (benchmarks/RESULTS.md, "ASHA stop rules").
+  epochs than Ray's rule (benchmarks/RESULTS.md, "asha_rules").
 * ``"promotion"`` (Li et al.'s Algorithm 2): every trial trains to its
   rung's budget and pauses. Whenever a slot frees up, :meth:`ASHA.ask`
   first looks for a promotion — from the highest rung down, a paused trial
