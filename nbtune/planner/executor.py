@@ -279,9 +279,19 @@ class PlanExecutor:
             if not names & live:
                 break
             time.sleep(0.05)
+        left = len(workers) - len(victims)
         with contextlib.suppress(Exception):
-            self.cluster.scale(target)
-        self._scaled_to = target
+            # rescaled to ``target``, a SpecCluster closes the newest workers by *name*: with a
+            # busy excess worker spared above, that was the busy one (CI: a held SHA trial's
+            # worker went). Its spec forgets exactly the retired workers; the busy one is
+            # retired at a later tick, once idle
+            spec = getattr(self.cluster, "worker_spec", None)
+            if isinstance(spec, dict):
+                for name in names:
+                    spec.pop(name, None)
+                left = len(spec)
+            self.cluster.scale(left)
+        self._scaled_to = left
 
 
 def check_plan_fits(plan: Plan, algorithm: Any) -> None:

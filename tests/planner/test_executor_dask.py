@@ -238,3 +238,36 @@ def test_a_process_the_engine_no_longer_runs_keeps_its_worker_busy(tmp_path):
     finally:
         rt.close()
         cluster.close()
+
+
+def test_shrinking_past_a_busy_worker_closes_only_the_idle_ones(tmp_path):
+    """Four workers, a stage of two, the newest worker busy: the executor keeps the first two
+    GPUs' workers, retires the idle third, and the cluster's rescale must not close the busy
+    fourth (scaled down, a SpecCluster closes its newest workers by name: CI lost a held SHA
+    trial's worker so)."""
+    from nbtune.planner.executor import PlanExecutor
+    from nbtune.runtimes.dask import DaskRuntime
+
+    cluster = local_cluster()
+    cluster.scale(4)
+    rt = DaskRuntime(cluster, checkpoint_dir=tmp_path, preload=(), warm_processes=0)
+    try:
+        client = rt.connect().client
+        client.wait_for_workers(4, timeout=60)
+        by_name = {w["name"]: a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+        ex = PlanExecutor(make_plan((4, 2, 1)), rt)
+        ex.cluster = cluster
+        busy = by_name[max(by_name)]  # the newest: the first a rescale to 2 would close
+        ex._shrink_to(2, {busy})
+        assert ex.retired == [by_name[2]]  # idle, outside the first two GPUs
+        deadline = time.monotonic() + 30
+        while ex.retired[0] in client.scheduler_info(n_workers=-1)["workers"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(2.0)  # a rescale that closes the busy worker does so within this
+        live = set(client.scheduler_info(n_workers=-1)["workers"])
+        assert live == set(by_name.values()) - set(ex.retired), (busy, live, ex.retired)
+        assert ex._scaled_to == 3 and set(cluster.worker_spec) == {0, 1, 3}  # retired later
+    finally:
+        rt.close()
+        cluster.close()
