@@ -40,19 +40,11 @@ import vs_peers as vp  # noqa: E402
 WORKERS = 2
 
 
-def space() -> dict[str, Any]:
-    from nbtune import choice, loguniform, uniform
-
-    return {"lr": loguniform(1e-3, 0.3), "momentum": uniform(0.5, 0.99),
-            "channels": choice([4, 8, 16]), "batch_size": choice([16, 32, 64]),
-            "weight_decay": loguniform(1e-6, 1e-2)}
-
-
 def nbtune_sample(seed: int) -> list[dict[str, Any]]:
     """The configurations ``tune(..., seed=seed)``'s ASHA starts, in order."""
     from nbtune.algorithms import ASHA
 
-    algo = ASHA(space(), metric="val_acc", mode="max", max_budget=vp.MAX_EPOCHS,
+    algo = ASHA(vp.nbtune_space(), metric="val_acc", mode="max", max_budget=vp.MAX_EPOCHS,
                 num_trials=vp.TRIALS, seed=seed)
     return [s.config for g in algo.ask(vp.TRIALS) for s in g.specs]
 
@@ -67,11 +59,7 @@ def optuna_sample(seed: int) -> list[dict[str, Any]]:
     out = []
     for _ in range(vp.TRIALS):
         t = study.ask()
-        out.append({"lr": t.suggest_float("lr", 1e-3, 0.3, log=True),
-                    "momentum": t.suggest_float("momentum", 0.5, 0.99),
-                    "channels": t.suggest_categorical("channels", [4, 8, 16]),
-                    "batch_size": t.suggest_categorical("batch_size", [16, 32, 64]),
-                    "weight_decay": t.suggest_float("weight_decay", 1e-6, 1e-2, log=True)})
+        out.append(vp.suggest(t))
         study.tell(t, 0.0)
     return out
 
@@ -91,7 +79,7 @@ def replay(curves: list[dict[str, Any]], rule: str) -> dict[str, float]:
     from nbtune.algorithms import ASHA
     from nbtune.core.trial import Decision
 
-    algo = ASHA(space(), metric="val_acc", mode="max", max_budget=vp.MAX_EPOCHS,
+    algo = ASHA(vp.nbtune_space(), metric="val_acc", mode="max", max_budget=vp.MAX_EPOCHS,
                 num_trials=len(curves), seed=0, stop_rule=rule)
     ids = [s.trial_id for g in algo.ask(len(curves)) for s in g.specs]
     heap: list[tuple[float, int, int]] = []

@@ -132,13 +132,29 @@ def train_nbtune(config, trial):
             return
 
 
-def run_nbtune(**options: Any) -> dict[str, Any]:
-    import nbtune
+def nbtune_space() -> dict[str, Any]:
+    """The search space, as nbtune takes it (:func:`suggest` is Optuna's side of it)."""
     from nbtune import choice, loguniform, uniform
 
-    space = {"lr": loguniform(1e-3, 0.3), "momentum": uniform(0.5, 0.99),
-             "channels": choice([4, 8, 16]), "batch_size": choice([16, 32, 64]),
-             "weight_decay": loguniform(1e-6, 1e-2)}
+    return {"lr": loguniform(1e-3, 0.3), "momentum": uniform(0.5, 0.99),
+            "channels": choice([4, 8, 16]), "batch_size": choice([16, 32, 64]),
+            "weight_decay": loguniform(1e-6, 1e-2)}
+
+
+def suggest(trial: Any, channels: tuple[int, ...] = (4, 8, 16)) -> dict[str, Any]:
+    """The search space through an Optuna trial's ``suggest_*`` calls (their order fixes the
+    configurations a seeded sampler draws)."""
+    return {"lr": trial.suggest_float("lr", 1e-3, 0.3, log=True),
+            "momentum": trial.suggest_float("momentum", 0.5, 0.99),
+            "channels": trial.suggest_categorical("channels", list(channels)),
+            "batch_size": trial.suggest_categorical("batch_size", [16, 32, 64]),
+            "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True)}
+
+
+def run_nbtune(**options: Any) -> dict[str, Any]:
+    import nbtune
+
+    space = nbtune_space()
     out: dict[str, Any] = {}
     for kind in ("cold", "warm"):
         t0 = time.perf_counter()
@@ -165,11 +181,7 @@ def run_optuna(n_jobs: int, *, channels: tuple[int, ...] = (4, 8, 16), trials: i
     epochs = [0]
 
     def objective(trial):
-        config = {"lr": trial.suggest_float("lr", 1e-3, 0.3, log=True),
-                  "momentum": trial.suggest_float("momentum", 0.5, 0.99),
-                  "channels": trial.suggest_categorical("channels", list(channels)),
-                  "batch_size": trial.suggest_categorical("batch_size", [16, 32, 64]),
-                  "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True)}
+        config = suggest(trial, channels)
         model, opt = make(config)
         acc = 0.0
         for e in range(1, max_epochs + 1):

@@ -58,9 +58,6 @@ __all__ = ["ASHA", "promotable", "asha_keeps", "asha_keeps_ranked", "rank_keeps_
 
 #: the variants of :class:`ASHA` (Syne Tune's names)
 ASHA_TYPES = ("stopping", "promotion")
-#: how stopping mode judges a trial at a rung: Ray's ``ASHAScheduler`` or Li et al.'s rank
-#: rule (Optuna's ``SuccessiveHalvingPruner``)
-STOP_RULES = ("ray", "rank")
 
 
 def promotable(results: Mapping[int, float], eta: float) -> list[int]:
@@ -156,6 +153,11 @@ def rank_keeps_ranked(ranked: list[tuple[float, int]], loss: float, eta: float) 
     return better < top
 
 
+#: how stopping mode judges a trial at a rung: Ray's ``ASHAScheduler`` or Li et al.'s rank
+#: rule (Optuna's ``SuccessiveHalvingPruner``); each takes (the rung's others, loss, eta)
+STOP_RULES = {"ray": asha_keeps_ranked, "rank": rank_keeps_ranked}
+
+
 class ASHA(BaseAlgorithm):
     """Asynchronous successive halving, ``type="stopping"`` (default) or ``"promotion"``.
 
@@ -190,7 +192,7 @@ class ASHA(BaseAlgorithm):
             )
         self.type = type
         self.stop_rule = stop_rule
-        self._keeps = asha_keeps_ranked if stop_rule == "ray" else rank_keeps_ranked
+        self._keeps = STOP_RULES[stop_rule]
         self.stopping = type == "stopping"
         self.eta = validate_eta(eta)
         self.rungs = rung_budgets(self.min_budget, self.max_budget, self.eta)
