@@ -10,6 +10,7 @@ and the engine sees the cluster shrink and then grow to what it was.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import logging
@@ -326,7 +327,17 @@ def _local_cluster(gpus: bool, n_workers: int | None, threads_per_worker: int, h
             scheduler_kwargs=None if dashboard_address else {"dashboard_address": f"{host}:0"},
             **extra,
         )
+    _quiet_at_exit()
     return made
+
+
+def _quiet_at_exit() -> None:
+    """At exit, Dask closes every cluster itself (``distributed.deploy.spec.close_clusters``),
+    workers first, and logs the scheduler's last broadcasts to them as ERRORs: the last line
+    of a finished script. Registered after that handler, this one runs before it."""
+    if not getattr(_quiet_at_exit, "done", False):
+        _quiet_at_exit.done = True  # type: ignore[attr-defined]
+        atexit.register(logging.getLogger("distributed.scheduler").setLevel, logging.CRITICAL)
 
 
 # one "all"-topic subscription per client, fanned out to every runtime using it

@@ -50,11 +50,6 @@ def shared_runtime() -> Any:
 
 
 def _close_shared() -> None:
-    import logging
-
-    # the process is ending: the scheduler's last broadcasts to workers already gone may
-    # still fail on its IO loop after the close returned (close_cluster's quiet stretch)
-    logging.getLogger("distributed.scheduler").setLevel(logging.CRITICAL)
     with _LOCK:
         for rt in _SHARED:
             rt.close()
