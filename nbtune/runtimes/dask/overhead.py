@@ -15,6 +15,7 @@ and is not counted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import statistics
 import time
@@ -53,7 +54,7 @@ async def _one(worker: Any, mode: str, fn: bytes, n: int) -> float | None:
                 done.set()
 
     def emit(topic: str, batch: list[dict[str, Any]]) -> None:
-        loop.call_soon_threadsafe(put, topic, batch)
+        call_soon(loop, put, topic, batch)
 
     job = {"topic": "nbtune-probe", "run_key": key, "run_id": -1, "trial_id": -1, "rank": 0,
            "world_size": 1, "slot": 0, "config": {}, "start_step": 0.0, "budget": float(n),
@@ -67,6 +68,18 @@ async def _one(worker: Any, mode: str, fn: bytes, n: int) -> float | None:
     except TimeoutError:
         return None
     return time.perf_counter() - t0 if ok and ok[0] else None
+
+
+def call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
+    """``fn(*args)`` on ``loop`` from a probe trial's thread; dropped once the loop is closed.
+
+    The probe runs after an experiment, so a script that ends right after its run
+    closes the worker under it: its thread trial's last message then met a closed
+    loop and printed a ``RuntimeError`` traceback at the end of the user's output
+    (the real trials' path, tornado's ``add_callback``, drops it the same way).
+    """
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, *args)
 
 
 async def _idle_process(pool: Any, wait: float = 2.0) -> bool:
