@@ -23,6 +23,9 @@ process: the cluster and warm processes are kept). Printed phases, in seconds:
 Goal (issue 15): start-up (cluster + warm processes: ``startup``) <= 3 s cold,
 and 0 s for the second experiment (its ``tune()`` call; <= 0.25 s accepted as 0).
 ``first_report`` is what a user sees; it is printed next to the goal, not in it.
+``import_floor``, timed in a fresh interpreter just before the cold run, is what
+the fork server imports before any warm process exists (torch, ``torch._dynamo``,
+pandas): on a drifting machine ``over_floor`` (startup minus it) is nbtune's own part.
 Ends with one JSON line.
 """
 
@@ -109,7 +112,23 @@ def one(kind: str, space: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def import_floor() -> float:
+    """Seconds a fresh interpreter takes to import what the fork server imports before any
+    warm process can exist (torch, ``torch._dynamo``, pandas: ``_child._import``), timed
+    inside it: no design that hands trials a process with torch loaded starts faster."""
+    import subprocess
+
+    code = ("import time; t = time.perf_counter(); "
+            "from nbtune.runtimes.dask._child import _import; "
+            "from nbtune.runtimes.dask.forkserver import DEFAULT_PRELOAD; "
+            "_import(list(DEFAULT_PRELOAD), preload=True); print(time.perf_counter() - t)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
+    floor = import_floor()  # the machine's speed now, just before the cold run
     t = time.perf_counter()
     import nbtune
     from nbtune import choice, loguniform, tune, uniform
@@ -123,6 +142,9 @@ def main() -> None:
              "channels": choice([4, 8, 16]), "batch_size": choice([16, 32, 64]),
              "weight_decay": loguniform(1e-6, 1e-2)}
     cold = one("cold", space)
+    cold["import_floor"], cold["over_floor"] = floor, cold["startup"] - floor
+    print(f" cold: the fork server's imports alone take {floor:.2f} s in a fresh interpreter; "
+          f"start-up is {cold['over_floor']:.2f} s more")
     warm = one("warm", space)
     from nbtune.runtimes.dask.shared import shared_runtime
 

@@ -26,6 +26,12 @@ machine).
 nbtune call with ``stop_rule="rank"``: ASHA judging as Optuna's pruner does, so the
 two differ in resources, not in the rule (figures ``cold_rank``, ``warm_rank``).
 
+Each round first prices an epoch of every shape in a fresh process (``epoch_costs``):
+with it, ``two_core_bound`` reports each system's *work* (one core's seconds for the
+epochs it chose) and the *2-core bound* (half of it: no runtime on two cores can be
+faster with those epochs), so a ratio missed by the stop rule's choice of epochs
+shows apart from one missed by the runtime (``efficiency``, ``bound_ratios``).
+
 Each system runs in its own fresh process, in alternating order, for
 ``--rounds`` rounds (median wall time reported). Goals (issue 15): cold >= 1.6x
 faster than Optuna n_jobs=1 and >= 1.4x faster than Ray Tune; warm >= 1.8x
@@ -47,6 +53,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from two_core_bound import bounds, priced, work  # noqa: E402
 
 MAX_EPOCHS = 27
 #: passes over the training split per reported epoch, to size the job (the issue asks for
@@ -122,6 +130,32 @@ def epoch(model: Any, opt: Any, config: dict[str, Any], seed: int) -> float:
         return float((model(xva).argmax(1) == yva).float().mean())
 
 
+# ------------------------------------------------------------ the price of an epoch
+def epoch_costs(reps: int = 5) -> dict[str, float]:
+    """In-process seconds per epoch of each ``"channels,batch_size"`` (one thread, as Optuna
+    ``n_jobs=1`` trains): the median of ``reps`` passes over all nine shapes in turn, after
+    a warm-up epoch each, so the machine's drift during the pricing hits every shape alike.
+
+    With :func:`two_core_bound.work` they price the epochs a system chose as one core
+    would train them back to back (``work_s``; see :mod:`two_core_bound`).
+    """
+    data()
+    shapes = {}
+    for c in (4, 8, 16):
+        for b in (16, 32, 64):
+            cfg = {"channels": c, "batch_size": b, "lr": 0.01, "momentum": 0.9,
+                   "weight_decay": 1e-4}
+            model, opt = make(cfg)
+            epoch(model, opt, cfg, 0)
+            shapes[f"{c},{b}"] = (model, opt, cfg, [])
+    for e in range(1, reps + 1):
+        for model, opt, cfg, times in shapes.values():
+            t = time.perf_counter()
+            epoch(model, opt, cfg, e)
+            times.append(time.perf_counter() - t)
+    return {k: statistics.median(v[3]) for k, v in shapes.items()}
+
+
 # ------------------------------------------------------------ the systems
 def train_nbtune(config, trial):
     """nbtune (and Optuna's) loop: report(value, step), stop when told."""
@@ -167,6 +201,7 @@ def run_nbtune(**options: Any) -> dict[str, Any]:
             "wall": wall, "best": max((t.best or 0.0) for t in trials),
             "epochs": sum(t.budget_used + t.recomputed for t in trials),
             "errors": sum(t.state.value == "error" for t in trials), "trials": len(trials),
+            "work": work([(t.config, t.budget_used + t.recomputed) for t in trials]),
         }
     exp.runtime.close()
     return out
@@ -179,14 +214,17 @@ def run_optuna(n_jobs: int, *, channels: tuple[int, ...] = (4, 8, 16), trials: i
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     epochs = [0]
+    trained: list[tuple[dict[str, Any], int]] = []
 
     def objective(trial):
         config = suggest(trial, channels)
         model, opt = make(config)
         acc = 0.0
+        trained.append((config, 0))
         for e in range(1, max_epochs + 1):
             acc = epoch(model, opt, config, e)
             epochs[0] += 1
+            trained[-1] = (config, e)
             trial.report(acc, e)
             if trial.should_prune():
                 raise optuna.TrialPruned()
@@ -202,7 +240,7 @@ def run_optuna(n_jobs: int, *, channels: tuple[int, ...] = (4, 8, 16), trials: i
     best = max(max(t.intermediate_values.values(), default=0.0) for t in study.trials)
     errors = sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials)
     return {"wall": wall, "best": best, "epochs": epochs[0], "errors": errors,
-            "trials": len(study.trials)}
+            "trials": len(study.trials), "work": work(trained)}
 
 
 def train_ray(config):
@@ -239,7 +277,9 @@ def run_ray() -> dict[str, Any]:
     out = {"wall": wall, "fit": time.perf_counter() - t1,
            "best": float(df["val_acc"].max()) if "val_acc" in df else 0.0,
            "epochs": int(df["training_iteration"].sum()) if "training_iteration" in df else 0,
-           "errors": len(grid.errors), "trials": len(df)}
+           "errors": len(grid.errors), "trials": len(df),
+           "work": work([({"channels": r["config/channels"], "batch_size": r["config/batch_size"]},
+                          r["training_iteration"]) for _, r in df.iterrows()])}
     ray.shutdown()
     return out
 
@@ -248,6 +288,8 @@ SYSTEMS = ["nbtune", "optuna1", "optuna2", "ray", "nbtune_rank"]
 
 
 def one(system: str) -> dict[str, Any]:
+    if system == "costs":
+        return epoch_costs()
     if system == "nbtune":
         return run_nbtune()
     if system == "nbtune_rank":
@@ -272,7 +314,7 @@ def spawn(system: str) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--one", choices=SYSTEMS)
+    ap.add_argument("--one", choices=[*SYSTEMS, "costs"])
     ap.add_argument("--skip", nargs="*", default=[], choices=SYSTEMS)
     args = ap.parse_args()
     if args.one:
@@ -283,12 +325,18 @@ def main() -> None:
     load = os.getloadavg()[0]
     for r in range(args.rounds):
         order = systems if r % 2 == 0 else systems[::-1]  # alternate: drift hits all alike
+        costs = spawn("costs")  # this round's prices of an epoch, in a fresh process
+        print(f"round {r + 1} epoch costs (ms): "
+              + ", ".join(f"{k} {v * 1e3:.0f}" for k, v in costs.items()), flush=True)
         for s in order:
             for name, res in spawn(s).items():
+                res["work_s"] = priced(res.get("work", {}), costs) if costs else 0.0
                 runs.setdefault(name, []).append(res)
                 print(f"round {r + 1} {name:>8}: {res['wall']:6.1f} s, best {res['best']:.4f}, "
-                      f"{res['epochs']:5.0f} epochs, {res['errors']} errors", flush=True)
-    med = {k: {f: statistics.median(x[f] for x in v) for f in ("wall", "best", "epochs")}
+                      f"{res['epochs']:5.0f} epochs ({res['work_s']:5.1f} s of one core's "
+                      f"work), {res['errors']} errors", flush=True)
+    med = {k: {f: statistics.median(x[f] for x in v)
+               for f in ("wall", "best", "epochs", "work_s")}
            | {"errors": sum(x["errors"] for x in v), "rounds": len(v)} for k, v in runs.items()}
     print(f"load average before: {load:.1f}, after: {os.getloadavg()[0]:.1f} (2 cores)")
     for k, v in med.items():
@@ -316,7 +364,7 @@ def main() -> None:
     peers = [med[k]["best"] for k in ("optuna1", "optuna2", "ray") if k in med]
     nb = [med[k]["best"] for k in ("cold", "warm") if k in med]
     gap = (max(peers) - min(nb)) if peers and nb else None
-    figures.update(ratios=ratios, acc_gap=gap, rank_ratios=extra)
+    figures.update(ratios=ratios, acc_gap=gap, rank_ratios=extra, **bounds(med))
     met = (all(k in ratios and ratios[k] >= goal[k] for k in
                ("cold_vs_optuna1", "cold_vs_ray", "warm_vs_optuna1"))
            and gap is not None and gap <= goal["acc_gap"]

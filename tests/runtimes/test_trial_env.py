@@ -84,3 +84,38 @@ def test_trial_processes_are_not_born_with_the_nannys_malloc_setting(own_cluster
             finally:
                 rt.close()
     assert len(got) == 2 and all(m["born"] == 0.0 and m["sees"] == 0.0 for m in got), got
+
+
+EARLY = """
+import sys
+from nbtune.runtimes.dask import forkserver as fs
+fs.start_early(("json",))
+print("dask imported by start_early:", "dask" in sys.modules)
+import distributed  # what the runtime imports next: the config's values
+from nbtune.runtimes.dask.trial_env import nanny_env
+forks = fs.take_early(("json",))
+print("defaults == config:", fs.nanny_env(read_config=False) == nanny_env() or "n/a")
+print("taken:", forks is not None)
+forks.close()
+fs.start_early(("json",))
+import dask
+with dask.config.set({"distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 2}}):
+    print("taken under another config:", fs.take_early(("json",)) is not None)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork server: Linux")
+def test_the_early_fork_server_starts_without_dask_and_a_config_that_differs_replaces_it():
+    """``tune()`` starts the fork server before anything imports ``dask`` (0.15 s of the
+    start-up's critical path): it assumes distributed's default nanny environment, and
+    one taken under a config that sets another (OpenMP's threads) is not used."""
+    import subprocess
+
+    pytest.importorskip("distributed")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", EARLY], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": root}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "dask imported by start_early: False", "defaults == config: True", "taken: True",
+        "taken under another config: False"], out.stdout

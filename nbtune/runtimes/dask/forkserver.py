@@ -38,7 +38,7 @@ from typing import Any
 
 import psutil
 
-from nbtune.runtimes.dask.trial_env import trial_env, worker_env
+from nbtune.runtimes.dask.trial_env import nanny_env, trial_env, worker_env
 
 __all__ = ["ForkServer", "fork_client", "send_imports", "supported", "ForkedProcess",
            "start_early", "take_early", "DEFAULT_PRELOAD"]
@@ -75,7 +75,8 @@ class ForkServer:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-_EARLY: list[ForkServer] = []  # started before the runtime that will take it exists
+#: started before the runtime that will take it exists, with the nanny environment it assumed
+_EARLY: list[tuple[ForkServer, dict[str, str]]] = []
 _EARLY_LOCK = threading.Lock()
 
 
@@ -85,23 +86,31 @@ def start_early(preload: tuple[str, ...]) -> None:
     ``tune()`` calls it (:func:`.shared.shared_runtime`) before importing ``distributed``
     and the runtime, so the torch import, a cold start-up's critical path, begins ~1 s
     sooner. :func:`.worker_setup.local_cpu_start` takes it; one not taken (the experiment
-    failed to build) waits for the next ``tune()`` and is closed at exit."""
+    failed to build) waits for the next ``tune()`` and is closed at exit.
+
+    Its environment takes the nanny's settings from ``distributed``'s defaults
+    without importing ``dask`` (:func:`.trial_env.nanny_env`); a Dask config that
+    changes them is seen by :func:`take_early`, which then starts a fresh one."""
     if not supported():
         return
     with _EARLY_LOCK:
         if _EARLY:
             return
-        _EARLY.append(ForkServer(tuple(preload), worker_env()))
+        assumed = nanny_env(read_config=False)
+        _EARLY.append((ForkServer(tuple(preload), worker_env(read_config=False)), assumed))
     atexit.register(_close_early)  # idempotent; a kernel starts a cold cluster rarely
 
 
 def take_early(preload: tuple[str, ...]) -> ForkServer | None:
-    """The fork server :func:`start_early` started, if it imports ``preload`` and still runs."""
+    """The fork server :func:`start_early` started, if it imports ``preload``, still runs and
+    was born with the nanny environment the Dask config now asks for (OpenMP's thread
+    count is read once, when torch loads)."""
     with _EARLY_LOCK:
-        forks = _EARLY.pop() if _EARLY else None
+        forks, assumed = _EARLY.pop() if _EARLY else (None, None)
     if forks is None:
         return None
-    if forks.preload != tuple(preload) or forks.proc.poll() is not None:
+    if (forks.preload != tuple(preload) or forks.proc.poll() is not None
+            or assumed != nanny_env()):
         forks.close()
         return None
     return forks
@@ -110,7 +119,7 @@ def take_early(preload: tuple[str, ...]) -> ForkServer | None:
 def _close_early() -> None:
     with _EARLY_LOCK:
         while _EARLY:
-            _EARLY.pop().close()
+            _EARLY.pop()[0].close()
 
 
 def supported() -> bool:
