@@ -99,6 +99,17 @@ class TrialRecomputed(Event):
 
 
 @dataclass(slots=True)
+class TrialReturned(Event):
+    """The trial's training function returned on its own, after reporting, before its budget.
+
+    A loop that trains fewer steps than ``max_budget`` (``for epoch in range(9)``) ends
+    as in Ray Tune (TERMINATED) and Optuna (COMPLETE): completed at its last report.
+    """
+
+    trial_id: int
+
+
+@dataclass(slots=True)
 class TrialFailed(Event):
     trial_id: int
     error: str = ""

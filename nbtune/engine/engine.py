@@ -77,6 +77,7 @@ class Engine:
             ev.TrialStarted: self._on_trial_started,
             ev.TrialReported: self._on_reported,
             ev.TrialFailed: self._on_failed,
+            ev.TrialReturned: self._on_returned,
             ev.TrialHeld: self._on_held,
             ev.TrialRecomputed: self._on_recomputed,
             ev.TrialStopRequested: self._on_stop_requested,
@@ -281,10 +282,12 @@ class Engine:
         if t is None or t.state is not TrialState.RUNNING:
             return
         msg = e.error or "trial failed"
-        if e.out_of_memory:
-            msg = f"out of memory: {msg}"
-        t.error = msg
+        t.error = f"out of memory: {msg}" if e.out_of_memory else msg
         self._requeue(t.trial_id, failed=not e.worker_lost)
+
+    def _on_returned(self, e: ev.TrialReturned, cmds: list[Command]) -> None:
+        if (t := self.trials.get(e.trial_id)) is not None and t.state is TrialState.RUNNING:
+            self._end(t, TrialState.COMPLETED)  # at its last report: nothing is retried
 
     def _on_stop_requested(self, e: ev.TrialStopRequested, cmds: list[Command]) -> None:
         t = self.trials.get(e.trial_id)

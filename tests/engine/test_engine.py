@@ -172,3 +172,16 @@ def test_subscribers_see_events_and_commands():
     eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(1)))
     assert isinstance(seen[0][0][0], ev.ExperimentStarted)
     assert isinstance(seen[0][1][0], Launch)
+
+
+def test_a_function_that_returned_completes_at_its_last_report_and_frees_its_gpu():
+    """TrialReturned: the loop was shorter than the budget (Ray: TERMINATED). The trial is
+    completed where it is, not failed and retried, and the next trial takes its GPU."""
+    eng, _ = make(n_trials=2, gpus=1)
+    eng.handle(ev.TrialReported(1.0, 0, 1.0, {"loss": 0.5}))
+    cmds = eng.handle(ev.TrialReturned(2.0, 0))
+    t = eng.trials[0]
+    assert t.state is TrialState.COMPLETED and t.failures == 0 and t.error is None
+    assert t.budget_used == 1.0 and t.end_time == 2.0
+    assert [c.trial_id for c in launches(cmds)] == [1]
+    assert eng.handle(ev.TrialReturned(3.0, 0)) == []  # a second word on it changes nothing

@@ -87,6 +87,28 @@ def test_ray_style_loop_without_checkpoints(client, tmp_path, algorithm):  # noq
         assert budgets == sorted(set(budgets))
 
 
+def ray_style_short(config):
+    """Ray's loop with its own epoch count, shorter than the experiment's ``max_budget``."""
+    from nbtune import report
+
+    for epoch in range(1, 4):
+        time.sleep(0.01)
+        report({"loss": config["lr"] + 1.0 / epoch})
+
+
+def test_a_loop_shorter_than_the_budget_completes_as_in_ray(client, tmp_path):  # noqa: F811
+    """``for epoch in range(3)`` under ``max_budget=9``: Ray Tune ends such trials TERMINATED,
+    Optuna COMPLETE. Here too: completed at their last report, none failed or retried."""
+    with pytest.warns(UserWarning, match="lower max_budget"):
+        exp = tune(client, tmp_path, ray_style_short, "asha", max_failures=3)
+    trials = exp.engine.trials.values()
+    assert {t.state.value for t in trials} <= {"completed", "stopped"}, [t.error for t in trials]
+    ran_out = [t for t in trials if t.state.value == "completed"]
+    assert ran_out and all(t.budget_used == 3 for t in ran_out)  # their loops' own end
+    assert sum(t.failures + t.recomputed for t in trials) == 0
+    assert "on 2 CPU workers" in exp.summary()  # CPU stand-ins are not called GPUs
+
+
 def counting(config, trial):
     """Ray's loop that notes every epoch it trains (a stop that arrives late costs epochs)."""
     import os

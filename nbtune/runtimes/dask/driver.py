@@ -29,6 +29,7 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import Placement
 from nbtune.core.trial import TrialState
+from nbtune.runtimes.dask import runs
 from nbtune.runtimes.dask.jobs import RunSettings, rank_jobs, resizes_in_place, restore_point
 from nbtune.runtimes.dask.runs import EPS, Run, RunRank, WallClock, overdue, rank_env
 
@@ -252,20 +253,17 @@ class RunDriver:
         t = self.engine.trials.get(tid)
         running = t is not None and t.state is TrialState.RUNNING
         if run.cancelled is not None:
-            failure = None
+            outcome = None
         elif run.error is not None:
-            failure = ev.TrialFailed(now, tid, error=str(run.error.get("error", "trial failed")),
+            outcome = ev.TrialFailed(now, tid, error=str(run.error.get("error", "trial failed")),
                                      out_of_memory=bool(run.error.get("oom")))
         elif tid in self.deferred or run.resize or run.last_step >= run.budget - EPS:
-            failure = None
-        else:
-            failure = ev.TrialFailed(now, tid, error=(
-                f"the training function returned at step {run.last_step:g} before reaching the "
-                f"budget {run.budget:g} it was launched for; loop until trial.report() returns "
-                "True (e.g. `for step in trial.steps(): ...`)"))
-        if failure is not None:
+            outcome = None
+        else:  # completed at its last report, or failed when it never reported
+            outcome = runs.returned_early(run, now)
+        if outcome is not None:
             self.deferred.pop(tid, None)
-            return [failure] if running else []
+            return [outcome] if running else []
         if run.cancelled == "killed":
             return []  # the experiment is over
         # after "lost" the engine requeued the trial; its relaunch may have come while a

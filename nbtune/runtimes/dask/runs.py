@@ -9,9 +9,11 @@ finds runs past ``trial_timeout``; :class:`WallClock` is the experiment's clock.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nbtune.core import events as ev
 from nbtune.core.resources import Placement
 from nbtune.core.tolerance import EPS
 
@@ -156,3 +158,25 @@ class WallClock:
 
     def now(self) -> float:
         return 0.0 if self._t0 is None else time.monotonic() - self._t0
+
+
+def returned_early(run: Run, now: float) -> ev.Event:
+    """The event for a run whose function returned before reaching its budget.
+
+    After reporting, it ended on its own: a loop that trains fewer steps than
+    ``max_budget`` (``for epoch in range(9)``), which Ray Tune ends as TERMINATED and
+    Optuna as COMPLETE. The trial completes at its last report (retrying it would
+    train the same steps again), with a warning, once per budget, that the budget
+    does not fit the loop. Without a single report it is an error: nothing was learnt.
+    """
+    if run.last_step > EPS:
+        warnings.warn(
+            f"a training function returned before its trial's budget ({run.budget:g}): the "
+            "trial ends completed at its last report, as in Ray Tune and Optuna. If the loop "
+            "trains fewer steps than max_budget, lower max_budget so the algorithm's rungs "
+            "fit it", UserWarning, stacklevel=1)
+        return ev.TrialReturned(now, run.trial_id)
+    return ev.TrialFailed(now, run.trial_id, error=(
+        f"the training function returned at step {run.last_step:g} before reaching the "
+        f"budget {run.budget:g} it was launched for; loop until trial.report() returns "
+        "True (e.g. `for step in trial.steps(): ...`)"))
