@@ -25,6 +25,7 @@ __all__ = [
     "TrialReported",
     "TrialSampled",
     "TrialFailed",
+    "TrialReturned",
     "TrialHeld",
     "TrialRecomputed",
     "TrialStopRequested",

@@ -247,7 +247,7 @@ class Profiler:
                     self._started.add(tid)  # it shares its GPUs from now on, not from its launch
                     self._enter(tid, self._where[tid])
                 self._mark(eng, tid, e.time, None, first=True)
-            elif kind is ev.TrialFailed:
+            elif kind is ev.TrialFailed or kind is ev.TrialReturned:
                 self._leave(e.trial_id)
             elif kind is ev.UtilizationSampled:
                 self.sampled(e, touched)

@@ -45,7 +45,8 @@ __all__ = ["DashboardModel", "Delta", "Rect", "Segment", "Points", "Progress", "
 #: what a trial is shown as, in legend order (``best`` and ``promoted`` are derived)
 DISPLAY_STATES = ("best", "running", "promoted", "completed", "paused", "pending", "stopped",
                   "error")
-_EVENTS_WITH_TRIAL = (ev.TrialReported, ev.TrialStarted, ev.TrialFailed, ev.TrialStopRequested)
+_EVENTS_WITH_TRIAL = (ev.TrialReported, ev.TrialStarted, ev.TrialFailed, ev.TrialReturned,
+                      ev.TrialStopRequested)
 _CMDS_WITH_TRIAL = (Launch, Resize, Pause, Stop)
 _SWEEP_EVERYTHING = (ev.ExperimentStopRequested, ev.ExperimentPauseRequested,
                      ev.ResourcesChanged, ev.ConcurrencyChanged)

@@ -154,3 +154,30 @@ def test_samples_before_a_trials_first_report_are_its_start_up_not_its_demand():
     assert prof_.demand.compute == pytest.approx(0.1)
     assert prof_.demand.memory_gb == pytest.approx(0.4)  # memory: the peak, start-up included
     assert prof.runnable(sig) == pytest.approx(0.1)
+
+
+def test_a_trial_whose_function_returned_is_not_measured_any_more():
+    """TrialReturned ends a trial without a Stop: the profiler must let go of it as it does on
+    a failure, or the next samples of its GPU (idle, or another trial's) count as its own."""
+    from nbtune.core import events as ev
+    from nbtune.core.resources import ClusterSpec
+    from nbtune.core.space import uniform
+    from nbtune.engine import Engine
+    from tests.engine.toy import OneShot
+
+    eng = Engine(OneShot({"x": uniform(0, 1)}, metric="loss", max_budget=9, num_trials=1,
+                         seed=0), validate=True)
+    prof = Profiler()
+    prof.attach(eng, OneShot)
+    eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(1)))
+    eng.handle(ev.TrialStarted(0.1, 0))
+    eng.handle(ev.TrialReported(1.0, 0, 1, {"loss": 1.0}))
+    for t in (1.2, 1.4, 1.6):
+        eng.handle(ev.UtilizationSampled(t, {0: 0.3}, {0: 0.4}, {0: 0.3}))
+    sig = prof.signature(eng.trials[0].config)
+    assert prof.get(sig).demand.compute == pytest.approx(0.3)
+    eng.handle(ev.TrialReturned(2.0, 0))
+    for t in (2.2, 2.4, 2.6, 2.8):
+        eng.handle(ev.UtilizationSampled(t, {0: 0.9}, {0: 2.0}, {0: 0.9}))
+    assert prof.get(sig).demand.compute == pytest.approx(0.3)
+    assert prof.get(sig).demand.memory_gb == pytest.approx(0.4)

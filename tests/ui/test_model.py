@@ -284,3 +284,17 @@ def test_the_role_column_tells_fused_members_and_target_trials_apart():
     assert {tid for tid, role in roles.items() if role == "target"} == set(
         exp.engine.algorithm.targets) != set()
     assert {role for tid, role in roles.items() if tid < 1_000_000} == {""}
+
+
+def test_a_trial_whose_function_returned_shows_completed_at_once():
+    """TrialReturned ends a trial by no command of its own: the model must still re-read it."""
+    engine = Engine(OneShot(SPACE, metric="loss", max_budget=9, num_trials=2, seed=0))
+    model = DashboardModel(engine)
+    engine.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(1)))
+    engine.handle(ev.TrialReported(1.0, 0, 1.0, {"loss": 0.5}))
+    assert model.pull().rows[0]["state"] == "★ running"
+    engine.handle(ev.TrialReturned(2.0, 0))
+    rows = model.pull().rows
+    assert engine.trials[0].state is TrialState.COMPLETED
+    assert rows[0]["state"] == "★ completed" and rows[0]["end"] == 2.0, rows.get(0)
+    assert rows[1]["state"] == "running"
