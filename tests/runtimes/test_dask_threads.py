@@ -196,3 +196,21 @@ def test_auto_measures_and_runs_tiny_steps_in_threads(client, tmp_path):  # noqa
         assert max(choice.work) < 0.01  # what it decided on: the loop's steps of microseconds
     finally:
         rt.close()
+
+
+def spins(config, trial):
+    """A CPU-bound step, as training is (its thread holds the GIL most of the time)."""
+    for step in trial.steps():
+        t = time.thread_time()
+        while time.thread_time() - t < 0.3:
+            pass
+        trial.report(step, loss=config["lr"] / step)
+
+
+def test_a_thread_trials_cpu_share_is_measured(client, tmp_path):  # noqa: F811
+    """The utilization panel and the profiler read a thread trial's own CPU time: before, only
+    trial processes were measured and a worker busy with thread trials read 0 %."""
+    exp, launched = run(client, tmp_path, spins, "thread", algorithm="random", num_trials=2)
+    assert launched["thread"] == 2 and errors(exp) == []
+    u = exp.utilization()
+    assert u["util"].max() > 0.5, u  # a spinning thread fills its CPU stand-in

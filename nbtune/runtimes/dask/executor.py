@@ -48,6 +48,7 @@ class _Active:
     killed: bool = False
     reader: _PipeReader | None = None
     on_kill: Callable[[dict[str, Any]], None] | None = None  # thread mode (.threads)
+    thread: int | None = None  # thread mode: the trial thread's native id, for sampling
 
 
 class _PipeReader:
@@ -167,6 +168,12 @@ def active_children() -> list[tuple[int, int]]:
     with _LOCK:
         return [(e.slot, e.child.proc.pid) for e in _ACTIVE.values()
                 if e.child is not None and e.child.alive()]
+
+
+def active_threads() -> list[tuple[int, int]]:
+    """``(slot, native thread id)`` of every trial running as a thread of this worker."""
+    with _LOCK:
+        return [(e.slot, e.thread) for e in _ACTIVE.values() if e.thread is not None]
 
 
 def _tree_rss(pid: int) -> int:

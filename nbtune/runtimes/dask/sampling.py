@@ -3,7 +3,9 @@
 GPU workers read NVML (utilization and memory of their devices). CPU
 workers, which stand for one GPU each, measure what the trial processes they
 host use: CPU time over the sampling interval divided by the worker's cores
-per slot (so 1.0 means the stand-in "GPU" is saturated), and resident memory.
+per slot (so 1.0 means the stand-in "GPU" is saturated), and resident memory;
+a trial run as a thread of the worker (``execution="thread"``) by its thread's
+own CPU time (its memory is the worker's, not told apart).
 Samples go out on the experiment's event topic as ``{"k": "util", ...}``; the
 driver maps (worker, slot) to GPU ids and feeds ``UtilizationSampled``.
 """
@@ -19,7 +21,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from nbtune.runtimes.dask import executor, gpu, handlers
 
-__all__ = ["UtilizationSampler", "cpu_sample", "cpu_slots"]
+__all__ = ["UtilizationSampler", "cpu_sample", "cpu_slots", "thread_times"]
 
 
 class _CpuMeter:
@@ -39,8 +41,10 @@ class _CpuMeter:
     Empty where schedstat is missing (not Linux).
     """
 
-    def __init__(self, active: Any = None) -> None:
+    def __init__(self, active: Any = None, threads: Any = None) -> None:
         self._active = active or executor.active_children
+        #: trials run as threads of the worker (``execution="thread"``): their own CPU time
+        self._threads = threads or executor.active_threads
         self._cpu: dict[int, float] = {}  # pid -> CPU seconds at the previous call
         self._wait: dict[int, tuple[float, float, float]] = {}  # pid -> (when, CPU, run queue)
         self._last: float | None = None
@@ -97,8 +101,26 @@ class _CpuMeter:
                     span = max(now_p[0] - was[0], 1e-6)
                     wanted[slot] += (max(now_p[1] - was[1], 0.0)
                                      + max(now_p[2] - was[2], 0.0)) / span
+        for slot, tid in self._threads():
+            got = thread_times(tid) if 0 <= slot < slots else None
+            if got is None:
+                continue
+            key, (cpu, wait) = -tid, got  # negative: never a pid
+            seen[key], present[slot] = cpu, True
+            waits[key] = (time.monotonic(), cpu, wait)
+            if wall is None:
+                continue
+            used[slot] += max(cpu - self._cpu.get(key, 0.0), 0.0) / wall  # new: born since
+            was = self._wait.get(key)
+            if was is None or wanted[slot] is None:
+                wanted[slot] = None
+            else:
+                span = max(waits[key][0] - was[0], 1e-6)
+                wanted[slot] += (max(cpu - was[1], 0.0) + max(wait - was[2], 0.0)) / span
         # idle warm processes keep an up-to-date baseline: they come back with the next trial
         for pid in set(self._cpu) - set(seen):
+            if pid < 0:
+                continue  # a trial thread that ended
             try:
                 t = psutil.Process(pid).cpu_times()
                 seen[pid] = t.user + t.system
@@ -112,6 +134,16 @@ class _CpuMeter:
             None if w is None or not has else min(w / max(cores_per_slot, 1e-9), 1.0)
             for w, has in zip(wanted, present, strict=True)]
         return [(min(u / max(cores_per_slot, 1e-9), 1.0), m) for u, m in zip(used, mem, strict=True)]
+
+
+def thread_times(tid: int) -> tuple[float, float] | None:
+    """(CPU seconds, run-queue seconds) of thread ``tid`` of this process (Linux schedstat)."""
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            cpu, wait = f.read().split()[:2]
+        return int(cpu) / 1e9, int(wait) / 1e9
+    except (OSError, ValueError):
+        return None
 
 
 def run_queue_seconds(pid: int) -> float | None:

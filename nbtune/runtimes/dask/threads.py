@@ -160,6 +160,7 @@ def start_thread(job: dict[str, Any], entry: Any, emit: Emit, forget: Callable[[
         return
 
     def run() -> None:
+        entry.thread = threading.get_native_id()  # its CPU time is its slot's (.sampling)
         try:
             _prepare(job)
             out = _child_call(job, channel)

@@ -1,0 +1,45 @@
+"""The CPU meter reads trial threads (``execution="thread"``) by their own CPU time."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import pytest
+
+from nbtune.runtimes.dask.sampling import _CpuMeter, thread_times
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="schedstat: Linux")
+
+
+def test_a_spinning_thread_fills_its_slot_and_an_idle_one_does_not():
+    stop = threading.Event()
+    ids: dict[str, int] = {}
+
+    def spin() -> None:
+        ids["spin"] = threading.get_native_id()
+        while not stop.is_set():
+            pass
+
+    def idle() -> None:
+        ids["idle"] = threading.get_native_id()
+        stop.wait()
+
+    threads = [threading.Thread(target=f) for f in (spin, idle)]
+    for t in threads:
+        t.start()
+    try:
+        while len(ids) < 2:
+            time.sleep(0.01)
+        meter = _CpuMeter(active=lambda: [], threads=lambda: [(0, ids["spin"]), (1, ids["idle"])])
+        meter.sample(2, 1.0)
+        time.sleep(0.5)
+        (busy, _), (quiet, _) = meter.sample(2, 1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert busy > 0.3 and quiet < 0.05  # the GIL is shared with this thread: not all of 1.0
+    assert meter.demand[0] is not None and meter.demand[0] > 0.5  # ran or waited to run
+    assert thread_times(ids["idle"]) is None  # gone: no reading, no error
