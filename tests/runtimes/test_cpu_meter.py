@@ -22,7 +22,7 @@ def test_a_busy_trial_process_reads_busy_from_its_first_interval_and_an_idle_one
     try:
         active = [(0, busy.pid), (1, idle.pid), (2, parent.pid)]
         meter = _CpuMeter(lambda: active)
-        meter.sample(3, 1.0)  # the first call has no interval yet
+        assert meter.sample(3, 1.0) is None  # the first call has no interval: no sample
         time.sleep(1.5)
         util = [u for u, _ in meter.sample(3, 1.0)]
         # a busy loop on a shared, loaded 2-core machine still gets a good part of a core

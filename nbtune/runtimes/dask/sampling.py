@@ -57,7 +57,10 @@ class _CpuMeter:
         p = psutil.Process(pid)
         return [p, *p.children(recursive=True)]
 
-    def sample(self, slots: int, cores_per_slot: float) -> list[tuple[float, float]]:
+    def sample(self, slots: int, cores_per_slot: float) -> list[tuple[float, float]] | None:
+        """Per slot ``(CPU share, memory GB)`` since the previous call; None on the first call,
+        which only sets the baseline (a share over no interval is no measurement: it read 0,
+        the first point of every experiment's utilization panel)."""
         now = time.monotonic()
         wall = None if self._last is None else max(now - self._last, 1e-6)
         self._last = now
@@ -133,6 +136,8 @@ class _CpuMeter:
         self.demand = [] if wall is None or not waits else [
             None if w is None or not has else min(w / max(cores_per_slot, 1e-9), 1.0)
             for w, has in zip(wanted, present, strict=True)]
+        if wall is None:
+            return None
         return [(min(u / max(cores_per_slot, 1e-9), 1.0), m) for u, m in zip(used, mem, strict=True)]
 
 
@@ -160,7 +165,7 @@ def cpu_slots(resources: dict[str, float]) -> int:
     return max(int(resources.get("GPU", 1) or 1), 1)
 
 
-def cpu_sample(meter: _CpuMeter, slots: int, nthreads: int) -> list[tuple[float, float]]:
+def cpu_sample(meter: _CpuMeter, slots: int, nthreads: int) -> list[tuple[float, float]] | None:
     return meter.sample(slots, max(nthreads / max(slots, 1), 1.0))
 
 
@@ -181,6 +186,8 @@ class UtilizationSampler(WorkerPlugin):
         nthreads = int(getattr(worker.state, "nthreads", 1) or 1)
         slots = cpu_slots(resources)
         emit = handlers.emitter(worker)  # the runtime's stream when open, else the topic
+        if not self.gpus:
+            cpu_sample(meter, slots, nthreads)  # the baseline: the first sample spans an interval
 
         def loop() -> None:
             while not self._stop.wait(self.interval):
@@ -189,6 +196,8 @@ class UtilizationSampler(WorkerPlugin):
                         samples = gpu.sample_gpus(devices)
                     else:
                         samples = cpu_sample(meter, slots, nthreads)
+                    if samples is None:
+                        continue
                     emit(self.topic, [{
                         "k": "util", "worker": worker.address,
                         "util": [u for u, _ in samples], "mem": [m for _, m in samples],
