@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import nbtune
 from nbtune.allocators.profile_summary import summarize
 from nbtune.allocators.profiling import InMemoryProfileStore, Profile
+from nbtune.core import events as ev
 from nbtune.core.resources import Demand
 from nbtune.core.space import grid, loguniform
 from nbtune.runtimes.model_key import model_key
@@ -127,22 +128,27 @@ def test_resize_cost_is_measured_from_the_first_interval_after_a_resize():
     assert measured == pytest.approx(3.0, rel=0.05)  # the simulator charged ε = 3 s
 
 
-def test_samples_before_a_trials_first_report_are_its_start_up_not_its_demand():
-    """HyperSack skips a trial's start-up: imports read busy, data loading idle; neither is
-    what the trial needs. Kept, a busy start-up sample once made an idle trial look like it
-    filled its CPU stand-in (runnable 1.0 -> c = 1 -> compute 1.0)."""
-    from nbtune.core import events as ev
+def one_trial_started(max_budget: float) -> tuple[object, Profiler]:
+    """An engine with one trial running on one GPU since t = 0.1, its profiler attached."""
     from nbtune.core.resources import ClusterSpec
     from nbtune.core.space import uniform
     from nbtune.engine import Engine
     from tests.engine.toy import OneShot
 
-    eng = Engine(OneShot({"x": uniform(0, 1)}, metric="loss", max_budget=3, num_trials=1,
-                         seed=0), validate=True)
+    eng = Engine(OneShot({"x": uniform(0, 1)}, metric="loss", max_budget=max_budget,
+                         num_trials=1, seed=0), validate=True)
     prof = Profiler()
     prof.attach(eng, OneShot)
     eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(1)))
     eng.handle(ev.TrialStarted(0.1, 0))
+    return eng, prof
+
+
+def test_samples_before_a_trials_first_report_are_its_start_up_not_its_demand():
+    """HyperSack skips a trial's start-up: imports read busy, data loading idle; neither is
+    what the trial needs. Kept, a busy start-up sample once made an idle trial look like it
+    filled its CPU stand-in (runnable 1.0 -> c = 1 -> compute 1.0)."""
+    eng, prof = one_trial_started(max_budget=3)
     eng.handle(ev.UtilizationSampled(0.5, {0: 1.0}, {0: 0.3}, {0: 1.0}))  # importing
     eng.handle(ev.UtilizationSampled(0.7, {0: 0.0}, {0: 0.3}, {0: 0.0}))  # reading its data
     sig = prof.signature(eng.trials[0].config)
@@ -159,18 +165,7 @@ def test_samples_before_a_trials_first_report_are_its_start_up_not_its_demand():
 def test_a_trial_whose_function_returned_is_not_measured_any_more():
     """TrialReturned ends a trial without a Stop: the profiler must let go of it as it does on
     a failure, or the next samples of its GPU (idle, or another trial's) count as its own."""
-    from nbtune.core import events as ev
-    from nbtune.core.resources import ClusterSpec
-    from nbtune.core.space import uniform
-    from nbtune.engine import Engine
-    from tests.engine.toy import OneShot
-
-    eng = Engine(OneShot({"x": uniform(0, 1)}, metric="loss", max_budget=9, num_trials=1,
-                         seed=0), validate=True)
-    prof = Profiler()
-    prof.attach(eng, OneShot)
-    eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(1)))
-    eng.handle(ev.TrialStarted(0.1, 0))
+    eng, prof = one_trial_started(max_budget=9)
     eng.handle(ev.TrialReported(1.0, 0, 1, {"loss": 1.0}))
     for t in (1.2, 1.4, 1.6):
         eng.handle(ev.UtilizationSampled(t, {0: 0.3}, {0: 0.4}, {0: 0.3}))
