@@ -70,6 +70,9 @@ class _CpuMeter:
         present = [False] * slots
         seen: dict[int, float] = {}
         waits: dict[int, tuple[float, float, float]] = {}
+        # (slot, key, CPU seconds, (when, run-queue seconds) or None, birth or None): trial
+        # processes' trees by pid, trial threads by negative native id (never a pid)
+        readings: list[tuple[int, int, float, tuple[float, float] | None, float | None]] = []
         for slot, pid in self._active():
             if not 0 <= slot < slots:
                 continue
@@ -84,42 +87,32 @@ class _CpuMeter:
                         cpu, rss, born = t.user + t.system, p.memory_info().rss, p.create_time()
                 except psutil.Error:
                     continue
-                seen[p.pid] = cpu
                 mem[slot] += rss / 1e9
-                present[slot] = True
-                wait = run_queue_seconds(p.pid)
-                if wait is not None:  # timed per process: the meter itself waits on a busy box
-                    waits[p.pid] = (time.monotonic(), cpu, wait)
-                if wall is None:
-                    continue
-                before = self._cpu.get(p.pid)
-                if before is None:  # not seen before: its CPU time at its mean rate since birth
-                    before = cpu * (1.0 - min(wall / max(time.time() - born, 1e-6), 1.0))
-                ran = max(cpu - before, 0.0) / wall
-                used[slot] += ran
-                was, now_p = self._wait.get(p.pid), waits.get(p.pid)
-                if was is None or now_p is None or wanted[slot] is None:
-                    wanted[slot] = None  # a process without two readings: demand unknown
-                else:
-                    span = max(now_p[0] - was[0], 1e-6)
-                    wanted[slot] += (max(now_p[1] - was[1], 0.0)
-                                     + max(now_p[2] - was[2], 0.0)) / span
+                wait = run_queue_seconds(p.pid)  # timed per process: the meter waits on a busy box
+                readings.append((slot, p.pid, cpu, None if wait is None else
+                                 (time.monotonic(), wait), born))
         for slot, tid in self._threads():
             got = thread_times(tid) if 0 <= slot < slots else None
-            if got is None:
-                continue
-            key, (cpu, wait) = -tid, got  # negative: never a pid
+            if got is not None:
+                readings.append((slot, -tid, got[0], (time.monotonic(), got[1]), None))
+        for slot, key, cpu, queued, born in readings:
             seen[key], present[slot] = cpu, True
-            waits[key] = (time.monotonic(), cpu, wait)
+            if queued is not None:
+                waits[key] = (queued[0], cpu, queued[1])
             if wall is None:
                 continue
-            used[slot] += max(cpu - self._cpu.get(key, 0.0), 0.0) / wall  # new: born since
-            was = self._wait.get(key)
-            if was is None or wanted[slot] is None:
-                wanted[slot] = None
+            before = self._cpu.get(key)
+            if before is None:  # not seen before: a process at its mean rate since its birth, a
+                before = 0.0 if born is None else (  # thread (one per trial) born since
+                    cpu * (1.0 - min(wall / max(time.time() - born, 1e-6), 1.0)))
+            used[slot] += max(cpu - before, 0.0) / wall
+            was, now_p = self._wait.get(key), waits.get(key)
+            if was is None or now_p is None or wanted[slot] is None:
+                wanted[slot] = None  # a process without two readings: demand unknown
             else:
-                span = max(waits[key][0] - was[0], 1e-6)
-                wanted[slot] += (max(cpu - was[1], 0.0) + max(wait - was[2], 0.0)) / span
+                span = max(now_p[0] - was[0], 1e-6)
+                wanted[slot] += (max(now_p[1] - was[1], 0.0)
+                                 + max(now_p[2] - was[2], 0.0)) / span
         # idle warm processes keep an up-to-date baseline: they come back with the next trial
         for pid in set(self._cpu) - set(seen):
             if pid < 0:
