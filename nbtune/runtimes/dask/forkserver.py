@@ -97,7 +97,7 @@ def start_early(preload: tuple[str, ...]) -> None:
         if _EARLY:
             return
         assumed = nanny_env(read_config=False)
-        _EARLY.append((ForkServer(tuple(preload), worker_env(read_config=False)), assumed))
+        _EARLY.append((ForkServer(tuple(preload), worker_env(assumed)), assumed))
     atexit.register(_close_early)  # idempotent; a kernel starts a cold cluster rarely
 
 

@@ -17,6 +17,7 @@ own environment, which still reaches it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Mapping
@@ -39,25 +40,26 @@ def nanny_env(read_config: bool = True) -> dict[str, str]:
     importing ``dask`` (0.15 s before the early fork server could start); whoever takes
     that fork server compares with the config's values (:func:`.forkserver.take_early`).
     """
-    out: dict[str, str] = {}
-    if not read_config and "dask" not in sys.modules:
+    config = None
+    if read_config or "dask" in sys.modules:
         with contextlib.suppress(Exception):
-            for key in ("pre-spawn-environ", "environ"):
-                out.update({k: str(v) for k, v in (_defaults().get(key) or {}).items()})
-        return out
-    with contextlib.suppress(Exception):
-        import dask
+            import dask
 
-        for key in ("distributed.nanny.pre-spawn-environ", "distributed.nanny.environ"):
-            got = dask.config.get(key, None)
+            config = dask.config
+    out: dict[str, str] = {}
+    with contextlib.suppress(Exception):
+        for key in ("pre-spawn-environ", "environ"):
+            got = None if config is None else config.get(f"distributed.nanny.{key}", None)
             if got is None:
-                got = _defaults().get(key.rsplit(".", 1)[1], {})
+                got = _defaults().get(key, {})
             out.update({k: str(v) for k, v in (got or {}).items()})
     return out
 
 
+@functools.cache
 def _defaults() -> dict[str, Any]:
-    """``distributed.nanny`` from ``distributed.yaml``, without importing ``distributed``."""
+    """``distributed.nanny`` from ``distributed.yaml``, without importing ``distributed``
+    (read once: the file is the installed package's)."""
     import importlib.util
 
     import yaml
@@ -70,16 +72,17 @@ def _defaults() -> dict[str, Any]:
         return dict(yaml.load(f, Loader=loader)["distributed"]["nanny"])  # noqa: S506 - safe
 
 
-def worker_env(read_config: bool = True) -> dict[str, str]:
+def worker_env(nanny: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a driver-started fork server: the driver's, with what a Dask nanny
     sets before spawning a worker, less :data:`DASK_MEMORY_KEYS` the driver does not set.
 
     Libraries read some of it once, when torch loads them (OpenMP's thread count),
     so the fork server must import torch with the environment a worker's
     processes would have had; glibc reads the malloc settings once too, which
-    is why Dask's are left out (see the module docstring).
+    is why Dask's are left out (see the module docstring). ``nanny``: :func:`nanny_env`'s
+    answer, when the caller has it already.
     """
-    env = {**os.environ, **nanny_env(read_config)}
+    env = {**os.environ, **(nanny_env() if nanny is None else nanny)}
     for key in DASK_MEMORY_KEYS:
         if key in os.environ:
             env[key] = os.environ[key]  # the user's own, as an in-process run would have it
