@@ -283,7 +283,7 @@ class Experiment:
             f"experiment {self.name!r}: {len(df)} trials "
             + ", ".join(f"{n} {s}" for s, n in sorted(states.items())),
             f"makespan {self.makespan:,.1f} s on {self.engine.cluster.n_gpus} "
-            f"{'CPU workers' if getattr(self.runtime, 'time_sliced_gpus', False) else 'GPUs'}, "
+            f"{'CPU workers' if self.engine.cluster.cpu_stand_ins else 'GPUs'}, "
             f"mean utilization {self.mean_utilization():.1%}",
         ]
         if best:

@@ -82,5 +82,11 @@ class ClusterSpec:
     def n_gpus(self) -> int:
         return len(self.gpus)
 
+    @property
+    def cpu_stand_ins(self) -> bool:
+        """Every "GPU" is a CPU worker standing in for one (kind ``"cpu"``, the Dask runtime
+        without GPUs): time-sliced, measured by CPU share, shown and named as workers."""
+        return bool(self.gpus) and all(g.kind == "cpu" for g in self.gpus)
+
     def by_id(self) -> dict[int, GPU]:
         return {g.gpu_id: g for g in self.gpus}

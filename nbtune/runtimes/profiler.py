@@ -204,7 +204,7 @@ class Profiler:
         except Exception:  # not attached, or no cluster yet
             return self.time_sliced
         if cluster is not self._cluster_seen:
-            self._cluster_seen, self._cpus = cluster, all(g.kind == "cpu" for g in cluster.gpus)
+            self._cluster_seen, self._cpus = cluster, cluster.cpu_stand_ins
         return self.time_sliced or self._cpus
 
     def probe(self, workload: Any, configs: Iterable[Mapping[str, Any]],

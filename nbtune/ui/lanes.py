@@ -85,8 +85,7 @@ class Lanes:
         cluster = self._cluster or self.engine.ledger.cluster
         if cluster is None:
             return None
-        gpus = cluster.gpus
-        return "CPU" if gpus and all(g.kind == "cpu" for g in gpus) else "GPU"
+        return "CPU" if cluster.cpu_stand_ins else "GPU"
 
     def take(self) -> tuple[list[Rect], list[Segment]]:
         """Rectangles closed and utilization segments finished since the last take."""
