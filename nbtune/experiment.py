@@ -270,7 +270,9 @@ class Experiment:
 
     def mean_utilization(self) -> float:
         """Time-weighted average utilization over all GPUs and the whole makespan."""
-        busy = self.busy_seconds()
+        return self._mean_of(self.busy_seconds())
+
+    def _mean_of(self, busy: dict[int, float]) -> float:
         if not busy:
             return 0.0
         return sum(busy.values()) / (self.makespan * self.engine.cluster.n_gpus)
@@ -279,12 +281,14 @@ class Experiment:
         df = self.results()
         states = df["state"].value_counts().to_dict() if not df.empty else {}
         best = self.best
+        busy = self.busy_seconds()  # none: a run shorter than the sampling interval, not 0 %
         lines = [
             f"experiment {self.name!r}: {len(df)} trials "
             + ", ".join(f"{n} {s}" for s, n in sorted(states.items())),
             f"makespan {self.makespan:,.1f} s on {self.engine.cluster.n_gpus} "
             f"{'CPU workers' if self.engine.cluster.cpu_stand_ins else 'GPUs'}, "
-            f"mean utilization {self.mean_utilization():.1%}",
+            + (f"mean utilization {self._mean_of(busy):.1%}" if busy else
+               "utilization not sampled (the run was shorter than the sampling interval)"),
         ]
         if best:
             lines.append(f"best trial {best['trial_id']}: {self.metric}={best[self.metric]:.4g} "

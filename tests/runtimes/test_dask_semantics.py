@@ -313,3 +313,18 @@ def test_cpu_stand_in_workers_pin_their_trials_to_their_own_cores(client, tmp_pa
     for t in exp.engine.trials.values():
         gpu = int(al[al.trial_id == t.trial_id].gpu_id.iloc[0])
         assert t.results[0][2]["cores"] == ",".join(map(str, by_gpu[gpu]))
+
+
+def test_a_run_too_short_to_sample_says_so_not_zero(client, tmp_path):  # noqa: F811
+    """No utilization sample (the run ended within its first interval) is not 0 % busy."""
+    import nbtune
+
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ckpt", preload=(), warm_processes=1,
+                     sample_interval=60.0)
+    try:
+        exp = nbtune.tune(plain_train, SPACE, algorithm="random", metric="loss", max_budget=3,
+                          num_trials=2, runtime=rt, seed=0)
+        assert exp.wait(120) and exp.utilization().empty
+        assert "utilization not sampled" in exp.summary(), exp.summary()
+    finally:
+        rt.close()
