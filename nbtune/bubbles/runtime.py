@@ -143,6 +143,9 @@ class BubbleRuntime:
         for e in events:
             self._events.put(e)
 
+    def drives(self, engine: Any) -> bool:
+        return self._engine is engine and not self._done.is_set()
+
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
 

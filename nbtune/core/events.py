@@ -35,6 +35,7 @@ __all__ = [
     "ConcurrencyChanged",
     "UtilizationSampled",
     "UnitMemoryMeasured",
+    "SnapshotRequested",
 ]
 
 
@@ -189,3 +190,13 @@ class UnitMemoryMeasured(Event):
 
     unit: int
     peak_bytes: int
+
+
+@dataclass(slots=True)
+class SnapshotRequested(Event):
+    """A view asked for the engine's state (a dashboard attached, or its copy is behind).
+
+    The engine decides nothing on it; the runtime handles it on the engine's thread like
+    any event, so the subscribers (the dashboard's model) copy the engine's state there,
+    whole, even when no trial event would come for a while (an idle or paused run).
+    """

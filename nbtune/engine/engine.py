@@ -88,6 +88,7 @@ class Engine:
             ev.UtilizationSampled: self._on_utilization,
             ev.TrialSampled: self._on_sampled,
             ev.UnitMemoryMeasured: self._on_unit_memory,
+            ev.SnapshotRequested: self._on_snapshot_requested,
         }
 
     # ------------------------------------------------------------ public API
@@ -332,6 +333,9 @@ class Engine:
 
     def _on_sampled(self, e: ev.TrialSampled, cmds: list[Command]) -> None:
         pass  # for the runtime's profiler (a subscriber); nothing to decide
+
+    def _on_snapshot_requested(self, e: ev.SnapshotRequested, cmds: list[Command]) -> None:
+        pass  # for the subscribers: they copy the state on this thread; nothing to decide
 
     def _on_unit_memory(self, e: ev.UnitMemoryMeasured, cmds: list[Command]) -> None:
         fusion_units.measured(self, e)  # F_max from memory (tune(..., fusion=True))

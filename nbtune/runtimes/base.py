@@ -48,6 +48,12 @@ class Runtime(Protocol):
         """Hand outside events (a person stopping a trial) to the engine."""
         ...
 
+    def drives(self, engine: Engine) -> bool:
+        """Whether this runtime may call ``engine.handle`` now: from :meth:`start` until it
+        let the engine go at the experiment's end. Before and after, no thread of the
+        runtime changes the engine, so any thread may read it."""
+        ...
+
     def utilization(self, engine: Engine) -> pd.DataFrame:
         """Per-GPU utilization over time: columns time, gpu_id, util, memory_gb."""
         ...

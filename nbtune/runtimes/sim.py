@@ -93,6 +93,7 @@ class SimRuntime:
         self._waiting: list[_Live] = []
         self._on_gpu: dict[int, set[int]] = {}
         self._engine: Engine | None = None
+        self._driving: Engine | None = None  # the engine start() is running, on its caller
         self._workload: WorkloadModel | None = None
         self.events_processed = 0
 
@@ -109,6 +110,10 @@ class SimRuntime:
         """Schedule outside events (stop requests, cluster changes) at their own times."""
         for e in events:
             self._push(e.time, _EXTERNAL, -1, 0, e)
+
+    def drives(self, engine: Engine) -> bool:
+        """``start`` is running ``engine`` (on the thread that called it)."""
+        return self._driving is engine
 
     def at(self, time: float, event_type: type[ev.Event], **fields: Any) -> None:
         """Convenience: ``sim.at(300, ResourcesChanged, cluster=...)``."""
@@ -128,8 +133,12 @@ class SimRuntime:
             self.launch_overhead = trainable.launch_overhead
         self._gpus = self.cluster.by_id()
         attach_profiler(self, engine, trainable)
-        self._execute(engine.handle(ev.ExperimentStarted(self._clock.now(), self.cluster)))
-        self._loop()
+        self._driving = engine
+        try:
+            self._execute(engine.handle(ev.ExperimentStarted(self._clock.now(), self.cluster)))
+            self._loop()
+        finally:
+            self._driving = None
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._done

@@ -47,7 +47,8 @@ __all__ = ["Recorder", "RecordingConflict"]
 
 log = logging.getLogger(__name__)
 
-_QUIET = (ev.TrialReported, ev.TrialStarted, ev.UtilizationSampled, ev.TrialSampled)
+_QUIET = (ev.TrialReported, ev.TrialStarted, ev.UtilizationSampled, ev.TrialSampled,
+          ev.SnapshotRequested)
 
 
 class RecordingConflict(RuntimeError):

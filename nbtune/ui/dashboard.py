@@ -211,7 +211,7 @@ class Dashboard:
         # a runtime on the wall clock samples utilization: "measured" from the first frame
         self.model = DashboardModel(experiment.engine,
                                     measured=not experiment.runtime.virtual_clock,
-                                    cost=lambda: experiment.cost)
+                                    cost=lambda: experiment.cost, runtime=experiment.runtime)
         self.snapshots = Snapshots(self.model)
         # a runtime with live workers runs them on a cluster that may have a Dask dashboard
         live = experiment.runtime.live_workers
@@ -286,20 +286,28 @@ class Dashboard:
         """Render the model's snapshot into the figures and widgets (thread-safe).
 
         Whole column sets for what changed; everything with ``force``, during
-        :data:`RESYNC` seconds after a display, and for the final state.
+        :data:`RESYNC` seconds after a display, and for the final state. The
+        final state also goes out as a fresh render bundle, after its patch:
+        every open view re-renders from it whole, so a view that missed or
+        could not apply a patch (one made between the frames of a patch, or
+        whose bundle arrived after a later patch) still ends on the final state.
         """
         if self.model is None:
             raise RuntimeError("attach an experiment first: dashboard.attach(exp)")
         t0 = time.thread_time()
-        with self._lock, self.plot.batch():
-            s = self.snapshots.take()
-            force = force or s.done or time.monotonic() < self._resync_until
-            self.figures.render(s, force=force)
-            self.figures.set_header(summary_html(self.experiment.name, s, self.dask_link,
-                                                 self.dask_page), force)
-            self._update_widgets(s)
-            self.last = s
-            self.updates += 1
+        with self._lock:
+            with self.plot.batch():
+                s = self.snapshots.take()
+                force = force or s.done or time.monotonic() < self._resync_until
+                self.figures.render(s, force=force)
+                self.figures.set_header(summary_html(self.experiment.name, s, self.dask_link,
+                                                     self.dask_page), force)
+                self._update_widgets(s)
+                final = s.done and not self.finished
+                self.last = s
+                self.updates += 1
+            if final:  # after the batch's patch: nothing the views receive comes after it
+                self.plot.refresh()
         self.update_seconds += time.thread_time() - t0
         return s
 
@@ -371,6 +379,8 @@ class Dashboard:
 
         load_bokehjs(force=True)  # the page showing this output may have no BokehJS yet
         if self.model is not None and self.updates:
+            if not self.finished and self.experiment.done:
+                self.update()  # the run is over: its final state, not the thread's last frame
             # shown again (exp as a cell's last expression, exp.wait()): the new view starts
             # from the current document, and updates re-send everything while it renders
             self._resync_until = time.monotonic() + RESYNC

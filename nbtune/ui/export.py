@@ -22,8 +22,10 @@ def report_html(experiment: Any, *, title: str | None = None) -> str:
     from bokeh.embed import file_html
     from bokeh.resources import INLINE
 
-    model = DashboardModel(experiment.engine, measured=not experiment.runtime.virtual_clock)
+    model = DashboardModel(experiment.engine, measured=not experiment.runtime.virtual_clock,
+                           runtime=experiment.runtime)
     try:
+        model.settle()  # a running experiment's state, handed over on the engine's thread
         snap = Snapshots(model).take()
     finally:
         model.close()

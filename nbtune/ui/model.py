@@ -15,10 +15,17 @@ Threading, one rule: **only the engine's thread reads the engine.** The
 subscriber runs on whatever thread drives the engine, right after each
 ``handle`` (the engine's state is then whole), and copies what the trials the
 events name show into the model's own rows under the model's lock; ``pull``
-reads only those copies, never live engine state from another
-thread. A model attached to a running experiment catches up at the engine's
-next ``handle``; one attached to a finished (or idle) engine catches up at
-once. Paused trials, which the engine can retire without an event naming
+reads only those copies, never live engine state from another thread. When
+the copy is behind (a model attached to a running experiment, or changes not
+copied yet because they came within :data:`SYNC_EVERY`), a pull on another
+thread *asks*: it submits :class:`~nbtune.core.events.SnapshotRequested` to the
+runtime, which hands it to the engine on the engine's thread like any event,
+and the subscriber copies there; the next pull has it. So an idle or paused
+experiment, where no trial event would come, still shows everything. Only an
+engine that no runtime drives (not started yet, or let go at its end:
+``runtime.drives(engine)`` is False) is read from the caller's thread, since no
+``handle`` can then change it; without a runtime, the caller is taken to drive
+the engine. Paused trials, which the engine can retire without an event naming
 them, get a cheap state check at most every :data:`WAITING_CHECK` seconds.
 """
 
@@ -37,6 +44,7 @@ from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.roles import is_target
 from nbtune.core.trial import TrialRecord, TrialState, ended_of_total
 from nbtune.experiment import error_line
+from nbtune.runtimes.base import Runtime
 from nbtune.ui.delta import Delta, Points, Progress
 from nbtune.ui.lanes import Lanes, Rect, Segment
 
@@ -56,9 +64,6 @@ WAITING_CHECK = 0.2
 #: are copied at once (the simulator handles ~50,000 events a second: copying after each
 #: one would cost more than the tuning; no view looks more often than every 0.1 s)
 SYNC_EVERY = 0.05
-#: seconds a model attached to a running engine waits for a ``handle`` before it catches
-#: up from the caller's thread (the engine is idle then, so nothing is mid-change)
-IDLE_CATCH_UP = 2.0
 
 
 @dataclass
@@ -94,16 +99,19 @@ class DashboardModel:
     """
 
     def __init__(self, engine: Any, *, max_points: int | None = 32,
-                 measured: bool = False, cost: Callable[[], float | None] | None = None) -> None:
+                 measured: bool = False, cost: Callable[[], float | None] | None = None,
+                 runtime: Runtime | None = None) -> None:
         if max_points is not None and max_points < 1:
             raise ValueError(f"max_points must be >= 1 or None, got {max_points}")
         self.max_points = max_points
         self.engine = engine
+        self.runtime = runtime  # drives the engine: asked for its state (see the module doc)
         self.cost = cost  # reads the bill (a planned run's meter), or None
         self.metric: str = engine.metric
         self.mode: str = engine.mode
         self._touched: set[int] = set()  # trials named by events since the last sync
         self._lock = threading.Lock()
+        self._copied = threading.Condition(self._lock)  # notified after each copy
         self._rows: dict[int, _Row] = {}
         self._n_seen = 0  # engine trials (in insertion order) already given a row
         # paused trials can be retired or re-queued with no event or command naming them
@@ -116,19 +124,19 @@ class DashboardModel:
         self._total = getattr(engine.algorithm, "num_trials", None)
         self._checked = 0.0  # when paused trials' states were last checked
         self._synced_at = 0.0  # when the engine's state was last copied (engine thread)
-        self._handled_at = 0.0  # when the engine last called us
         self._stale = False  # the engine changed since the last copy
         self._engine_thread: int | None = None
+        self._asked = False  # a SnapshotRequested is on its way to the engine
+        self._now, self._done, self._paused = 0.0, False, False
         with self._lock:
             self._unsubscribe = engine.subscribe(self._on_handle)
-            self._stamp()
-            # a finished engine changes no more: catch up here. A running one may be
-            # mid-change on its own thread: catch up there, at its next handle
-            self._pending_since: float | None = None
-            if engine.done or not engine.trials:
+            # nothing copied yet: catch up here if no runtime drives the engine (no handle
+            # can change it meanwhile), else on the engine's thread, at a handle we ask for
+            self._behind = True
+            if self._at_rest() or (runtime is None and (engine.done or not engine.trials)):
                 self._catch_up()
             else:
-                self._pending_since = _time.monotonic()
+                self._ask()
 
     # ------------------------------------------------------------------ API
     def pull(self) -> Delta:
@@ -137,16 +145,11 @@ class DashboardModel:
             return self._pull()
 
     def _pull(self) -> Delta:
-        if self._pending_since is not None and (
-                self.engine.done or _time.monotonic() - self._pending_since > IDLE_CATCH_UP):
-            self._catch_up()  # no handle came: the engine is finished (a flag) or idle
-        elif self._stale and (threading.get_ident() == self._engine_thread or self.engine.done
-                                or _time.monotonic() - self._handled_at > IDLE_CATCH_UP):
-            # changes not copied yet (SYNC_EVERY), and copying them here is safe: this is the
-            # engine's thread, or the engine is finished or idle
-            self._sync(everything=bool(self.engine.done))
-            self._stamp()
-            self._stale = False
+        if self._behind or self._stale:
+            if threading.get_ident() == self._engine_thread or self._at_rest():
+                self._copy_here()  # safe: the engine's thread, or no runtime drives the engine
+            else:
+                self._ask()  # the engine's thread copies it at the handle this causes
         now = self._now
         best = self._find_best()
         if best != self._best:
@@ -173,13 +176,57 @@ class DashboardModel:
         self._reset_buffers()
         return d
 
+    def settle(self, timeout: float = 10.0) -> bool:
+        """Bring the copy up to date before returning (False: ``timeout`` seconds passed first).
+
+        Where this thread may read the engine it copies at once (without a runtime, the
+        caller drives the engine); else it asks and waits for the engine's thread to copy,
+        or for the runtime to let the engine go.
+        """
+        deadline = _time.monotonic() + timeout
+        with self._lock:
+            while self._behind or self._stale:
+                if (self.runtime is None or threading.get_ident() == self._engine_thread
+                        or self._at_rest()):
+                    self._copy_here()
+                    break
+                self._ask()
+                left = deadline - _time.monotonic()
+                if left <= 0:
+                    return False
+                self._copied.wait(min(left, 0.1))  # and look again: the run may have ended
+        return True
+
     def close(self) -> None:
         """Stop listening to the engine."""
         self._unsubscribe()
 
+    def _copy_here(self) -> None:
+        if self._behind:
+            self._catch_up()
+        else:
+            self._sync(everything=bool(self.engine.done))
+            self._stamp()
+            self._stale = False
+
+    def _at_rest(self) -> bool:
+        """No runtime's thread may call ``handle`` now: any thread may read the engine."""
+        rt = self.runtime
+        return rt is not None and not rt.drives(self.engine)
+
+    def _ask(self) -> None:
+        """Ask the runtime to hand the engine's state over on the engine's thread (once until
+        it comes). A virtual-clock runtime is not asked: it never idles, and an event in its
+        queue would be part of the simulation."""
+        rt = self.runtime
+        if rt is None or rt.virtual_clock or self._asked:
+            return
+        self._asked = True
+        rt.submit(ev.SnapshotRequested(rt.clock.now()))
+
     # ------------------------------------------------------- engine thread
     def _stamp(self) -> None:
-        """Copy the engine's clock and flags (on the engine's thread, or a finished engine)."""
+        """Copy the engine's clock and flags (on the engine's thread, or an engine at rest)."""
         engine = self.engine
         self._now, self._done, self._paused = float(engine.time), bool(engine.done), \
             bool(engine.paused)
@@ -187,16 +234,21 @@ class DashboardModel:
     def _on_handle(self, events: tuple[ev.Event, ...], cmds: list[Command]) -> None:
         with self._lock:
             self.updates += 1
-            if self._pending_since is not None:
+            self._engine_thread = threading.get_ident()
+            if self._behind:
                 self._catch_up()  # attached while running: the engine's state is whole now
+                self._copied.notify_all()
                 return
             everything = False
+            asked = False
             touched = self._touched
             for e in events:
                 if isinstance(e, _EVENTS_WITH_TRIAL):
                     touched.add(e.trial_id)
                 elif isinstance(e, _SWEEP_EVERYTHING):
                     everything = True
+                elif isinstance(e, ev.SnapshotRequested):
+                    asked = True
             for c in cmds:
                 if isinstance(c, _CMDS_WITH_TRIAL):
                     touched.add(c.trial_id)
@@ -204,17 +256,19 @@ class DashboardModel:
                         self._on_launch(c)
                 elif isinstance(c, Finish):
                     everything = True
-            now = self._handled_at = _time.monotonic()
-            self._engine_thread = threading.get_ident()
+            now = _time.monotonic()
             self._stale = True
-            if everything or self.engine.done or now - self._synced_at >= SYNC_EVERY:
+            if asked or everything or self.engine.done or now - self._synced_at >= SYNC_EVERY:
                 self._sync(everything=everything or bool(self.engine.done))
                 self._stamp()
                 self._synced_at, self._stale = now, False
+                self._copied.notify_all()
+            if asked:
+                self._asked = False
 
     def _catch_up(self) -> None:
-        """Replay the engine's state so far (on the engine's thread, or a finished engine)."""
-        self._pending_since = None
+        """Replay the engine's state so far (on the engine's thread, or an engine at rest)."""
+        self._behind = self._stale = self._asked = False
         self._touched = set(self.engine.trials)
         self._sync(everything=True)
         self._stamp()

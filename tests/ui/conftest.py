@@ -54,15 +54,20 @@ def run(exp: Experiment) -> Experiment:
 
 class RecordingComm(BaseComm):
     sent: list[tuple[str, Any, list[Any]]] = []
+    #: the same messages, by the comm (the widget) that sent them
+    by_comm: dict[str, list[tuple[str, Any, list[Any]]]] = {}
 
     def publish_msg(self, msg_type: str, data: Any = None, metadata: Any = None,
                     buffers: Any = None, **keys: Any) -> None:
-        RecordingComm.sent.append((msg_type, data, list(buffers or [])))
+        msg = (msg_type, data, list(buffers or []))
+        RecordingComm.sent.append(msg)
+        RecordingComm.by_comm.setdefault(self.comm_id, []).append(msg)
 
 
 @pytest.fixture
 def wire(monkeypatch):
     """Messages widgets send to the (absent) browser, in order."""
     RecordingComm.sent = []
+    RecordingComm.by_comm = {}
     monkeypatch.setattr(comm, "create_comm", RecordingComm)
     return RecordingComm.sent

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import ipywidgets as W
 import pytest
 from bokeh.io.notebook import LOAD_MIME_TYPE
@@ -13,7 +15,8 @@ from nbtune.core import events as ev
 from nbtune.core.trial import TrialState
 from nbtune.ui import Dashboard, export_html, load_bokehjs, report_html
 from nbtune.ui.figures import STATE_COLORS
-from tests.ui.conftest import experiment, run
+from tests.ui.conftest import RecordingComm, experiment, run
+from tests.ui.frontend import Frontend, is_patch
 
 
 def rows_of(src) -> int:
@@ -254,3 +257,70 @@ def test_header_shows_the_bill_only_for_a_planned_run(wire):
     assert exp.cost is None and dash.model.cost() is None  # the model reads exp.cost
     assert "$" not in dash.figures.header.text
     dash.close()
+
+
+def _patch_groups(msgs) -> list[tuple[int, int]]:
+    """``(first, end)`` message indices of each PATCH-DOC (its header frame, then the rest)."""
+    starts = []
+    for i, m in enumerate(msgs):
+        if is_patch(m) and isinstance(m[1]["content"].get("payload"), str):
+            head = json.loads(m[1]["content"]["payload"])
+            if isinstance(head, dict) and head.get("msgtype") == "PATCH-DOC":
+                starts.append(i)
+    out = []
+    for a in starts:
+        b = a + 1
+        while b < len(msgs) and is_patch(msgs[b]) and b not in starts:
+            b += 1
+        out.append((a, b))
+    return out
+
+
+@pytest.mark.parametrize("how", ["final patch missed", "final patch late",
+                                 "view made mid-patch"])
+def test_every_view_ends_on_the_final_state(wire, how):
+    """Whatever a view missed or got out of order, it ends showing the finished experiment
+    (a view that still read "running" after the run was seen in a real page)."""
+    exp = experiment("asha", trials=12, gpus=2, max_budget=9, report_every=0.5)
+    dash = Dashboard(exp, autostart=False)
+
+    def tick(events, cmds):
+        if dash.model.updates % 10 == 0:
+            dash.update()
+
+    exp.engine.subscribe(tick)
+    run(exp)
+    dash.update()
+    assert dash.finished
+    msgs = [m for m in wire_of(dash.plot) if m[0] == "comm_msg"]
+    opened = next(m for m in wire_of(dash.plot) if m[0] == "comm_open")
+    groups = _patch_groups(msgs)
+    final = next(g for g in reversed(groups))
+    assert len(groups) > 3 and final[1] <= len(msgs)
+    front = Frontend(opened)
+    if how == "view made mid-patch":  # made after the first frame of a patch during the run
+        made_at = groups[len(groups) // 2][0] + 1
+        for m in msgs[:made_at]:
+            front.deliver(m)
+        view = front.new_view()
+        for m in msgs[made_at:]:
+            front.deliver(m)
+        assert view.failed > 0  # its receiver read the frames that followed shifted
+    else:
+        view = front.new_view()
+        rest = msgs[:final[0]] + msgs[final[1]:]
+        for m in rest:
+            front.deliver(m)
+        if how == "final patch late":
+            for m in msgs[final[0]:final[1]]:
+                front.deliver(m)
+    for name in ("table_src", "pts_src", "alloc_src", "util_src"):
+        model = getattr(dash.figures, name)
+        want = {k: list(v) for k, v in model.data.items()}
+        assert view.data(model.id) == want, name
+    assert "done" in view.divs()
+    dash.close()
+
+
+def wire_of(widget) -> list:
+    return RecordingComm.by_comm[widget.comm.comm_id]

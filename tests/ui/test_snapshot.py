@@ -12,7 +12,9 @@ columns of different lengths).
 
 from __future__ import annotations
 
+import queue
 import threading
+import time
 
 import pytest
 from bokeh.core.serialization import Serialized
@@ -20,6 +22,7 @@ from bokeh.document import Document
 from bokeh.protocol import Protocol
 
 from nbtune.core import events as ev
+from nbtune.core.clock import ManualClock
 from nbtune.core.resources import ClusterSpec
 from nbtune.engine.engine import Engine
 from nbtune.ui.figures import Figures
@@ -193,3 +196,136 @@ def test_table_columns_keep_their_widths():
     width = {c.field: c.width for c in figs.table.columns}
     assert width["state"] >= 9 * len("completed") and width["promotions"] >= 9 * len("promoted")
     assert all(width[f"config/{k}"] >= 9 * len(k) for k in SPACE)
+
+
+class Holding(OneShot):
+    """OneShot whose report at budget ``hold_at`` holds the engine's thread inside ``handle``
+    until the test lets it go (an algorithm callback that takes long)."""
+
+    def __init__(self, *args, hold_at: float, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.hold_at = hold_at
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    def on_report(self, trial_id, budget, metrics):
+        if budget == self.hold_at and not self.release.is_set():
+            self.holding.set()
+            assert self.release.wait(timeout=120), "the test never let the engine go"
+        return super().on_report(trial_id, budget, metrics)
+
+
+class EngineThread:
+    """What the model relies on from a runtime: one thread drives the engine, fed by
+    ``submit`` (trial messages and a person's events alike), and ``drives`` says whether
+    that thread may still call ``handle``."""
+
+    virtual_clock = False
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.clock = ManualClock()
+        self.submitted: list[ev.Event] = []
+        self.handled: list[ev.Event] = []
+        self._inbox: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def submit(self, *events) -> None:
+        self.submitted.extend(events)
+        for e in events:
+            self._inbox.put(e)
+
+    def drives(self, engine) -> bool:
+        return engine is self.engine and self._thread.is_alive()
+
+    def let_go(self) -> None:
+        self._inbox.put(None)
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while (e := self._inbox.get()) is not None:
+            self.engine.handle(e)
+            self.handled.append(e)
+
+
+def reported(t: int, budget: float) -> ev.TrialReported:
+    return ev.TrialReported(budget, t, budget, {"loss": 1.0 / budget + t})
+
+
+def until(what, timeout: float = 60.0):
+    """Poll ``what()`` until it returns something truthy (the state a test waits for)."""
+    deadline = time.monotonic() + timeout
+    while not (got := what()):
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
+    return got
+
+
+def viewer_reads(checked: ThreadCheckedEngine) -> set[str]:
+    me = threading.get_ident()
+    return {name for name, who in checked.reads if who == me}
+
+
+@pytest.mark.parametrize("attach", ["before", "while-held"])
+def test_a_view_never_reads_an_engine_held_inside_handle(attach, monkeypatch):
+    """The engine's thread sits inside ``handle`` far longer than any view waits (a slow
+    algorithm callback); the view's thread, pulling all the while, must read nothing of
+    the engine's state, and once the engine goes on, the view shows it whole."""
+    monkeypatch.setattr("nbtune.ui.model.SYNC_EVERY", 3600.0)  # every copy is one asked for
+    algo = Holding(SPACE, metric="loss", max_budget=5, num_trials=4, seed=0, hold_at=2.0)
+    checked = ThreadCheckedEngine(Engine(algo))
+    rt = EngineThread(checked)
+    rt.submit(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(2)))
+    model = None
+    if attach == "before":
+        model = DashboardModel(checked, runtime=rt)
+    rt.submit(reported(0, 1.0), reported(1, 1.0), reported(0, 2.0))  # trial 0 holds at 2
+    assert algo.holding.wait(timeout=60)
+    if model is None:
+        model = DashboardModel(checked, runtime=rt)
+    snaps = Snapshots(model)
+    checked.reads.clear()
+    held_until = time.monotonic() + 3.0  # longer than any timeout the model ever had
+    while time.monotonic() < held_until:
+        snaps.take()
+    assert viewer_reads(checked) <= {"ledger"}, viewer_reads(checked)
+    assert any(isinstance(e, ev.SnapshotRequested) for e in rt.submitted)  # it asked
+    algo.release.set()
+    rt.submit(reported(1, 2.0))
+    snap = until(lambda: (s := snaps.take()).row(1) and s.row(1)["last"] == 1.5 and s)
+    assert viewer_reads(checked) <= {"ledger"}, viewer_reads(checked)
+    assert snap.row(0)["last"] == 0.5 and snap.row(0)["budget"] == 2.0
+    assert {r["trial_id"] for r in snap.rows} == set(checked._engine.trials)
+    rt.let_go()
+
+
+def test_a_view_of_an_idle_engine_shows_everything():
+    """No event comes (an idle or paused run): the view asks, the engine's thread hands its
+    state over, and the view shows every trial without reading the engine itself."""
+    algo = OneShot(SPACE, metric="loss", max_budget=5, num_trials=4, seed=0)
+    checked = ThreadCheckedEngine(Engine(algo))
+    rt = EngineThread(checked)
+    rt.submit(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(2)), reported(0, 1.0),
+              ev.ExperimentPauseRequested(1.0))
+    until(lambda: len(rt.handled) == 3)  # then idle: nothing more is submitted
+    model = DashboardModel(checked, runtime=rt)
+    snaps = Snapshots(model)
+    checked.reads.clear()
+    snap = until(lambda: (s := snaps.take()).paused and s)
+    assert viewer_reads(checked) <= {"ledger"}, viewer_reads(checked)
+    assert {r["trial_id"] for r in snap.rows} == set(checked._engine.trials) == {0, 1, 2, 3}
+    assert snap.row(0)["last"] == 1.0
+    assert [type(e) for e in rt.handled[3:]] == [ev.SnapshotRequested]
+    rt.let_go()
+
+
+def test_an_engine_let_go_is_read_at_once():
+    algo = OneShot(SPACE, metric="loss", max_budget=5, num_trials=4, seed=0)
+    engine = Engine(algo)
+    rt = EngineThread(engine)
+    rt.submit(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(2)), reported(0, 1.0))
+    rt.let_go()
+    snap = Snapshots(DashboardModel(engine, runtime=rt)).take()
+    assert snap.row(0)["last"] == 1.0 and len(snap.rows) == 4
+    assert not any(isinstance(e, ev.SnapshotRequested) for e in rt.submitted)

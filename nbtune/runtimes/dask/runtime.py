@@ -170,6 +170,10 @@ class DaskRuntime:
     def done(self) -> bool:
         return self._done.is_set()
 
+    def drives(self, engine: Engine) -> bool:
+        """The driver thread may handle ``engine``: it is this runtime's running experiment's."""
+        return self._engine is engine and not self._done.is_set()
+
     @property
     def runs(self) -> Mapping[int, Run]:
         """The experiment's live runs (process groups) by trial id, a fused unit's under a
