@@ -51,3 +51,48 @@ for step in trial.steps():
         assert b == 4 and loss == pytest.approx((t.config["lr"] - 0.5) ** 2 + 0.25)
     assert dash.last.util_kind == "measured"  # the Dask runtime samples utilization
     dash.close()
+
+
+def test_a_dashboard_attached_to_an_idle_run_shows_everything(ip, wire, tmp_path):
+    """Trials that reported once and then wait (nothing reaches the engine: utilization is
+    sampled once a minute here): a dashboard attached now asks the engine's thread for its
+    state and shows every trial, and the finished run afterwards."""
+    from nbtune.core import events as ev
+    from nbtune.runtimes.dask import DaskRuntime
+    from nbtune.ui.dashboard import Dashboard
+    from tests.dask_cluster import wait_for_budget
+
+    gate = tmp_path / "go"
+    ip.user_ns["quiet_rt"] = rt = DaskRuntime(n_workers=2, preload=(), warm_processes=1,
+                                              sample_interval=60.0,
+                                              checkpoint_dir=str(tmp_path / "ck"))
+    try:
+        ip.run_cell_magic("tune", "space -b 3 -n 2 -a random --runtime quiet_rt --name idle "
+                          "--no-dashboard", f"""
+import os
+for step in trial.steps():
+    trial.report(step, loss=config["lr"] + 1.0 / step)
+    while step == 1 and not os.path.exists({str(gate)!r}):
+        time.sleep(0.05)
+""")
+        exp = ip.user_ns["exp"]
+        handled: list[type] = []
+        exp.engine.subscribe(lambda events, cmds: handled.extend(type(e) for e in events))
+        for tid in (0, 1):
+            wait_for_budget(exp.engine, tid, 1.0, timeout=120)
+        dash = Dashboard(exp, autostart=False)
+        assert dash.model.settle(timeout=60)  # asked, and handed over on the engine's thread
+        snap = dash.update()
+        assert ev.SnapshotRequested in handled
+        assert {r["trial_id"]: r["last"] for r in snap.rows} == {
+            t: 1.0 + exp.engine.trials[t].config["lr"] for t in (0, 1)}
+        assert not snap.done
+        assert sorted(r["state"].removeprefix("★ ") for r in snap.rows) == ["running"] * 2
+        gate.touch()
+        assert exp.wait(120).done
+        snap = dash.update()
+        assert snap.done and dash.finished
+        assert {r["budget"] for r in snap.rows} == {3.0}
+        dash.close()
+    finally:
+        rt.close()
