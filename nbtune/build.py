@@ -53,7 +53,7 @@ def check_mode(metric: str, mode: str) -> str | None:
 
 #: what the protocol asks of a runtime object, named in the error when one lacks some
 _PROTOCOL = ("name", "virtual_clock", "keeps_checkpoints", "live_workers", "clock", "start",
-             "wait", "done", "submit", "utilization")
+             "wait", "done", "submit", "drives", "utilization")
 
 
 def runtime_class(name: str) -> type:
@@ -122,7 +122,7 @@ def build_experiment(
     executor readies the cluster, then follows the run); if either fails the
     start counts as failed, as above.
     """
-    rt = make_runtime(runtime)
+    rt = make_runtime(runtime, trainable=trainable)
     check_trainable(trainable, rt)
     if engine.started and rt.virtual_clock and rt.clock.now() < engine.time:
         rt.clock.advance_to(engine.time)  # type: ignore[attr-defined]

@@ -55,8 +55,10 @@ class Resumption:
     #: how many stored batches the replay fed to the engine
     batches: int
 
-    def start(self, runtime: Any = "sim", *, background: bool = True) -> Experiment:
-        """Start ``runtime`` (``"sim"``, ``"dask"`` or a runtime object) on the replayed engine."""
+    def start(self, runtime: Any = "auto", *, background: bool = True) -> Experiment:
+        """Start ``runtime`` (``"auto"``, ``"sim"``, ``"dask"`` or a runtime object) on the
+        replayed engine. ``"auto"`` is ``tune``'s default: a workload model goes back to the
+        simulator, a training function to Dask, the runtimes it can have run on."""
         st, name = self.store, self.name
 
         def record(rt: Runtime) -> Recorder:
@@ -116,7 +118,7 @@ def resume(
     name: str,
     store: Any = True,
     trainable: Any = None,
-    runtime: Any = "sim",
+    runtime: Any = "auto",
     *,
     algorithm: BaseAlgorithm | None = None,
     allocator: BaseAllocator | None = None,
@@ -129,7 +131,8 @@ def resume(
     their checkpoints. A run started with ``fusion=`` fuses again with the same settings
     (its units' members restart from their own checkpoints, fused anew). ``trainable`` is needed unless it was a module-level
     function; ``algorithm``/``allocator`` only if the original run was given
-    instances rather than registry names. Returns the :class:`Experiment`,
+    instances rather than registry names. ``runtime`` defaults, as in ``tune``, to the
+    runtime the trainable runs on (a training function: Dask). Returns the :class:`Experiment`,
     which keeps recording into the same store.
     """
     return prepare_resume(name, store, trainable, algorithm=algorithm, allocator=allocator,

@@ -57,7 +57,10 @@ def runtime(client):
     return DaskRuntime(client, preload=(), sample_interval=0.25, warm_processes=1)
 
 
-def test_a_dead_kernel_resumes_from_checkpoints_without_rerunning(client, tmp_path):
+@pytest.mark.parametrize("how", ["runtime given", "as a user writes it"])
+def test_a_dead_kernel_resumes_from_checkpoints_without_rerunning(client, tmp_path, how):
+    """``as a user writes it``: ``nbtune.resume(name, store=..., trainable=train)``, which goes
+    back to the runtime the experiment ran on (here: Dask, the process's kept cluster)."""
     rt = runtime(client)
     exp = nbtune.tune(train_counting, {"lr": uniform(0.1, 1.0)}, algorithm="random",
                       metric="loss", max_budget=8, num_trials=4, runtime=rt,
@@ -84,8 +87,14 @@ def test_a_dead_kernel_resumes_from_checkpoints_without_rerunning(client, tmp_pa
     log = st.event_log("dead")
     crash_time = max(e.time for events, _ in log for e in events)
     gate(str(rt.checkpoint_dir)).touch()
-    rt2 = runtime(client)
-    again = nbtune.resume("dead", store=tmp_path / "st", runtime=rt2, validate=True)
+    if how == "runtime given":
+        rt2 = runtime(client)
+        again = nbtune.resume("dead", store=tmp_path / "st", runtime=rt2, validate=True)
+    else:
+        again = nbtune.resume("dead", store=tmp_path / "st", trainable=train_counting,
+                              validate=True)
+        rt2 = again.runtime
+        assert rt2.live_workers and rt2 is not rt
     try:
         assert again.wait(120)
     finally:
