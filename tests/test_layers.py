@@ -5,6 +5,10 @@ Every ``import`` in every module counts, lazy ones inside functions and
 depend on the upper one, it only hides it from a reader. There is no
 exceptions list; an arrow that needs one is in the wrong place (see
 docs/architecture.md for where each kind of code goes).
+
+And no module reaches into another object's private state (``other._x``): the code
+that does belongs to that object, or the object offers it publicly (the rule and what
+it allows are with :func:`private_reaches`).
 """
 
 from __future__ import annotations
@@ -144,3 +148,130 @@ def test_the_walker_sees_lazy_imports_and_cycles(tmp_path):
                      "nbtune.allocators.base"}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# ------------------------------------------------------------ private state stays private
+# A module is one concept, whatever its length. Code that reaches into another object's
+# ``_private`` state (``other._x``) is that object's code living elsewhere: it goes back
+# to the owner as a method, or the owner offers a public method or property for it. The
+# check is by rule, with no list of places: ``X._name`` (one leading underscore, not a
+# dunder; ``getattr(X, "_name")`` and its kin alike) is allowed only where ``X`` is
+#
+#: * the object the code belongs to: ``self``/``cls`` as the first parameter of a function
+#:   defined in a class body (and closures inside it). A module-level ``def f(self)`` is
+#:   a method moved out of its class, so its ``self`` is somebody else's;
+#: * ``super()`` (the class's own inherited state);
+#: * a standard-library module whose private-looking name is its documented API:
+STDLIB_IDIOMS: dict[tuple[str, str], str] = {
+    ("os", "_exit"): "end a forked child at once, without running the parent's exit handlers",
+    ("sys", "_getframe"): "the caller's frame, documented in sys",
+}
+#: * a namedtuple's documented methods and fields (underscored only so fields cannot clash);
+NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_field_defaults", "_make"})
+#: * a third-party library's internal where it offers no public API, keyed by the
+#:   attribute, with the library the module must import and why. Nothing of nbtune's own
+#:   belongs here: give the owner an accessor instead. (Not even a module's private
+#:   names through the module object: a helper another module needs is public.)
+THIRD_PARTY_INTERNALS: dict[str, tuple[str, str]] = {
+    "_reversed_padding_repeated_twice": (
+        "torch",
+        "nn.Conv1d/Conv2d: the F.pad widths torch derives from `padding` (with "
+        "padding='same' from the kernel and dilation) for padding_mode != 'zeros'; no "
+        "public attribute or function gives them, and a copy of torch's rule could drift"),
+}
+
+_ATTR_FUNCS = {"getattr", "setattr", "hasattr", "delattr"}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _top_imports(tree: ast.Module) -> set[str]:
+    """Top-level package names a module imports (anywhere in it)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def private_reaches(source: str, filename: str = "<src>") -> list[str]:
+    """``line: expression`` for every reach into another object's private state."""
+    tree = ast.parse(source, filename)
+    imported = _top_imports(tree)
+    found: list[str] = []
+
+    def allowed(value: ast.expr, attr: str, owners: frozenset[str]) -> bool:
+        if isinstance(value, ast.Name) and value.id in owners:
+            return True
+        if (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+                and value.func.id == "super"):
+            return True
+        if isinstance(value, ast.Name) and (value.id, attr) in STDLIB_IDIOMS:
+            return True
+        if attr in NAMEDTUPLE_API:
+            return True
+        lib = THIRD_PARTY_INTERNALS.get(attr)
+        return lib is not None and lib[0] in imported
+
+    def visit(node: ast.AST, owners: frozenset[str], in_class: bool) -> None:
+        if isinstance(node, ast.Attribute) and _private(node.attr) \
+                and not allowed(node.value, node.attr, owners):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in _ATTR_FUNCS and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+                and _private(node.args[1].value)
+                and not allowed(node.args[0], node.args[1].value, owners)):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.ClassDef):
+            for child in ast.iter_child_nodes(node):
+                visit(child, owners, True)
+            return
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            params = [a.arg for a in node.args.posonlyargs + node.args.args]
+            if in_class:  # a method: its first parameter is the class's own object
+                owners = frozenset(params[:1]) & {"self", "cls"}
+            for child in ast.iter_child_nodes(node):
+                visit(child, owners, False)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, owners, in_class)
+
+    visit(tree, frozenset(), False)
+    return found
+
+
+def test_no_module_reaches_into_another_objects_private_state():
+    reaches = [f"{path.relative_to(ROOT.parent)}:{hit}"
+               for path in sorted(ROOT.rglob("*.py"))
+               for hit in private_reaches(path.read_text(), str(path))]
+    assert not reaches, (
+        "private state read or written from outside its object (move the code to its "
+        "owner, or give the owner a public method or property):\n" + "\n".join(reaches))
+
+
+def test_the_private_state_walker_can_fail():
+    src = (
+        "import os, sys, torch\n"
+        "class A:\n"
+        "    def m(self, other):\n"
+        "        self._x = other._y\n"                      # 4: other's
+        "        f = lambda: self._x\n"
+        "        def inner():\n            return self._x, other._z\n"  # 7: other's
+        "        return super()._m(), os._exit, sys._getframe, other._replace()\n"
+        "    @classmethod\n    def c(cls):\n        return cls._k\n"
+        "    def conv(self, c):\n        return c._reversed_padding_repeated_twice\n"
+        "def moved(self):\n    return self._x\n"            # 15: a method moved out
+        "def g(obj):\n    return getattr(obj, '_w', None), getattr(obj, 'w')\n"  # 17
+        "os._private\n"                                     # 18: not an idiom
+    )
+    assert private_reaches(src) == [
+        "4: other._y", "7: other._z", "15: self._x", "17: getattr(obj, '_w', None)",
+        "18: os._private"]
+    # a third-party internal counts only where that library is imported
+    assert private_reaches("def f(c):\n    return c._reversed_padding_repeated_twice\n") \
+        == ["2: c._reversed_padding_repeated_twice"]

@@ -56,7 +56,7 @@ class AutoAllocator(BaseAllocator):
         self.probe = probe
         self.fifo = FifoAllocator()
         self.fluid = FluidKnapsackAllocator(**fluid_options)
-        self._max_c, self._max_d = self.fluid._fluid.max_c, self.fluid._fluid.max_d
+        self._max_c, self._max_d = self.fluid.sizing.max_c, self.fluid.sizing.max_d
         #: "fifo" or "fluid": the mode of the last decision (for logs and tests)
         self.mode = "fifo"
 
@@ -86,7 +86,7 @@ class AutoAllocator(BaseAllocator):
         if pays:
             ds = [p.d for p in profs if p.d_measured]
             # c by room where packing is not measured yet (measured c: the profiles say)
-            self.fluid._fluid.limit(
+            self.fluid.sizing.limit(
                 c=min([self._max_c, *(int(r) for r in rooms.values() if r >= 2.0)]),
                 d=min([self._max_d, *ds]) if ds else 1)
             self.mode = "fluid"

@@ -197,21 +197,20 @@ class FluidEstimator:
         first = ohs[0]
         if len(ids) == 1:  # one model for all (the common case)
             vals, inv = np.unique(ws, return_inverse=True)
-            fs = np.array([_factor(self, first, w) for w in vals.tolist()], dtype=float)
+            fs = np.array([self._factor(first, w) for w in vals.tolist()], dtype=float)
             return hs * fs[inv.reshape(ws.shape)]
         rows = ws.reshape(-1, len(tids)).tolist()
-        fs = np.array([[_factor(self, oh, w) for oh, w in zip(ohs, row, strict=True)] for row in rows],
+        fs = np.array([[self._factor(oh, w) for oh, w in zip(ohs, row, strict=True)] for row in rows],
                       dtype=float)
         return hs * fs.reshape(ws.shape)
 
-
-def _factor(est: FluidEstimator, oh: OverheadModel, w: float) -> float:
-    """``oh.factor(w)`` through the estimator's cache, as :meth:`FluidEstimator.runtime` does."""
-    key = (id(oh), w)
-    f = est._factors.get(key)
-    if f is None:
-        f = est._factors[key] = oh.factor(w)
-    return f
+    def _factor(self, oh: OverheadModel, w: float) -> float:
+        """``oh.factor(w)`` through the estimator's cache, as :meth:`runtime` does."""
+        key = (id(oh), w)
+        f = self._factors.get(key)
+        if f is None:
+            f = self._factors[key] = oh.factor(w)
+        return f
 
 
 def _left(t: TrialRecord, seen: tuple[float, float] | None, pl: Placement | None, target: float,

@@ -118,6 +118,12 @@ class FluidKnapsackAllocator(KnapsackAllocator):
                                             resize_overhead=resize_overhead, profiles=profiles,
                                             signature_keys=signature_keys, measured=measured)
 
+    @property
+    def sizing(self) -> DynamicFluidAllocator:
+        """Fluid's sizing of c and d for the trials placed here; ``auto`` caps it
+        (:meth:`DynamicFluidAllocator.limit`) by what the profiles say."""
+        return self._fluid
+
     def allocate(self, view: SchedulingView) -> Allocation:
         self._fluid.adopt_measured(view)
         est = self._fluid.estimator(view)

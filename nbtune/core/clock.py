@@ -32,3 +32,8 @@ class ManualClock:
         if t < self._t:
             raise ValueError(f"clock cannot go back from {self._t} to {t}")
         self._t = float(t)
+
+    def set_ordered(self, t: float) -> None:
+        """Move to ``t`` unchecked: for an owner whose times come in order (the simulator's
+        event heap); :meth:`advance_to` checks for everyone else."""
+        self._t = t

@@ -3,9 +3,15 @@
 Shaped like dask's ``worker_state_machine``: runtimes feed it facts (events stamped with
 their own time) and carry out the commands it returns. It asks the algorithm for
 TrialGroups and decisions and the allocator for placements; it never reads a clock and
-never does I/O, so the simulator and the Dask runtime drive the very same object (barrier
-filling too: ``.barrier_fill``; fused units: ``.fusion_units``). ``validate=True``
-re-checks every invariant after each call.
+never does I/O, so the simulator and the Dask runtime drive the very same object.
+``validate=True`` re-checks every invariant after each call (:mod:`.invariants`).
+
+One class holds the state and every change to it: the event handlers, the trial
+transitions, the scheduling pass that runs once per :meth:`Engine.handle` (where
+algorithm and allocator meet) and barrier filling (speculative runs of likely
+promotions, :mod:`.barrier_fill`, which holds its records). Fused units are a
+collaborator with state of its own (:class:`.fusion_units.FusionBinder`), reached through
+the engine's public view.
 """
 
 from __future__ import annotations
@@ -15,15 +21,16 @@ from collections.abc import Callable, Mapping, Set
 from typing import Any
 
 from nbtune.algorithms.base import BaseAlgorithm
-from nbtune.allocators.base import BaseAllocator
+from nbtune.allocators.base import Allocation, BaseAllocator
 from nbtune.allocators.fifo import FifoAllocator
 from nbtune.core import events as ev
-from nbtune.core.commands import Command, Finish, Pause, Stop
+from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.group import TrialGroup
 from nbtune.core.resources import ClusterSpec, Placement
 from nbtune.core.tolerance import EPS
 from nbtune.core.trial import Decision, TrialRecord, TrialSpec, TrialState
-from nbtune.engine import barrier_fill, fusion_units, invariants, scheduling
+from nbtune.engine import fusion_units, invariants
+from nbtune.engine.barrier_fill import FillRecord, Speculation
 from nbtune.engine.errors import EngineError
 from nbtune.engine.state import ResourceLedger
 
@@ -67,8 +74,8 @@ class Engine:
         self.events_handled = 0
         self.utilization: list[tuple[float, int, float, float]] = []
         self._dirty = True
-        self._spec: dict[int, barrier_fill.Speculation] = {}
-        self.fill_log: list[barrier_fill.FillRecord] = []  # every speculative launch, in order
+        self._spec: dict[int, Speculation] = {}
+        self.fill_log: list[FillRecord] = []  # every speculative launch, in order
         self._outbox: list[Command] = []
         self._subscribers: list[Subscriber] = []
         self._handlers: dict[type, Callable[[Any, list[Command]], None]] = {
@@ -104,7 +111,7 @@ class Engine:
             handler(e, cmds)
         self.events_handled += len(events)
         if self._dirty and self.started and not self.done:
-            scheduling.schedule(self, cmds)
+            self._schedule(cmds)
         if self._outbox:  # Stops for held processes, before a Finish
             cmds[:0] = self._outbox
             self._outbox = []
@@ -222,7 +229,7 @@ class Engine:
         if t is None or t.state is not TrialState.RUNNING:
             return  # a late report from a trial already stopped: nothing to decide
         if self._spec and tid in self._spec:
-            barrier_fill.on_report(self, e)  # speculative: kept from the algorithm until promoted
+            self._on_speculative_report(e)  # speculative: kept from the algorithm until promoted
             return
         if t.results and e.budget <= t.budget_used + EPS:  # recorded: a relaunch recomputed it
             return self._on_recomputed(e, cmds)
@@ -338,7 +345,8 @@ class Engine:
         pass  # for the subscribers: they copy the state on this thread; nothing to decide
 
     def _on_unit_memory(self, e: ev.UnitMemoryMeasured, cmds: list[Command]) -> None:
-        fusion_units.measured(self, e)  # F_max from memory (tune(..., fusion=True))
+        if fusion_units.measured(self, e):  # F_max from memory (tune(..., fusion=True))
+            self._dirty = True  # pending trials may now fuse wider
 
     def _on_utilization(self, e: ev.UtilizationSampled, cmds: list[Command]) -> None:
         for g, u in e.gpu_util.items():
@@ -368,7 +376,7 @@ class Engine:
 
     def _requeue(self, trial_id: int, *, failed: bool, front: bool = False) -> None:
         """Put a running trial back in the queue (from its checkpoint), or fail it for good."""
-        if trial_id in self._spec and barrier_fill.drop(self, trial_id):
+        if trial_id in self._spec and self._drop_speculation(trial_id):
             return  # a speculative run yields: its trial waits for its verdict
         t = self.trials[trial_id]
         self._release(t)
@@ -396,6 +404,295 @@ class Engine:
                 self._end(t, TrialState.STOPPED)
         self.done = True
         cmds.append(Finish())
+
+    # ------------------------------------------------------- scheduling pass
+    # After the handlers, when something changed, :meth:`_schedule` runs once per
+    # :meth:`handle`: it asks the algorithm for TrialGroups while the allocator has room,
+    # admits each spec (a new trial, or a paused one resumed), asks the allocator for
+    # placements and turns its :class:`Allocation` into ledger changes and Launch/Resize
+    # commands. Times come from ``self.time``: no clock is read.
+    def _admit(self, spec: TrialSpec, cmds: list[Command]) -> bool:
+        """Queue the spec (a new trial or a paused one resumed); True if it closed a segment at once."""
+        if spec.budget > self.max_budget + EPS:
+            raise EngineError(
+                f"{self.algorithm.name}: trial {spec.trial_id} asks for budget {spec.budget} "
+                f"> max_budget {self.max_budget}"
+            )
+        if self._spec and spec.trial_id in self._spec:
+            # promoted while speculating: it runs on, or its segment closes now (True)
+            return self._adopt(spec, cmds)
+        t = self.trials.get(spec.trial_id)
+        if t is None:
+            t = TrialRecord(spec.trial_id, dict(spec.config), group_id=spec.group_id)
+            self.trials[spec.trial_id] = t
+        elif t.state is not TrialState.PAUSED:
+            raise EngineError(
+                f"{self.algorithm.name}: resumed trial {spec.trial_id} is {t.state.value}, "
+                "only paused trials can be resumed"
+            )
+        else:
+            t.transition(TrialState.PENDING)
+            t.config = dict(spec.config)
+            t.group_id = spec.group_id
+        if spec.restore_from is not None:
+            donor = self.trials.get(spec.restore_from)
+            if donor is None:
+                raise EngineError(f"trial {spec.trial_id} restores from unknown {spec.restore_from}")
+            t.budget_used = donor.budget_used
+        t.restore_from = spec.restore_from
+        if spec.budget <= t.budget_used + EPS:
+            raise EngineError(
+                f"{self.algorithm.name}: trial {spec.trial_id} asks for budget {spec.budget} "
+                f"but has already used {t.budget_used}"
+            )
+        t.target_budget = spec.budget
+        self._pending.append(spec)
+        return False
+
+    def _schedule(self, cmds: list[Command]) -> None:
+        self._dirty = False
+        if self.paused or self.stopped:
+            return
+        closed = False
+        fused = self.fusion is not None  # units of trials: see .fusion_units
+        for _ in range(4):
+            room = (fusion_units.capacity(self) if fused else self.allocator.capacity(self)) \
+                - len(self._pending)
+            if room <= 0 or self.algorithm.finished:
+                break
+            groups = self.algorithm.ask(room)
+            self._retire()
+            if not groups:
+                break
+            for g in groups:
+                self.groups[g.group_id] = g
+                for spec in g.specs:
+                    closed = self._admit(spec, cmds) or closed
+        # called even with an empty queue: freed GPUs may be worth giving to running trials
+        if fused:
+            self._apply_allocation(fusion_units.allocate(self), cmds)
+            if self._split_idle(cmds):  # idle workers take half a running unit
+                self._apply_allocation(fusion_units.allocate(self), cmds)
+        else:
+            self._apply_allocation(self.allocator.allocate(self), cmds)
+        if self._spec and self._pending and self._yield_to_pending(cmds):
+            self._apply_allocation(self.allocator.allocate(self), cmds)  # real work takes their GPUs
+        self._retire()
+        if not fused:  # a speculative run is one trial alone: not with fused units
+            self._fill(cmds)
+        if closed and not self.ledger.placements and not self.done:
+            self._schedule(cmds)  # a promotion closed a speculated segment: the algorithm has more
+            return
+        if not self.ledger.placements:
+            if self._pending:
+                raise EngineError(
+                    f"allocator {self.allocator.name!r} placed none of {len(self._pending)} "
+                    "pending trials on an idle cluster: a trial needs more than the cluster has"
+                )
+            if self.algorithm.finished:
+                self._finish(cmds)
+            elif not self.paused:
+                raise EngineError(
+                    f"algorithm {self.algorithm.name!r} stalled: nothing runs, nothing is "
+                    "pending, and it returned no work while not finished"
+                )
+
+    def _retire(self) -> None:
+        for tid in self.algorithm.pop_retired():
+            t = self.trials.get(tid)
+            if self._spec and self._retire_speculation(tid):
+                continue
+            if t is not None and t.state is TrialState.PAUSED:
+                self._end(t, TrialState.STOPPED)
+
+    def _apply_allocation(self, alloc: Allocation, cmds: list[Command]) -> None:
+        if alloc.launch:
+            launched: list[TrialSpec] = []
+            keep: deque[TrialSpec] = deque()
+            n = len(alloc.launch)
+            prefix = all(
+                i < len(self._pending) and self._pending[i].trial_id in alloc.launch
+                for i in range(n)
+            )
+            if prefix:
+                for _ in range(n):
+                    launched.append(self._pending.popleft())
+            else:
+                for s in self._pending:
+                    (launched if s.trial_id in alloc.launch else keep).append(s)
+                self._pending = keep
+            if len(launched) != n:
+                raise EngineError(f"allocator {self.allocator.name!r} launched unknown trials")
+            for spec in launched:
+                self._launch(spec, alloc.launch[spec.trial_id], cmds)
+        for tid, placement in alloc.resize.items():
+            t = self.trials[tid]
+            if t.state is not TrialState.RUNNING:
+                raise EngineError(f"allocator resized trial {tid} which is {t.state.value}")
+            if placement == self.ledger.placements.get(tid):
+                continue
+            self.ledger.release(t, self.time)  # banks its GPU-seconds at the old share
+            self.ledger.place(t, placement, self.time)
+            t.last_mark = (self.time, t.budget_used)
+            cmds.append(Resize(tid, placement))
+
+    def _launch(self, spec: TrialSpec, placement: Placement, cmds: list[Command]) -> None:
+        t = self.trials[spec.trial_id]
+        t.transition(TrialState.RUNNING)
+        self.ledger.place(t, placement, self.time)  # no longer paused (or held) anywhere
+        if t.start_time is None:
+            t.start_time = self.time
+        t.last_mark = (self.time, t.budget_used)
+        unit = self.fusion.launching.pop(t.trial_id, None) if self.fusion is not None else None
+        t.unit = unit
+        cmds.append(
+            Launch(t.trial_id, t.config, t.budget_used, t.target_budget, placement,
+                   spec.restore_from, unit, () if unit is None else self.fusion.members[unit])
+        )
+
+    def _split_idle(self, cmds: list[Command]) -> bool:
+        """Elastic split of a fused unit (:func:`.fusion_units.split_idle`): the members it
+        gives away are paused and requeued at the front; True when there were any."""
+        members = fusion_units.split_idle(self)
+        for tid in members:
+            cmds.append(Pause(tid))
+            self._requeue(tid, failed=False, front=True)
+        return bool(members)
+
+    # ------------------------------------------------------- barrier filling
+    # Speculative runs of likely promotions on workers a synchronous rung leaves idle;
+    # the policy and its guarantees are described in :mod:`.barrier_fill`.
+    def _fill(self, cmds: list[Command]) -> None:
+        """Give idle GPUs to the algorithm's likely promotions (nothing real is waiting)."""
+        if self._pending or self.paused or self.stopped or not self.ledger.idle:
+            return
+
+        for spec in self.algorithm.speculate():
+            if self.max_concurrent is not None and len(self.ledger.placements) >= self.max_concurrent:
+                return
+            tid = spec.trial_id
+            t = self.trials.get(tid)
+            where = self.ledger.paused_on.get(tid)
+            if (t is None or t.state is not TrialState.PAUSED or tid in self._spec or where is None
+                    or spec.budget <= t.budget_used + EPS or spec.budget > self.max_budget + EPS):
+                continue
+            idle = self.ledger.idle
+            if not all(g in idle for g, _ in where):
+                continue  # only where it paused: a waiting process goes on, a GPU in use is not taken
+            rec = FillRecord(self.time, tid, tuple(where), t.budget_used, float(spec.budget),
+                             len(self.ledger.log))
+            self.fill_log.append(rec)
+            self._spec[tid] = Speculation(float(spec.budget), t.target_budget, record=rec)
+            t.transition(TrialState.PENDING)
+            t.target_budget = float(spec.budget)
+            self._launch(TrialSpec(tid, t.config, spec.budget, None, t.group_id), where, cmds)
+            if not self.ledger.idle:
+                return
+
+    def _on_speculative_report(self, e: ev.TrialReported) -> None:
+        """Buffer a speculative report; at its target the run pauses and waits for the verdict."""
+        t = self.trials[e.trial_id]
+        sp = self._spec[e.trial_id]
+        prev = t.last_mark
+        if prev is not None and e.budget > prev[1] + EPS:
+            t.unit_time = ((e.time - prev[0]) / (e.budget - prev[1]), t.share)
+        t.last_mark = (e.time, e.budget)
+        sp.reports.append(e)
+        if e.budget >= sp.target - EPS:
+            self._release(t, pause=True)
+            t.transition(TrialState.PAUSED)
+            sp.done = True
+        if sp.promoted is not None:
+            self._flush_speculation(t, sp)
+
+    def _flush_speculation(self, t: TrialRecord, sp: Speculation) -> bool:
+        """Hand the algorithm the buffered reports up to the promoted budget; True if it was reached.
+
+        The run itself goes on (speculatively, past the promotion) where it is.
+        """
+        assert sp.promoted is not None
+        while sp.reports and sp.reports[0].budget <= sp.promoted + EPS:
+            self._record(t, sp.reports.pop(0))
+        if t.budget_used < sp.promoted - EPS:
+            return False
+        sp.rung_target, sp.promoted = sp.promoted, None
+        self.algorithm.on_segment_end(t.trial_id, sp.rung_target)
+        self._dirty = True
+        return True
+
+    def _adopt(self, spec: TrialSpec, cmds: list[Command]) -> bool:
+        """The algorithm promoted a speculating trial: replay its reports; True if the segment closed.
+
+        Promoted to the budget it was speculated to: it becomes an ordinary trial
+        (running on, or its segment closes here with the replay's last report).
+        Promoted to a rung below that (the run speculates on past it): the reports
+        up to the rung are handed over now or as they come, and the run goes on.
+        Either way it is not queued again.
+        """
+        tid = spec.trial_id
+        sp = self._spec[tid]
+        t = self.trials[tid]
+        if spec.budget > sp.target + EPS:
+            raise EngineError(
+                f"{self.algorithm.name}: trial {tid} was speculated to budget {sp.target} but "
+                f"promoted to {spec.budget}: speculate() must name a budget its promotions reach"
+            )
+        t.config = dict(spec.config)
+        t.group_id = spec.group_id
+        sp.settle("adopted")
+        if spec.budget < sp.target - EPS:
+            sp.promoted = float(spec.budget)
+            return self._flush_speculation(t, sp)
+        del self._spec[tid]
+        t.target_budget = float(spec.budget)
+        for r in sp.reports:
+            if t.state.is_terminal:
+                break
+            self._apply_report(t, r, cmds)
+        return t.state is not TrialState.RUNNING
+
+    def _drop_speculation(self, trial_id: int) -> bool:
+        """Forget a speculation (its run yields or failed); True if nothing real was lost.
+
+        A purely speculative trial is paused where its rung left it. One already
+        promoted (running past the rung it was promoted to) becomes an ordinary
+        trial of that rung and False is returned: the caller requeues it as any other.
+        """
+        sp = self._spec.pop(trial_id)
+        if sp.promoted is None:
+            sp.settle("yielded")
+        t = self.trials[trial_id]
+        self.ledger.forget(trial_id)  # its process went on or ended: nothing waits there
+        if sp.promoted is not None:
+            t.target_budget = sp.promoted
+            return False
+        if t.state is TrialState.RUNNING:
+            self._release(t)
+            t.transition(TrialState.PAUSED)
+        t.target_budget = sp.rung_target
+        return True
+
+    def _retire_speculation(self, trial_id: int) -> bool:
+        """The algorithm retired a speculating trial: stop its run, drop its reports; True if it was."""
+        if trial_id not in self._spec:
+            return False
+        self._spec.pop(trial_id).settle("retired")
+        t = self.trials[trial_id]
+        if t.state is TrialState.RUNNING:
+            self._outbox.append(Stop(trial_id))
+        self._end(t, TrialState.STOPPED)
+        return True
+
+    def _yield_to_pending(self, cmds: list[Command]) -> bool:
+        """Pause every running speculation while real work waits; True if any yielded."""
+        if not self._pending:
+            return False
+        running = [tid for tid, sp in self._spec.items()
+                   if sp.promoted is None and self.trials[tid].state is TrialState.RUNNING]
+        for tid in running:
+            cmds.append(Pause(tid))
+            self._drop_speculation(tid)
+        return bool(running)
 
     # ------------------------------------------------------------ validation
     def check(self) -> None:

@@ -37,7 +37,6 @@ from typing import Any
 
 from nbtune.allocators.base import Allocation
 from nbtune.core import events as ev
-from nbtune.core.commands import Command, Pause
 from nbtune.core.resources import Placement
 from nbtune.core.roles import is_target
 from nbtune.core.trial import TrialSpec
@@ -74,7 +73,7 @@ class FusionBinder:
     #: unit id -> its member trial ids (at launch) and its whole placement
     members: dict[int, tuple[int, ...]] = field(default_factory=dict)
     placements: dict[int, Placement] = field(default_factory=dict)
-    #: trial -> unit, set by :func:`allocate` and taken by ``scheduling.launch``
+    #: trial -> unit, set by :func:`allocate` and taken by the engine's launch
     launching: dict[int, int] = field(default_factory=dict)
     next_unit: int = 0
 
@@ -185,11 +184,11 @@ def enable(eng: Engine, f_max: int, shape_keys: Sequence[str] = (),
     return eng.fusion
 
 
-def measured(eng: Engine, e: ev.UnitMemoryMeasured) -> None:
-    """A unit's peak memory: refit its group's line; pending trials may now fuse wider."""
+def measured(eng: Engine, e: ev.UnitMemoryMeasured) -> bool:
+    """A unit's peak memory: refit its group's line; True when pending trials may now fuse
+    wider (the engine then schedules again)."""
     b: FusionBinder | None = eng.fusion
-    if b is not None and b.fit is not None and b.fit.measured(e.unit, int(e.peak_bytes)):
-        eng._dirty = True
+    return b is not None and b.fit is not None and b.fit.measured(e.unit, int(e.peak_bytes))
 
 
 def _view(eng: Engine, units: list[list[TrialSpec]] | None = None) -> UnitView:
@@ -244,19 +243,19 @@ def allocate(eng: Engine) -> Allocation:
     return Allocation(launch=launch, resize=resize)
 
 
-def split_idle(eng: Engine, cmds: list[Command]) -> bool:
+def split_idle(eng: Engine) -> list[int]:
     """Elastic split (Hydro §5.3): idle workers and nothing queued, so the running unit
-    with the most members gives its second half away.
+    with the most members gives its second half away; returns those members.
 
-    The half is paused (each member leaves the fused model; its checkpoint at its last
-    reported step is where it resumes) and requeued at the front; the caller places it
-    again, where the idle workers are. Units of one member are left alone (a lone trial
-    gets more workers through the allocator, by data parallelism, if at all). Returns
-    True when members were requeued.
+    The engine pauses the half (each member leaves the fused model; its checkpoint at its
+    last reported step is where it resumes) and requeues it at the front, in the order
+    returned, then places it again, where the idle workers are. Units of one member are
+    left alone (a lone trial gets more workers through the allocator, by data parallelism,
+    if at all).
     """
     b: FusionBinder = eng.fusion
-    if not (b.elastic and eng.ledger.idle) or eng._pending or eng.paused or eng.stopped:
-        return False
+    if not (b.elastic and eng.ledger.idle) or eng.pending or eng.paused or eng.stopped:
+        return []
     units: dict[int, list[int]] = {}
     for tid in eng.running:
         u = eng.trials[tid].unit
@@ -264,11 +263,8 @@ def split_idle(eng: Engine, cmds: list[Command]) -> bool:
             units.setdefault(u, []).append(tid)
     biggest = max(units.values(), key=len, default=[])
     if len(biggest) < 2:
-        return False
-    for tid in reversed(biggest[(len(biggest) + 1) // 2:]):  # front of the queue, in order
-        cmds.append(Pause(tid))
-        eng._requeue(tid, failed=False, front=True)
-    return True
+        return []
+    return list(reversed(biggest[(len(biggest) + 1) // 2:]))  # front of the queue, in order
 
 
 def check(eng: Engine) -> None:

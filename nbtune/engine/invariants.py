@@ -33,7 +33,7 @@ def check(eng: Engine) -> None:
         raise InvariantError(
             f"running trials {sorted(running)} != placed {sorted(eng.ledger.placements)}"
         )
-    pend = [s.trial_id for s in eng._pending]
+    pend = [s.trial_id for s in eng.pending]
     if len(set(pend)) != len(pend):
         raise InvariantError(f"a trial is queued twice: {pend}")
     for tid in pend:

@@ -11,7 +11,6 @@ statistics, schedules included), so it can be checkpointed and relaunched elsewh
 from __future__ import annotations
 
 import copy
-import weakref
 from collections.abc import Sequence
 
 from .model import FusedModel
@@ -49,9 +48,8 @@ def split_fused(model: FusedModel, optimizer: FusedOptimizer | None = None,
     for g in groups:
         # one deepcopy of all three keeps their links (optimizer -> parameters -> model)
         m2, o2, s2 = copy.deepcopy((model, optimizer, list(schedulers)))
-        m2._followers = []  # the copied weak references still point at the originals
-        for follower in ([o2] if o2 is not None else []) + s2:
-            m2._followers.append(weakref.ref(follower))
+        # the copied weak references still point at the originals
+        m2.refollow(([o2] if o2 is not None else []) + s2)
         m2.keep(g)
         out.append((m2, o2, s2))
     return out

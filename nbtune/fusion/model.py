@@ -214,6 +214,11 @@ class FusedModel(nn.Module):
         """Register an object with ``keep(indices, remap)`` (fused optimizer, scheduler)."""
         self._followers.append(weakref.ref(obj))
 
+    def refollow(self, objs: Sequence[object]) -> None:
+        """Make ``objs`` the only followers (a deep copy's followers are the copied ones,
+        while its weak references still point at the originals')."""
+        self._followers = [weakref.ref(obj) for obj in objs]
+
 
 def _input_ndim(template: nn.Module) -> int | None:
     for m in template.modules():

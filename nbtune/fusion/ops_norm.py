@@ -23,7 +23,7 @@ class FusedBatchNorm(FusedOp):
     param_names = ("weight", "bias")
     buffer_names = ("running_mean", "running_var", "num_batches_tracked")
 
-    def __init__(self, layers: Sequence[nn.modules.batchnorm._BatchNorm],
+    def __init__(self, layers: Sequence[nn.BatchNorm1d | nn.BatchNorm2d],
                  impl: str = "auto") -> None:
         super().__init__(len(layers), impl)
         b = layers[0]

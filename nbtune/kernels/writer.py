@@ -125,6 +125,10 @@ class _Entry:
         self._wait = owner.interval
         self.unsubscribe = exp.engine.subscribe(self)
 
+    def tracks(self, exp: Any) -> bool:
+        """This entry lists ``exp`` (still alive)."""
+        return self._exp() is exp
+
     def refresh(self) -> bool:
         """Copy what the file shows of the experiment; False once it is gone."""
         exp = self._exp()
@@ -184,7 +188,7 @@ class KernelFile:
 
     def untrack(self, exp: Any) -> None:
         with self._lock:
-            key = next((k for k, e in self._entries.items() if e._exp() is exp), None)
+            key = next((k for k, e in self._entries.items() if e.tracks(exp)), None)
             if key is None:
                 return
             entry = self._entries.pop(key)

@@ -127,13 +127,13 @@ class PlanExecutor:
         """The run's end once it ended (even before this thread noticed), else the clock."""
         if self.end_s is not None:
             return self.end_s
-        eng = self.runtime._engine
+        eng = self.runtime.engine
         return eng.time if eng is not None and eng.done else self.runtime.clock.now()
 
     @property
     def jct(self) -> float | None:
         """Measured JCT comparable with the plan's: preparing stage 0 plus the run."""
-        eng = self.runtime._engine
+        eng = self.runtime.engine
         if self.end_s is None and (eng is None or not eng.done):
             return None
         return self.prepare_s + self._now()
@@ -143,7 +143,7 @@ class PlanExecutor:
         """Metered cost so far (final once the experiment ended)."""
         now = self._now()
         if self.plan.cloud.billing == "function":
-            eng = self.runtime._engine
+            eng = self.runtime.engine
             return self.meter.function_cost(
                 sum(t.gpu_seconds for t in eng.trials.values()) if eng else 0.0)
         return self.meter.cost(now)
@@ -160,7 +160,7 @@ class PlanExecutor:
         cluster = self._cluster_arg
         if cluster is None:
             arg = getattr(rt, "cluster_arg", None)
-            cluster = arg if hasattr(arg, "scale") else getattr(rt, "_cluster", None)
+            cluster = arg if hasattr(arg, "scale") else getattr(rt, "dask_cluster", None)
         if cluster is None or not hasattr(cluster, "scale"):
             raise PlanExecutionError(
                 "carrying out a plan needs a Dask cluster object that scales (LocalCluster, "
@@ -202,7 +202,7 @@ class PlanExecutor:
                     log.exception("plan executor: resize failed (retried)")
                 self._stop.wait(self.poll_s)
         finally:
-            eng = self.runtime._engine
+            eng = self.runtime.engine
             self.end_s = eng.time if eng is not None and eng.done else self.runtime.clock.now()
             self.meter.close(self.end_s)
 

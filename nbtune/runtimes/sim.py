@@ -151,13 +151,13 @@ class SimRuntime:
     def _loop(self) -> None:
         engine = self._engine
         assert engine is not None
-        heap, pop, clock = self._heap, heapq.heappop, self._clock
+        heap, pop, set_time = self._heap, heapq.heappop, self._clock.set_ordered
         materialize, handle, execute = self._materialize, engine.handle, self._execute
         waiting = self._waiting
         while heap and not engine.done:
             item = pop(heap)
             t = item[0]
-            clock._t = t  # the heap yields times in order; advance_to's check is for outsiders
+            set_time(t)  # the heap yields times in order; advance_to's check is for outsiders
             e = materialize(item[1], item[3], item[4], item[5], t)
             if heap and heap[0][0] == t:  # simultaneous events go to the engine together
                 batch = [] if e is None else [e]

@@ -41,7 +41,7 @@ class SqlProfileStore:
         self.store = store
 
     def get(self, signature: str) -> Profile | None:
-        with self.store._session() as s:
+        with self.store.session() as s:
             row = s.get(ProfileRow, signature)
         return None if row is None else profile_from_dict(row.profile)
 
@@ -50,12 +50,12 @@ class SqlProfileStore:
             raise TypeError(f"expected a Profile, got {type(profile).__name__}")
         row = {"signature": profile.signature, "profile": profile_to_dict(profile),
                "updated": now_utc()}
-        with self.store._begin() as conn:
+        with self.store.begin() as conn:
             upsert(conn, ProfileRow.__table__, [row], ["signature"])
 
     def __contains__(self, signature: object) -> bool:
         return isinstance(signature, str) and self.get(signature) is not None
 
     def __len__(self) -> int:
-        with self.store._session() as s:
+        with self.store.session() as s:
             return int(s.scalar(select(func.count()).select_from(ProfileRow)) or 0)

@@ -153,31 +153,34 @@ class Store:
         self.engine.dispose()
 
     @contextmanager
-    def _begin(self) -> Iterator[Connection]:
+    def begin(self) -> Iterator[Connection]:
+        """A transaction on the store's database, under its lock (for every table's writer,
+        the profiles' included)."""
         with self._lock, self.engine.begin() as conn:
             yield conn
 
     @contextmanager
-    def _session(self) -> Iterator[Session]:
+    def session(self) -> Iterator[Session]:
+        """An ORM session on the store's database, under its lock (for every table's reader)."""
         with self._lock, Session(self.engine, expire_on_commit=False) as s:
             yield s
 
     # ------------------------------------------------------------ experiments
     def names(self) -> list[str]:
-        with self._session() as s:
+        with self.session() as s:
             return list(s.scalars(select(ExperimentRow.name).order_by(ExperimentRow.id)))
 
     def experiments(self) -> pd.DataFrame:
         """One row per stored experiment: name, algorithm, metric, state, trials, times."""
         cols = ["name", "algorithm", "allocator", "metric", "mode", "state", "restarts",
                 "num_trials", "time", "created", "updated"]
-        with self._session() as s:
+        with self.session() as s:
             rows = s.scalars(select(ExperimentRow).order_by(ExperimentRow.id)).all()
         return pd.DataFrame([{c: getattr(r, c) for c in cols} for r in rows], columns=cols)
 
     def experiment(self, name: str) -> ExperimentRow:
         """The stored row of ``name``; :class:`UnknownExperimentError` lists the known names."""
-        with self._session() as s:
+        with self.session() as s:
             row = s.scalars(select(ExperimentRow).where(ExperimentRow.name == name)).first()
         if row is None:
             known = self.names()
@@ -208,7 +211,7 @@ class Store:
         self.ensure_new(name)
         t = now_utc()
         try:
-            with self._begin() as conn:
+            with self.begin() as conn:
                 res = conn.execute(insert(ExperimentRow).values(name=name, created=t, updated=t,
                                                                 **fields))
                 eid = int(res.inserted_primary_key[0])
@@ -228,14 +231,14 @@ class Store:
 
     def mark_restart(self, name: str) -> None:
         eid = self.experiment_id(name)
-        with self._begin() as conn:
+        with self.begin() as conn:
             conn.execute(update(ExperimentRow).where(ExperimentRow.id == eid).values(
                 restarts=ExperimentRow.restarts + 1, state="running", updated=now_utc()))
 
     def delete(self, name: str) -> None:
         """Remove an experiment and every row that belongs to it (not its checkpoint files)."""
         eid = self.experiment_id(name)
-        with self._begin() as conn:
+        with self.begin() as conn:
             for table in (EventRow, TrialRow, MetricRow, CheckpointRow, UtilizationRow,
                           AllocationRow):
                 conn.execute(delete(table).where(table.experiment_id == eid))
@@ -245,7 +248,7 @@ class Store:
     # --------------------------------------------------------------- writing
     def write(self, experiment_id: int, batch: WriteBatch) -> None:
         """Commit everything in ``batch`` atomically (all of it or, on a crash, none)."""
-        with self._begin() as conn:
+        with self.begin() as conn:
             commit_batch(conn, experiment_id, batch)
             if batch.experiment:
                 conn.execute(update(ExperimentRow).where(ExperimentRow.id == experiment_id)
@@ -254,7 +257,7 @@ class Store:
     def last_seq(self, name: str) -> tuple[int, int]:
         """``(seq, batch)`` of the last stored event (``(-1, -1)`` if none)."""
         eid = self.experiment_id(name)
-        with self._session() as s:
+        with self.session() as s:
             row = s.execute(select(func.max(EventRow.seq), func.max(EventRow.batch))
                             .where(EventRow.experiment_id == eid)).one()
         return (-1 if row[0] is None else int(row[0]), -1 if row[1] is None else int(row[1]))
@@ -263,7 +266,7 @@ class Store:
     def event_log(self, name: str) -> list[tuple[list[ev.Event], list[tuple[str, Any]]]]:
         """Every batch the engine handled: its events and the commands it answered (as JSON)."""
         eid = self.experiment_id(name)
-        with self._session() as s:
+        with self.session() as s:
             rows = s.execute(select(EventRow.batch, EventRow.kind, EventRow.payload)
                              .where(EventRow.experiment_id == eid).order_by(EventRow.seq)).all()
         out: list[tuple[list[ev.Event], list[tuple[str, Any]]]] = []
@@ -283,7 +286,7 @@ class Store:
     def results(self, name: str) -> pd.DataFrame:
         """The stored twin of :meth:`nbtune.Experiment.results`, without replaying anything."""
         exp = self.experiment(name)
-        with self._session() as s:
+        with self.session() as s:
             rows = s.scalars(select(TrialRow).where(TrialRow.experiment_id == exp.id)
                              .order_by(TrialRow.trial_id)).all()
         cols = ["trial_id", "state", exp.metric, "last", "budget_used", "gpu_seconds", "start",
@@ -304,7 +307,7 @@ class Store:
     def learning_curves(self, name: str) -> pd.DataFrame:
         """Every stored report, trial by trial: trial_id, time, budget and the metrics."""
         eid = self.experiment_id(name)
-        with self._session() as s:
+        with self.session() as s:
             rows = s.execute(select(MetricRow.trial_id, MetricRow.time, MetricRow.budget,
                                     MetricRow.metrics).where(MetricRow.experiment_id == eid)
                              .order_by(MetricRow.trial_id, MetricRow.id)).all()
@@ -314,7 +317,7 @@ class Store:
 
     def allocations(self, name: str) -> pd.DataFrame:
         eid = self.experiment_id(name)
-        with self._session() as s:
+        with self.session() as s:
             rows = s.execute(select(AllocationRow.trial_id, AllocationRow.gpu_id,
                                     AllocationRow.share, AllocationRow.start, AllocationRow.end)
                              .where(AllocationRow.experiment_id == eid)
@@ -324,7 +327,7 @@ class Store:
 
     def utilization(self, name: str) -> pd.DataFrame:
         eid = self.experiment_id(name)
-        with self._session() as s:
+        with self.session() as s:
             rows = s.execute(select(UtilizationRow.time, UtilizationRow.gpu_id,
                                     UtilizationRow.util, UtilizationRow.memory_gb)
                              .where(UtilizationRow.experiment_id == eid)
@@ -355,7 +358,7 @@ class Store:
     def record_checkpoint(self, name: str, trial_id: int, budget: float, uri: str) -> None:
         """A runtime saved ``trial_id``'s state at ``budget`` to ``uri``: remember where."""
         eid = self.experiment_id(name)
-        with self._begin() as conn:
+        with self.begin() as conn:
             conn.execute(insert(CheckpointRow).values(
                 experiment_id=eid, trial_id=int(trial_id), budget=float(budget), uri=str(uri),
                 created=now_utc()))
@@ -374,7 +377,7 @@ class Store:
                                             CheckpointRow.trial_id == int(trial_id))
         if budget is not None:
             q = q.where(CheckpointRow.budget <= float(budget) + EPS)
-        with self._session() as s:
+        with self.session() as s:
             return s.scalars(q.order_by(CheckpointRow.budget.desc(), CheckpointRow.id.desc())
                              .limit(1)).first()
 

@@ -40,7 +40,7 @@ class MuMultiheadAttention(nn.MultiheadAttention):
     def shrunk(cls, name: str, mod: nn.MultiheadAttention, embed_dim: int,
                parametrize: bool) -> nn.MultiheadAttention:
 
-        if not mod._qkv_same_embed_dim or mod.bias_k is not None or mod.add_zero_attn:
+        if not (mod.kdim == mod.vdim == mod.embed_dim) or mod.bias_k is not None or mod.add_zero_attn:
             raise ShrinkError(f"layer {name!r}: only self-attention style MultiheadAttention "
                               "(kdim = vdim = embed_dim, no add_bias_kv / add_zero_attn) shrinks")
         if embed_dim % mod.num_heads:

@@ -207,7 +207,7 @@ def call_trainable(job: dict[str, Any], channel: Any, load: Any, *,
     except TrialInterrupted:
         pass
     except BaseException as exc:  # the user's error, whatever it is, becomes TrialFailed
-        if not (trial._told and type(exc).__name__ == "TrialPruned"):  # optuna.TrialPruned
+        if not (trial.told_to_stop and type(exc).__name__ == "TrialPruned"):  # optuna.TrialPruned
             out = {"k": "exit", "ok": False, "error": traceback.format_exc(),
                    "oom": _is_oom(exc)}
     finally:

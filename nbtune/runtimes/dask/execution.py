@@ -154,7 +154,7 @@ def for_experiment(runtime: Any) -> ExecutionChoice:
         # experiment on this runtime: before the first trials it would delay start-up (it
         # needs an idle warm process), and beside them it would take theirs
         worker = min(s.worker for s in runtime.inventory.slots.values())
-        threading.Thread(target=_measure_after, args=(runtime, runtime._done, worker),
+        threading.Thread(target=_measure_after, args=(runtime, runtime.ended, worker),
                          daemon=True, name="nbtune-overhead").start()
     return ExecutionChoice("auto", runtime.process_overhead)
 

@@ -315,6 +315,18 @@ class WarmPool:
     def idle(self) -> int:
         return len(self._idle)
 
+    @property
+    def closed(self) -> bool:
+        """:meth:`close` was called: a new pool takes its place."""
+        return self._closed
+
+    def take_idle_all(self) -> list[_Child]:
+        """Take every idle process out of the pool (they imported modules no longer wanted);
+        the caller ends them."""
+        with self._lock:
+            stale, self._idle = list(self._idle), deque()
+        return stale
+
 
 def _send_imports(child: _Child, modules: list[str]) -> None:
     """Tell a process that has no job yet to import ``modules`` (after its preload)."""
@@ -331,7 +343,7 @@ def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None,
     global _POOL
     stale: list[_Child] = []
     with _LOCK:
-        if _POOL is None or _POOL._closed:
+        if _POOL is None or _POOL.closed:
             _POOL = WarmPool(2 if size is None else size, ("torch",) if preload is None else preload,
                              fork_server)
         else:
@@ -339,8 +351,7 @@ def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None,
                 _POOL.size, _POOL.fork_server = max(int(size), 0), fork_server
             if preload is not None and tuple(preload) != _POOL.preload:
                 _POOL.preload = tuple(preload)
-                with _POOL._lock:  # idle processes imported the old modules: start afresh
-                    stale, _POOL._idle = list(_POOL._idle), deque()
+                stale = _POOL.take_idle_all()  # they imported the old modules: start afresh
         pool = _POOL
     for c in stale:
         c.kill()

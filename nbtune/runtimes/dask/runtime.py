@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import threading
 import uuid
 from collections.abc import Mapping
@@ -37,11 +38,10 @@ from nbtune.runtimes.dask import worker_setup as ws
 from nbtune.runtimes.dask.cluster import Inventory, close_cluster, connect, listen_all, unlisten_all
 from nbtune.runtimes.dask.dask_page import Publisher, page_link
 from nbtune.runtimes.dask.driver import RunDriver
-from nbtune.runtimes.dask.driver_loop import drive
 from nbtune.runtimes.dask.execution import check_execution, check_thread_limits, for_experiment
 from nbtune.runtimes.dask.forkserver import DEFAULT_PRELOAD, ForkServer
 from nbtune.runtimes.dask.fused_job import FusedUnits
-from nbtune.runtimes.dask.inbox import Inbox
+from nbtune.runtimes.dask.inbox import Inbox, route
 from nbtune.runtimes.dask.jobs import RunSettings, resize_restarts
 from nbtune.runtimes.dask.links import WorkerLinks
 from nbtune.runtimes.dask.membership import Membership
@@ -53,6 +53,8 @@ if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
 
 __all__ = ["DaskRuntime", "DaskRuntimeError", "WallClock"]
+
+log = logging.getLogger("nbtune.dask")
 
 
 class DaskRuntimeError(RuntimeError):
@@ -158,7 +160,7 @@ class DaskRuntime:
         self._links: WorkerLinks | None = None
         self._clock = WallClock()
         self._page = Publisher()  # the Dask dashboard's nbtune page (dask_page)
-        #: running placements after the driver's last batch, republished whole (driver_loop)
+        #: running placements after the driver's last batch, republished whole (:meth:`_drive`)
         self._placed: Mapping[int, tuple[tuple[int, float], ...]] = MappingProxyType({})
 
     # ----------------------------------------------------------- Runtime API
@@ -179,6 +181,23 @@ class DaskRuntime:
         """The experiment's live runs (process groups) by trial id, a fused unit's under a
         negative key; read-only. The driver thread changes it: copy it to read elsewhere."""
         return MappingProxyType(self._driver.runs if self._driver is not None else {})
+
+    @property
+    def engine(self) -> Engine | None:
+        """The engine of the experiment attached last (None before the first one). Only the
+        driver thread changes it: read its plain fields elsewhere, never iterate its
+        mappings while the experiment runs."""
+        return self._engine
+
+    @property
+    def dask_cluster(self) -> Any:
+        """The Dask cluster object this runtime started (None when it joined one)."""
+        return self._cluster
+
+    @property
+    def ended(self) -> threading.Event:
+        """Set once the current experiment is over (:attr:`done`), for a thread to wait on."""
+        return self._done
 
     closed = property(lambda self: self._closed, doc="Closed: make a new runtime to run more.")
     busy = property(lambda self: self._engine is not None and not self.done,
@@ -288,9 +307,51 @@ class DaskRuntime:
         self._clock.start()
         hints = {"resize_restarts": resize_restarts(settings)}  # a replay must decide alike
         self._inbox.put(("event", ev.ExperimentStarted(0.0, self.inventory.spec(), hints)))
-        self._thread = threading.Thread(target=drive, args=(self,), name="nbtune-dask-driver",
+        self._thread = threading.Thread(target=self._drive, name="nbtune-dask-driver",
                                         daemon=True)
         self._thread.start()
+
+    def _drive(self) -> None:
+        """The driver thread: the one owner of the engine while the experiment runs.
+
+        Everything that happens reaches it through the :class:`~.inbox.Inbox`; it routes
+        each item (worker arrivals and losses to membership, trial messages to the run
+        driver), calls ``engine.handle`` once on the batch and hands the commands to the
+        run driver. After each batch it publishes what other threads may read as new
+        immutable objects (:meth:`placements`), never the engine's own mappings, which
+        only this thread changes. It ends on Finish, :meth:`close` or a failure.
+        """
+        engine, driver, members = self._engine, self._driver, self._members
+        assert engine is not None and driver is not None and members is not None
+        try:
+            while not self._halt.is_set():
+                items = self._inbox.batch()
+                events = driver.take_pending()
+                if items and log.isEnabledFor(logging.DEBUG):
+                    log.debug("t=%.3f inbox %s", self._clock.now(), [k for k, _ in items])
+                for kind, payload in items:  # to membership or the run driver (.inbox)
+                    events.extend(route(kind, payload, members, driver, self._clock))
+                driver.enforce_deadlines()
+                if events:
+                    driver.execute(engine.handle(*events))
+                    # a new one: readers keep theirs
+                    self._placed = MappingProxyType(dict(engine.running))
+                    # the engine just changed: the Dask dashboard's page may show it
+                    self._page.tick(self.client, engine, self.inventory, self._topic,
+                                    self._clock.now(), force=engine.done)
+                if driver.finished:
+                    break
+        except BaseException as exc:  # surfaced by wait(); the trials must not outlive it
+            log.exception("nbtune Dask driver failed")
+            self._error = exc
+            if self._links is not None:
+                driver.kill_all(f"driver error: {exc!r}")
+        finally:
+            if self._cluster is not None and not self._halt.is_set() and not self.keep:
+                self.close()  # a cluster we started ends with its experiment; else the
+            # subscriptions stay until the next experiment or close() (releasing them here
+            # raced the last messages of the ending runs)
+            self._done.set()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the experiment is over (True) or ``timeout`` passes (False)."""

@@ -110,6 +110,12 @@ class Trial:
         self._back: float | None = None
         self._work: float | None = None  # seconds of work before this report (execution.py)
 
+    @property
+    def told_to_stop(self) -> bool:
+        """The training function was told to stop (:meth:`should_stop` returned True, or a stop
+        ended a wait at a rung): an Optuna ``TrialPruned`` it raises then is no error."""
+        return self._told
+
     # --------------------------------------------------------------- reporting
     def report(self, *args: Any, step: float | None = None, **metrics: Any) -> bool:
         """Record the metrics after ``step`` cumulative units; True when the trial must stop
