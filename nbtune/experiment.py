@@ -142,19 +142,27 @@ class Experiment:
             return "failed"
         return "done" if self.done else ("paused" if self.engine.paused else "running")
 
+    def _control(self, event_type: type[ev.Event], *fields: Any) -> None:
+        """Hand a person's event to the runtime, unless the runtime has let this experiment's
+        engine go: it is over then, and the runtime may be running the next experiment."""
+        if self.engine.started and not self.runtime.drives(self.engine):
+            return
+        self.runtime.submit(event_type(self.runtime.clock.now(), *fields))
+
     def stop(self) -> None:
-        self.runtime.submit(ev.ExperimentStopRequested(self.runtime.clock.now()))
+        """End the experiment: stop every trial (nothing to do once it is over)."""
+        self._control(ev.ExperimentStopRequested)
 
     def stop_trial(self, trial_id: int) -> None:
-        self.runtime.submit(ev.TrialStopRequested(self.runtime.clock.now(), trial_id))
+        self._control(ev.TrialStopRequested, trial_id)
 
     def pause(self) -> None:
         """Checkpoint every running trial and free the GPUs until :meth:`unpause`."""
-        self.runtime.submit(ev.ExperimentPauseRequested(self.runtime.clock.now()))
+        self._control(ev.ExperimentPauseRequested)
 
     def unpause(self) -> None:
         """Continue after :meth:`pause` (paused trials resume from their checkpoints)."""
-        self.runtime.submit(ev.ExperimentResumeRequested(self.runtime.clock.now()))
+        self._control(ev.ExperimentResumeRequested)
 
     def set_concurrency(self, max_concurrent: int | None) -> None:
         """Run at most ``max_concurrent`` trials at once (``None`` lifts the cap)."""
@@ -164,7 +172,7 @@ class Experiment:
         ):
             raise ValueError(f"max_concurrent must be an integer >= 1 or None, "
                              f"got {max_concurrent!r}")
-        self.runtime.submit(ev.ConcurrencyChanged(self.runtime.clock.now(), max_concurrent))
+        self._control(ev.ConcurrencyChanged, max_concurrent)
 
     # ------------------------------------------------------------- results
     @property

@@ -177,10 +177,21 @@ def test_the_first_call_a_user_writes_just_works():
         exp.runtime.close()
 
 
+def gated_train(config, trial):
+    """``plain_train`` whose first report waits for the file ``config["gate"]``."""
+    import os
+
+    while not os.path.exists(config["gate"]):
+        time.sleep(0.05)
+    plain_train(config, trial)
+
+
 def test_one_runtime_runs_experiments_one_after_another(client, tmp_path):  # noqa: F811
+    """The controls of a finished experiment do not reach the next one on the same runtime."""
     import nbtune
 
     rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1)
+    gate = tmp_path / "go"
     try:
         first = nbtune.tune(plain_train, SPACE, algorithm="random", metric="loss",
                             max_budget=3, num_trials=2, runtime=rt, seed=0)
@@ -188,8 +199,12 @@ def test_one_runtime_runs_experiments_one_after_another(client, tmp_path):  # no
             nbtune.tune(plain_train, SPACE, algorithm="random", metric="loss", max_budget=3,
                         num_trials=2, runtime=rt, seed=0)
         first.wait(120)
-        second = nbtune.tune(plain_train, SPACE, algorithm="random", metric="loss",
-                             max_budget=3, num_trials=2, runtime=rt, seed=0)
+        second = nbtune.tune(gated_train, {**SPACE, "gate": str(gate)}, algorithm="random",
+                             metric="loss", max_budget=3, num_trials=2, runtime=rt, seed=0)
+        first.pause()
+        first.stop_trial(0)
+        first.stop()
+        gate.touch()
         second.wait(120)
     finally:
         rt.close()
