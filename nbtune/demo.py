@@ -15,10 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["DemoResult", "run_demo"]
+__all__ = ["DemoOptionError", "DemoResult", "run_demo"]
 
 #: modules the warm trial processes import before the first trial (so no trial pays them)
 PRELOAD = ("torch", "sklearn.datasets", "sklearn.model_selection", "nbtune.examples.digits")
+
+
+class DemoOptionError(ValueError):
+    """A bad ``run_demo`` argument, named by its parameter (``option``) so that a caller
+    (the command line) can name it as its user wrote it."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(f"{option} {problem}")
+        self.option, self.problem = option, problem
 
 
 @dataclass
@@ -50,13 +59,15 @@ def run_demo(*, trials: int = 48, max_budget: float = 27, workers: int = 2,
 
     # bad options fail here, before a cluster starts
     if workers < 1:
-        raise ValueError(f"--gpus (local workers) must be >= 1, got {workers}")
+        raise DemoOptionError("workers", f"must be >= 1, got {workers}")
     if trials < 1:
-        raise ValueError(f"--trials must be >= 1, got {trials}")
+        raise DemoOptionError("trials", f"must be >= 1, got {trials}")
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS)}")
+        raise DemoOptionError("algorithm", f"{algorithm!r} is unknown; choose one of "
+                                           f"{sorted(ALGORITHMS)}")
     if allocator not in ALLOCATORS:
-        raise ValueError(f"unknown allocator {allocator!r}; choose one of {sorted(ALLOCATORS)}")
+        raise DemoOptionError("allocator", f"{allocator!r} is unknown; choose one of "
+                                           f"{sorted(ALLOCATORS)}")
     store_path = Path(store) if store is not None else Path.cwd() / DEFAULT_DIR / DEFAULT_FILE
     if not store_path.is_file() and store_path.suffix not in (".db", ".sqlite", ".sqlite3"):
         store_path = store_path / DEFAULT_FILE  # a folder: the default file inside it
@@ -65,7 +76,7 @@ def run_demo(*, trials: int = 48, max_budget: float = 27, workers: int = 2,
     name = st.free_name("demo")
     report_path = Path(report) if report is not None else store_path.parent / f"{name}.html"
     if report_path.suffix.lower() not in (".html", ".htm"):
-        raise ValueError(f"--report must name an .html file, got {str(report_path)!r}")
+        raise DemoOptionError("report", f"must name an .html file, got {str(report_path)!r}")
     report_path.parent.mkdir(parents=True, exist_ok=True)
 
     wall = time.perf_counter()

@@ -75,9 +75,19 @@ def test_demo_bad_allocator_is_a_usage_error(capsys: pytest.CaptureFixture[str])
 
 
 @pytest.mark.parametrize("argv", [["--allocator", "no-such-allocator"],
-                                  ["--algorithm", "no-such-algorithm"], ["--trials", "0"]])
+                                  ["--algorithm", "no-such-algorithm"], ["--trials", "0"],
+                                  ["--gpus", "0"], ["--report", "out.txt"]])
 def test_real_demo_bad_option_fails_before_a_cluster_starts(
         argv: list[str], capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     assert main(["demo", "--store", str(tmp_path), *argv]) == 2
     captured = capsys.readouterr()
-    assert "error:" in captured.err and "cluster up" not in captured.out
+    assert f"error: {argv[0]}" in captured.err and "cluster up" not in captured.out
+
+
+def test_run_demo_names_its_own_parameters(tmp_path) -> None:
+    """The library function says ``workers``, not the command line's ``--gpus``."""
+    from nbtune.demo import DemoOptionError, run_demo
+
+    with pytest.raises(DemoOptionError, match="^workers must be >= 1") as err:
+        run_demo(workers=0, store=tmp_path, out=sys.stdout)
+    assert err.value.option == "workers" and "--" not in str(err.value)

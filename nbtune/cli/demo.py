@@ -61,8 +61,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return _cmd_demo_real(args)
 
 
+#: the command line's flag for each ``run_demo`` parameter an error can name
+_FLAGS = {"workers": "--gpus (local workers)", "trials": "--trials", "algorithm": "--algorithm",
+          "allocator": "--allocator", "report": "--report"}
+
+
 def _cmd_demo_real(args: argparse.Namespace) -> int:
-    from nbtune.demo import run_demo  # lazy: Dask and torch only when the demo runs
+    from nbtune.demo import DemoOptionError, run_demo  # lazy: Dask and torch when it runs
 
     try:
         res = run_demo(
@@ -72,7 +77,11 @@ def _cmd_demo_real(args: argparse.Namespace) -> int:
             algorithm=args.algorithm or "asha", allocator=args.allocator or "waterfill",
             seed=args.seed, store=args.store, report=args.report, out=sys.stdout,
         )
-    except ValueError as exc:  # a bad option (unknown algorithm or allocator, bad budget)
+    except DemoOptionError as exc:  # named as the user wrote it
+        print(f"nbtune demo: error: {_FLAGS.get(exc.option, exc.option)} {exc.problem}",
+              file=sys.stderr)
+        return 2
+    except ValueError as exc:  # a bad option tune() refuses (a bad budget)
         print(f"nbtune demo: error: {exc}", file=sys.stderr)
         return 2
     exp = res.experiment
