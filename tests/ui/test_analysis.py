@@ -1,0 +1,116 @@
+"""The analysis views' data (history, parallel coordinates, importance, slices) agree with
+``exp.results()`` and with what scikit-learn computes from the same trials."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nbtune.core.space import choice, loguniform, uniform
+from nbtune.ui import analysis as an
+from nbtune.ui.model import DashboardModel, Points
+from nbtune.ui.snapshot import Snapshots
+from tests.ui.conftest import SPACE, experiment, run
+
+
+@pytest.fixture(scope="module")
+def finished():
+    exp = run(experiment("asha", trials=40, gpus=4))
+    snap = Snapshots(DashboardModel(exp.engine, runtime=exp.runtime)).take()
+    return exp, snap
+
+
+def test_history_has_one_point_per_trial_and_the_running_best(finished):
+    exp, snap = finished
+    res = exp.results().set_index("trial_id")
+    h = an.history(snap, by="trial")
+    assert list(h.trial_id) == sorted(res.index)
+    assert list(h.value) == [res.loc[t, "last"] for t in h.trial_id]
+    assert list(h.budget) == [res.loc[t, "budget_used"] for t in h.trial_id]
+    assert list(h.best) == list(np.minimum.accumulate(h.value))
+    by_time = an.history(snap)
+    assert list(by_time.x) == sorted(by_time.x)  # in the order the values were reported
+    assert sorted(by_time.trial_id) == list(h.trial_id)
+    assert list(by_time.best) == list(np.minimum.accumulate(by_time.value))
+    with pytest.raises(ValueError, match="by must be"):
+        an.history(snap, by="epoch")
+
+
+def test_a_budget_keeps_only_the_trials_that_reached_it(finished):
+    exp, snap = finished
+    res = exp.results()
+    b = an.default_budget(snap)
+    counts = {x: int((res["budget_used"] >= x).sum()) for x in set(res["budget_used"])}
+    # the highest budget enough trials reached
+    assert b == max(x for x, n in counts.items() if n >= an.MIN_TRIALS)
+    assert an.budgets(snap) == sorted(set(res["budget_used"]))
+    shown = an.history(snap, budget=b, by="trial")
+    assert set(shown.trial_id) == set(res.loc[res["budget_used"] >= b, "trial_id"])
+    assert min(shown.budget) >= b
+
+
+def test_parallel_coordinates_carry_every_trials_values(finished):
+    exp, snap = finished
+    pc = an.parallel_coordinates(snap, SPACE)
+    res = exp.results().set_index("trial_id")
+    assert pc["trial_id"] == sorted(res.index)
+    for k in SPACE:
+        assert pc[k] == [res.loc[t, f"config/{k}"] for t in pc["trial_id"]]
+        assert pc[f"{k}/unit"] == [SPACE[k].to_unit(v) for v in pc[k]]
+        assert all(0.0 <= u <= 1.0 for u in pc[f"{k}/unit"])
+    assert pc["loss"] == [res.loc[t, "last"] for t in pc["trial_id"]]
+    assert min(pc["loss/unit"]) == 0.0 and max(pc["loss/unit"]) == 1.0
+    sl = an.slices(snap, SPACE)
+    assert set(sl) == set(SPACE)
+    assert sl["lr"]["x"] == pc["lr"] and sl["lr"]["value"] == pc["loss"]
+
+
+def test_importance_is_the_forests_and_the_same_each_time(finished):
+    from sklearn.ensemble import RandomForestRegressor
+
+    _, snap = finished
+    imp = an.importance(snap, SPACE, seed=3)
+    assert imp is not None and set(imp) == set(SPACE)
+    assert sum(imp.values()) == pytest.approx(1.0)
+    assert an.importance(snap, SPACE, seed=3) == imp  # a fixed seed: the same bars
+    pc = an.parallel_coordinates(snap, SPACE)
+    x = np.array([pc[f"{k}/unit"] for k in SPACE]).T
+    forest = RandomForestRegressor(n_estimators=64, random_state=3).fit(x, pc["loss"])
+    want = forest.feature_importances_ / forest.feature_importances_.sum()
+    assert list(imp.values()) == pytest.approx(list(want))
+
+
+class Snap:
+    """A snapshot's rows and curves, made by hand: trials whose loss depends on ``lr`` alone."""
+
+    metric, mode = "loss", "min"
+
+    def __init__(self, configs, values, budget=9.0) -> None:
+        self.rows = tuple({"trial_id": i, "config": MappingProxyType(c), "last": v,
+                           "budget": budget, "start": 0.0} for i, (c, v) in
+                          enumerate(zip(configs, values, strict=True)))
+        self.curves = {i: Points([budget], [v], [float(i)]) for i, v in enumerate(values)}
+
+
+@given(st.integers(0, 2**31 - 1))
+def test_the_hyperparameter_that_decides_the_loss_is_the_most_important(seed):
+    space = {"lr": loguniform(1e-4, 1e-1), "dropout": uniform(0.0, 0.5),
+             "opt": choice(["adam", "sgd"])}
+    rng = np.random.default_rng(seed)
+    configs = [{k: d.sample(rng) for k, d in space.items()} for _ in range(40)]
+    values = [float((np.log10(c["lr"]) + 2.5) ** 2) for c in configs]
+    imp = an.importance(Snap(configs, values), space)
+    assert imp is not None and max(imp, key=imp.get) == "lr" and imp["lr"] > 0.8
+
+
+def test_too_few_or_equal_values_give_no_importance():
+    space = {"lr": uniform(0.0, 1.0), "wd": uniform(0.0, 1.0)}
+    few = [{"lr": 0.1 * i, "wd": 0.5} for i in range(an.MIN_TRIALS - 1)]
+    assert an.importance(Snap(few, [float(i) for i in range(len(few))]), space) is None
+    same = [{"lr": 0.1 * i, "wd": 0.5} for i in range(8)]
+    assert an.importance(Snap(same, [1.0] * 8), space) is None
+    assert an.default_budget(Snap([], [])) is None
