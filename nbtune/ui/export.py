@@ -2,7 +2,8 @@
 
 The file opens offline (GPU servers and their users' laptops often have no CDN
 access) and needs no kernel: the same :class:`~nbtune.ui.figures.Figures` the
-live dashboard uses, rendered once from a snapshot of the finished experiment.
+live dashboard uses, and its analysis views at their default budget, rendered once
+from a snapshot of the experiment.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nbtune.ui.analysis import importance
+from nbtune.ui.analysis_figures import AnalysisFigures, analysis_layout
 from nbtune.ui.figures import Figures, summary_html
 from nbtune.ui.model import DashboardModel
 from nbtune.ui.snapshot import Snapshots
@@ -30,11 +33,15 @@ def report_html(experiment: Any, *, title: str | None = None) -> str:
     finally:
         model.close()
     name = title or f"nbtune: {experiment.name}"
-    figs = Figures(experiment.metric, experiment.mode, title=name,
-                   space=experiment.engine.algorithm.space)
+    space = experiment.engine.algorithm.space
+    figs = Figures(experiment.metric, experiment.mode, title=name, space=space)
     figs.render(snap)
     figs.set_header(summary_html(name, snap))
-    return file_html(figs.layout, INLINE, title=name)
+    views = AnalysisFigures(experiment.metric, experiment.mode, space)
+    views.render(snap, importance(snap, views.space, budget=views.budget(snap)))
+    # no kernel behind a file to re-render another budget: the selector says which it shows
+    views.budget_select.disabled = True
+    return file_html(analysis_layout(figs, views), INLINE, title=name)
 
 
 def export_html(experiment: Any, path: str | Path, *, title: str | None = None) -> Path:

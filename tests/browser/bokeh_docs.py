@@ -35,7 +35,8 @@ READ_DOCS_JS = """
                                        m.constructor.__name__ === "Figure");
     const titled = (word) => plots.find((p) => p.title && String(p.title.text).includes(word));
     const alloc = titled("allocation");
-    const util = plots.find((p) => p !== alloc && p.title && p !== titled("learning"));
+    // the utilization strip shares the allocation strip's time axis
+    const util = plots.find((p) => p !== alloc && alloc != null && p.x_range === alloc.x_range);
     // labels keyed by the tick's number: BokehJS looks them up by number, a string key
     // never matches and the axis shows 0.5, 1.5
     const labelled = (o) => o instanceof Map ? Object.fromEntries(
