@@ -1,6 +1,6 @@
 """Comments and docstrings in ``nbtune/`` say what the code is and why, not its history.
 
-A comment that cites an issue ("issue 15"), a working session ("session 9") or a
+A comment that cites an issue ("issue N"), a working session ("session N") or a
 commit hash ages badly: a reader of the code cannot follow it, and the code moves on
 while the citation stays. Those belong in commit messages and ``benchmarks/RESULTS.md``.
 This test reads every module's comments (with :mod:`tokenize`) and docstrings (with
