@@ -1,6 +1,6 @@
 """Bubble fidelity: the simulator's bubble model, calibrated by a short probe, against a real host.
 
-Issue #12 item 4: "predicted bubble fill and host slowdown within 10 % of
+The goal: "predicted bubble fill and host slowdown within 10 % of
 measured". The model is :class:`nbtune.allocators.bubbles.PipelineHost` with a
 :class:`~nbtune.allocators.bubble_model.CoLocation` (slowdown σ, fill φ,
 compute stretch κ). Nothing it is given is read off the phase it predicts,

@@ -14,7 +14,7 @@ under the same load of a shared machine, iteration by iteration. It reports:
 * the measured bubble ratio (alone runs) against 1F1B's (p−1)/(m+p−1);
 * correctness: each guest's final weights equal an ungated run of as many
   steps, and its running intervals never overlap its stage's compute;
-* what-if (issue #12 item 4): the simulator's bubble model
+* what-if: the simulator's bubble model
   (:class:`nbtune.allocators.bubbles.PipelineHost`) calibrated by a
   co-location probe (the run's first third of measured iterations: slowdown,
   fill, compute stretch) and fed the later iterations' held figures predicts

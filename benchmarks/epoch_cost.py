@@ -1,6 +1,6 @@
 """epoch_cost: one epoch inside an nbtune trial process against the same code in-process.
 
-Issue 15 item 4 asks that the per-epoch cost inside a trial process be within 10 % of
+The goal: the per-epoch cost inside a trial process within 10 % of
 the same code run in-process. The workload is ``vs_peers``' CNN on digits (one torch
 thread, ``PASSES`` passes per epoch), four fixed configurations, ``--epochs`` epochs each:
 

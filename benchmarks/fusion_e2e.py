@@ -10,7 +10,7 @@ ordinary trial. A warm-up experiment runs first (unmeasured), then the sides alt
 ratio of the median makespans (``Experiment.makespan``: first launch to last trial end,
 on the experiment's clock), and each trial's final loss must agree across the sides.
 
-Goal (issue 10): makespan ratio >= 3x, identical per-trial final metrics within 1e-4.
+Goal: makespan ratio >= 3x, identical per-trial final metrics within 1e-4.
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/fusion_e2e.py [--trials 64] [--reps 2]
 [--fusion 32|true]``.

@@ -1,7 +1,7 @@
 """gpu_packing_whatif: the simulator's answer to gpu_packing, from what the H200 run measured.
 
 A what-if, not a measurement: ``gpu_packing`` on a real GPU is the truth
-(``benchmarks/RESULTS.md``, "GPU, session 9"). The workload model is built
+(``benchmarks/RESULTS.md``, the first GPU run). The workload model is built
 from that run's profiles: nine signatures (channels × batch size); seconds
 per epoch alone by batch size (16: 0.65 s, 32: 0.28 s, 64: 0.13 s); NVML
 compute share alone (0.03, 0.073, 0.09); 6.5 s per trial of launch

@@ -23,7 +23,7 @@ model: plain, that trial's last-epoch accuracy; hydro, the target trial's. A war
 runs first (unmeasured), then the sides alternate (plain, hydro, plain, hydro, ...) so
 load on the shared machine hits both alike; the medians are compared.
 
-Goal (issue 11): makespan >= 2.8x shorter, target accuracy within 0.5 points (not worse
+Goal: makespan >= 2.8x shorter, target accuracy within 0.5 points (not worse
 than plain's by more than 0.005).
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/hydro_e2e.py [--rounds 2] [--epochs 6]

@@ -1,4 +1,4 @@
-"""Load: 10,000 trials in one experiment and 20 experiments in one store (issue 9).
+"""Load: 10,000 trials in one experiment and 20 experiments in one store.
 
 On the simulator (the engine, the recorder and the store are what is
 measured; the Dask runtime's per-trial costs are in dask_runtime_latency and

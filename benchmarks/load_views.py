@@ -2,8 +2,8 @@
 
 Run: ``python benchmarks/load_views.py`` (``--trials`` / ``--experiments`` to vary).
 
-Issue 9 (reliability) asks that the engine, the store and the dashboard stay
-responsive at this size. One SQLite store gets a 10,000-trial random search
+The engine, the store and the dashboard must stay responsive at this size.
+One SQLite store gets a 10,000-trial random search
 (simulated: 256 GPUs, budgets 1-9, so the run takes seconds, not days) and
 19 small experiments beside it. Then, the way a person would, it times:
 

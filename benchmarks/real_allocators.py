@@ -5,9 +5,9 @@ data set, ASHA (η = 3, 1–9 epochs) — on a real 2-worker LocalCluster (one
 thread each, each worker one CPU "GPU"), under ``fifo``, ``waterfill``,
 ``knapsack-wfd``, ``fluid+knapsack`` and ``auto``, alternating, in rounds.
 The training function is written the ordinary way (train from epoch 1,
-report each epoch, return when told) and also checkpoints: until the
-stopping mode of issue 15 part 1 lands, ASHA's promotions and Fluid's
-resizes relaunch trials, and a relaunch must resume from its checkpoint.
+report each epoch, return when told) and also checkpoints: Fluid's resizes
+(and ASHA's promotions, in promotion mode) relaunch trials, and a relaunch
+must resume from its checkpoint.
 
 "Once profiled": a first, uncounted ``auto`` run measures the model (time
 alone, its probe of two packed trials, CPU share and memory) into a store;

@@ -14,7 +14,7 @@ so that, as in the paper, the 20-minute deadline is tight (the cheapest static
 cluster is several instances). Fig. 4's image is not in the paper text we have,
 so the exact values are not read from it.
 
-Goals (issue 13): planned/static cost <= 0.46 at 20 min; planned never costlier
+Goals: planned/static cost <= 0.46 at 20 min; planned never costlier
 than static at 20, 30 and 40 min; the 20-minute plan's shape close to Table 3
 (per trial count: GPUs per trial and cluster size within 2x of the paper's);
 each plan computed in < 1 s (wall, fastest of 3 runs: the machine is shared).

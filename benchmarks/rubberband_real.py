@@ -22,7 +22,7 @@ RubberBand assumes hyperparameters do not change throughput (§3).
 Also printed: the same plan replayed on the model with the run's own measurements
 (``profile_from_experiment``), which separates the model's error from a stale profile.
 
-Goals (issue 13): measured JCT and cost within 10 % of the plan's prediction;
+Goals: measured JCT and cost within 10 % of the plan's prediction;
 the cluster size over time follows the plan (each stage holds the planned workers
 within 5 s of its start, through to its end).
 """

@@ -16,7 +16,7 @@ Workloads (sources and model parameters in benchmarks/README.md):
 Run: ``.venv/bin/python benchmarks/seed_workloads.py`` (add ``--quick`` for one seed,
 ``--second-run`` to report each run after a first run of the same model filled the
 profiler's job history). No allocator is handed the workload model: they read what the
-runtime's profiler measured (issue 15).
+runtime's profiler measured.
 """
 
 from __future__ import annotations

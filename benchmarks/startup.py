@@ -20,7 +20,7 @@ process: the cluster and warm processes are kept). Printed phases, in seconds:
   same machine's), and ``first_epoch``: that first report minus its entry
   (imports and the data set loaded on first use land there).
 
-Goal (issue 15): start-up (cluster + warm processes: ``startup``) <= 3 s cold,
+Goal: start-up (cluster + warm processes: ``startup``) <= 3 s cold,
 and 0 s for the second experiment (its ``tune()`` call; <= 0.25 s accepted as 0).
 ``first_report`` is what a user sees; it is printed next to the goal, not in it.
 ``import_floor``, timed in a fresh interpreter just before the cold run, is what

@@ -62,7 +62,7 @@ def make_loop(n: int, epochs: int = 9):
 
 def experiment(rt, fn, trials: int, seed: int) -> tuple[float, float, dict, int, float]:
     """(wall s, busy worker ms per epoch, launches by mode, trials in error, best loss) of one
-    ASHA experiment. Busy time per epoch is issue 15's per-epoch cost: the trials' slot-seconds
+    ASHA experiment. Busy time per epoch is the per-epoch cost: the trials' slot-seconds
     over the epochs they trained, which does not depend on how many epochs ASHA let run."""
     import nbtune
     from nbtune.core.space import uniform

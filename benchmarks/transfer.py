@@ -22,9 +22,9 @@ data order; seed 0 seeds as the earlier single run did) and ranks by the loss
 averaged over seeds; it also reports each seed's own Spearman and a bootstrap
 over seeds (5th-95th percentile of the Spearman, and of µP minus SP at S = 4 with
 the same resampled seeds on both arms), so a difference can be told from noise:
-``met`` counts µP as higher only when it is in >= 90 % of the draws (session 8
-measured a seed-to-seed sd of the CNN's S = 4 Spearman of ~0.04, more than the
-µP - SP gap of one seed).
+``met`` counts µP as higher only when it is in >= 90 % of the draws (the CNN's S = 4
+Spearman varies more from seed to seed than the µP - SP gap of one seed; RESULTS.md,
+transfer).
 ``--cnn-channels 64,128`` widens the CNN target; ``--tasks cnn_adam`` runs one task
 (``met`` needs both, so it is false then); ``--dump`` writes every run, ``--load``
 recomputes the figures from dumps (one per task, or seeds added with ``--first-seed``).

@@ -33,7 +33,7 @@ faster with those epochs), so a ratio missed by the stop rule's choice of epochs
 shows apart from one missed by the runtime (``efficiency``, ``bound_ratios``).
 
 Each system runs in its own fresh process, in alternating order, for
-``--rounds`` rounds (median wall time reported). Goals (issue 15): cold >= 1.6x
+``--rounds`` rounds (median wall time reported). Goals: cold >= 1.6x
 faster than Optuna n_jobs=1 and >= 1.4x faster than Ray Tune; warm >= 1.8x
 faster than Optuna n_jobs=1; best accuracy within 0.5 % of the best peer's;
 0 trials in error. Ends with one JSON line.
@@ -57,9 +57,8 @@ sys.path.insert(0, str(ROOT))
 from two_core_bound import bounds, priced, work  # noqa: E402
 
 MAX_EPOCHS = 27
-#: passes over the training split per reported epoch, to size the job (the issue asks for
-#: Optuna ``n_jobs=1`` at 20-40 s): with 3, it took 59-70 s on the quiet 2-core machine
-#: (RESULTS.md, session 5); 2 would give about 40-47 s
+#: passes over the training split per reported epoch, to size the job (the goal puts
+#: Optuna ``n_jobs=1`` at 20-40 s; 3 passes take well over that, see RESULTS.md, vs_peers)
 PASSES = 2
 TRIALS = 64
 ETA = 3

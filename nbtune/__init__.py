@@ -60,10 +60,10 @@ def load_ipython_extension(ipython: object) -> None:
 
 def _lazy(name: str) -> object:
     """The public name ``name``, imported now (None: not one of nbtune's)."""
-    # tune and Experiment bring pandas and the engine (0.5 s); each Dask worker and
-    # the fork server import nbtune only to unpickle its plugins, which need neither
-    # (issue 15: 0.5 s of CPU off each of them at start-up); nbtune.resume needs the
-    # store (SQLAlchemy); distributed is heavy. Each is imported on first use.
+    # tune and Experiment bring pandas and the engine; each Dask worker and the fork
+    # server import nbtune only to unpickle its plugins, which need neither (so their
+    # start-up does not pay for them); nbtune.resume needs the store (SQLAlchemy);
+    # distributed is heavy. Each is imported on first use.
     if name == "tune":
         from nbtune.api import tune
 

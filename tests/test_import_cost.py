@@ -2,7 +2,7 @@
 
 Every Dask worker imports nbtune when it unpickles nbtune's worker plugins, and the
 driver imports it first thing: torch pulled in through ``nbtune.fusion``'s package
-imports cost 10 of a worker's 16 s start-up on the loaded 2-core machine (issue 15).
+imports would be most of a worker's start-up.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def _run(code: str) -> None:
 
 def test_worker_side_imports_leave_out_pandas_and_the_experiment():
     # every Dask worker imports the plugin module to unpickle the warm-pool plugin, and the
-    # fork server runs its own module: neither needs tune() or the engine, which cost
-    # 0.5 s of CPU each at a cluster's start-up (issue 15)
+    # fork server runs its own module: neither needs tune() or the engine, which would
+    # cost CPU each at a cluster's start-up
     _run("import sys, nbtune.runtimes.dask.plugin, nbtune.runtimes.dask.forkserver\n"
          "heavy = {'pandas', 'nbtune.api', 'nbtune.experiment', 'nbtune.engine.engine',\n"
          "         'nbtune.runtimes.sim'} & set(sys.modules)\n"

@@ -17,8 +17,8 @@ in Syne Tune (``type=``):
   trial goes on when it is in the top ``floor(n/eta)`` of the ``n`` results
   at the rung, its own included, and while ``n < eta`` only when it is the
   best so far (Optuna's ``SuccessiveHalvingPruner``, decision for decision).
-  Stricter at small ``n``: on ``vs_peers``' samples it trained 24-33 % fewer
-  epochs than Ray's rule (benchmarks/RESULTS.md, "asha_rules").
+  Stricter at small ``n``, so it trains fewer epochs than Ray's rule (the
+  comparison is in benchmarks/RESULTS.md, "asha_rules").
 * ``"promotion"`` (Li et al.'s Algorithm 2): every trial trains to its
   rung's budget and pauses. Whenever a slot frees up, :meth:`ASHA.ask`
   first looks for a promotion — from the highest rung down, a paused trial
@@ -78,9 +78,9 @@ def asha_keeps(others: list[float], loss: float, eta: float) -> bool:
     ``100/eta`` percentile (linear interpolation; Ray's
     ``nanpercentile(rewards, (1 - 1/rf) * 100)`` on negated losses), and the
     first trial at a rung always goes on. Counting the trial's own result in
-    the percentile, as this rule did before, kept one rank more at every
-    rung: with 3 results recorded, the second best of 4 went on, where Ray
-    stops it unless it is within two thirds of the way to the best.
+    the percentile would keep one rank more at every rung: with 3 results
+    recorded, the second best of 4 would go on, where Ray stops it unless it
+    is within two thirds of the way to the best.
     Unlike Ray (whose NaN reward is never stopped), a missing or NaN result
     counts as the worst; ``-inf`` as the best.
     """
@@ -107,8 +107,8 @@ def _finite(key: float, bottom: float, top: float) -> float:
 def asha_keeps_ranked(ranked: list[tuple[float, int]], loss: float, eta: float) -> bool:
     """:func:`asha_keeps` on ``others`` kept sorted by ``(rank_key, trial_id)``: O(log n), not O(n).
 
-    Judging every report against the whole rung made a 10,000-trial ASHA run
-    quadratic (49 s, 90 % of it here). The rung is already sorted, so the
+    Judging every report against the whole rung would make a large ASHA run
+    quadratic in its trials. The rung is already sorted, so the
     percentile is two look-ups and numpy's linear interpolation between them;
     non-finite keys get the stand-ins of :func:`asha_keeps`, so both give the
     same answers.
@@ -201,8 +201,8 @@ class ASHA(BaseAlgorithm):
         #: per rung: trial id -> loss recorded when the trial reached that rung
         self.rung_results: list[dict[int, float]] = [{} for _ in self.rungs]
         #: per rung: (rank key, trial id) kept sorted as results arrive, so finding the
-        #: next promotion does not re-sort the rung on every report (O(n log n) each time
-        #: made a 1,000-trial run take seconds)
+        #: next promotion does not re-sort the rung on every report (O(n log n) each time,
+        #: seconds over a run of a thousand trials)
         self._ranked: list[list[tuple[float, int]]] = [[] for _ in self.rungs]
         self.promoted: list[set[int]] = [set() for _ in self.rungs]
         self.level: dict[int, int] = {}

@@ -24,7 +24,8 @@ runtime's profiler measured (``hints["profiles"]``), per decision:
    (``gpu_room`` ≥ 2) is packed at once, c = that room, capped; packed times
    measured later settle c as in 1. Many small configurations of different
    shapes (each its own signature, each stopped early) never give the probe
-   two trials of one model running on, and left a GPU 90 % idle under FIFO.
+   two trials of one model to run together, and FIFO would leave their GPU
+   mostly idle.
 3. Otherwise (c = 1 and d = 1 measured): FIFO for the rest of the run.
 
 A second run of the same model reads c and d from the job history and

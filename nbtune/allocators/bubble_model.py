@@ -6,7 +6,7 @@ follows from the host's own timeline:
 
 * the host's **slowdown** σ under a guest: on a GPU Hydro saw none; on CPU
   the guest shares its stage's core (caches, gloo's I/O thread, wake-ups), and
-  gated iterations ran 8–40 % longer (``benchmarks/RESULTS.md``);
+  gated iterations run longer (by how much: ``benchmarks/RESULTS.md``);
 * the **fill** φ: guest progress (its steps × its solo step time) per second
   of bubble. The gate's pause/resume, kernel start-up and, on a shared
   machine, whoever else wants the core eat the rest.
@@ -22,13 +22,13 @@ takes κ(1 − i)T of it (κ, the compute stretch, measured too; 1 when the gate
 keeps the guest out of the stage's compute), so it idles
 T(1 + σ) − κ(1 − i)T: the slowdown *grows* the bubbles, it does not shrink
 them; the guest turns φ of that into progress. With σ = 0, κ = 1 and φ the
-old constant ``efficiency``, this is exactly the old model (speed i × efficiency).
+host's constant ``efficiency``, this is the probe-less model (speed i × efficiency).
 
 σ is a ratio of iteration times, but a guest's cost is paid per compute chunk
 (each chunk that resumes after an idle gap may find the guest holding the
 core: a wake-up, a handoff, up to one ``grace`` before its SIGSTOP). A host
 with twice the microbatches has twice the chunks at half the length, so σ
-does not carry over (measured: under-predicted by a third at 8 microbatches,
+does not carry over (it under-predicts the cost at more microbatches,
 ``benchmarks/RESULTS.md``). The probe therefore also measures δ, the seconds a
 gated iteration grows per *resumption* (a compute chunk that starts after an
 idle gap, counted on the host's own no-guest timeline: :func:`resumptions`),

@@ -1,9 +1,9 @@
 """Per-GPU load and trial counts, indexed for placing widths, updated as trials move.
 
-:func:`~nbtune.allocators.waterfill.place_widths` used to rebuild every GPU's
-load from all running placements and then scan every GPU for each trial it
-placed; DynamicFluid calls it once per scale-up step, on every engine
-schedule call, so a decision cost O(trials × GPUs). A :class:`GpuBook` is
+Rebuilding every GPU's load from all running placements and then scanning
+every GPU for each trial placed would cost :func:`~nbtune.allocators.waterfill.place_widths`
+O(trials × GPUs) a decision, and DynamicFluid calls it once per scale-up step,
+on every engine schedule call. A :class:`GpuBook` is
 built once per ``place_widths`` call (a :class:`~nbtune.allocators.held_book.HeldBook` is kept by the
 Fluid allocators from one decision to the next) and kept current as trials
 are placed, with three indexes that answer Fluid's placement questions
@@ -19,9 +19,9 @@ without a scan:
   (float addition is monotone).
 
 The rules, the tie-breaks and the float arithmetic on loads are exactly those
-of the scan they replace (a load's value depends on the order shares were added,
-so ``HeldBook`` re-adds a GPU's shares in the caller's trial order
-whenever one of them changes, as the rebuild did).
+of a plain scan over every GPU (a load's value depends on the order shares were
+added, so ``HeldBook`` re-adds a GPU's shares in the caller's trial order
+whenever one of them changes, as a rebuild from scratch would).
 
 A book is derived from the engine's ledger, not a second one: it starts from
 the placements the :class:`~nbtune.allocators.base.LedgerView` lists as

@@ -76,7 +76,7 @@ class HeldBook(GpuBook):
                 touched.add(g)
 
     def _resum(self, g: int) -> None:
-        """Re-add GPU ``g``'s shares in ``held`` order, as the rebuild did."""
+        """Re-add GPU ``g``'s shares in ``held`` order, as a rebuild from scratch would."""
         on = self.on[g]
         total, n = 0.0, 0
         for q in sorted(on):

@@ -100,8 +100,8 @@ def _room_and_demands(
     compute = ratio - np.array([load.get(g, 0.0) for g in gpu_ids], dtype=float)
     memory = base.memory.copy()
     node_cpus = base.node_cpus.copy()
-    # every running trial's memory off its GPUs and cores off their nodes, in the order the
-    # per-trial loop took them (ufunc.at applies repeated indices one after another)
+    # every running trial's memory off its GPUs and cores off their nodes, in the order a
+    # per-trial loop would take them (ufunc.at applies repeated indices one after another)
     running = view.running
     demands = demand_of.many(view, running)
     pos_get = pos.get

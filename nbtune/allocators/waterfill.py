@@ -124,7 +124,7 @@ def fill_leftover(
     total = int(math.floor(n_gpus + _TOL))
     if runtimes is not None:
         ws = np.fromiter(out.values(), dtype=float, count=len(out))
-        if np.isfinite(ws).all():  # (else the loop below raises as it always did)
+        if np.isfinite(ws).all():  # (else the loop below raises)
             # the same counts as below (a sum of whole numbers of GPUs is exact in floats)
             wide = ws >= 1 - _TOL
             whole = int(np.floor(ws[wide] + _TOL).sum())
@@ -204,8 +204,8 @@ def _fill_batched(
         w = np.where(w < one, 1.0, np.floor(w + _TOL) + 1.0)
         rungs.append(w)
     table = np.stack(rungs)
-    # runtimes only where a step can land (the only ones read, and the only ones the
-    # loop this replaces evaluated); 1.0 stands in elsewhere
+    # runtimes only where a step can land (the only ones read, and the only ones a
+    # per-step loop would evaluate); 1.0 stands in elsewhere
     times = np.asarray(runtimes(tids, np.where(table <= lim, table, 1.0)), dtype=float)
     # offer at rung k: the step to rung k + 1 fits under d and is faster; a trial's
     # offers end at its first rung that has none (it is not offered again after that)

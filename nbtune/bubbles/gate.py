@@ -50,7 +50,7 @@ class Gate:
         self.lock = ctx.Lock()
         # "the host has been idle since": one token, posted without waiting. Not an Event: an
         # Event's set() waits until every sleeper has woken (multiprocessing's Condition.notify),
-        # which made the host wait for a low-priority guest to be scheduled at every chunk end
+        # which would make the host wait for a low-priority guest to be scheduled at every chunk end
         self.wake = ctx.BoundedSemaphore(1)
         self.wake.acquire()
         self.want = ctx.RawValue("b", 0)  # 1 while the host stage computes or is about to

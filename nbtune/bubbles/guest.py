@@ -38,8 +38,8 @@ class GuestSpec:
     stop_with_host: bool = False  # end at the first step boundary after the host has ended
     #: the guest process's niceness. The gate keeps the guest out of the stage's compute, but
     #: on CPU the stage's communication (gloo's I/O thread) needs the core too, during the
-    #: bubble: at nice 0 a running guest delays it by whole time slices (measured: gated
-    #: iterations 2x slower); at 19 it preempts the guest at once. The price, on a machine
+    #: bubble: at nice 0 a running guest delays it by whole time slices (gated iterations
+    #: slow down markedly); at 19 it preempts the guest at once. The price, on a machine
     #: shared with other jobs, is that their processes starve the guest as well.
     nice: int = 19
     #: run the guest in Linux's SCHED_IDLE class: it gets a core only when nothing else wants

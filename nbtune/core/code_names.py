@@ -50,8 +50,8 @@ def modules_used(fn: Any, depth: int = 3) -> list[str]:
     the modules its code and the code it calls import or use as globals.
 
     A trial process that imports these before its first job does not pay them
-    inside its first epoch (scikit-learn's import was 1-2 s of the first
-    epoch's 3-4 s, issue 15). Imports in a branch that never runs are listed too.
+    inside its first epoch (an import such as scikit-learn's can be a large part
+    of a short first epoch). Imports in a branch that never runs are listed too.
     """
     out: dict[str, None] = {}
     fn = getattr(fn, "__func__", fn)

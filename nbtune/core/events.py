@@ -5,7 +5,7 @@ cluster grew) into these and feed them to :meth:`nbtune.engine.Engine.handle`.
 Every event carries the runtime's timestamp, so the engine never reads a clock.
 
 Events are treated as immutable but are plain slotted dataclasses, not frozen
-ones: a frozen dataclass's ``__init__`` costs ~3x more, and the simulator makes
+ones: a frozen dataclass's ``__init__`` costs several times more, and the simulator makes
 one event per budget unit of every trial (dask's worker state machine makes
 the same trade).
 """

@@ -5,7 +5,7 @@ The package facade (``nbtune/__init__.py``) plugs the UI in at ``import nbtune``
 registry lives here, in the lowest layer, so that the facade can fill it without
 importing the experiment (pandas, the engine): ``import nbtune`` stays light for
 the processes that only need a runtime's worker side (Dask workers unpickling
-nbtune's plugins, the fork server; issue 15). It holds any object; the
+nbtune's plugins, the fork server). It holds any object; the
 experiment states what it asks of it (``nbtune.experiment.Frontend``).
 """
 

@@ -12,9 +12,9 @@ import importlib
 from typing import Any
 
 #: where each public name lives; imported on first use (PEP 562), because these need torch
-#: and the engine imports :mod:`nbtune.fusion.planner` (pure): an eager import here made
-#: ``import nbtune`` (and every Dask worker, through nbtune's plugins) import torch,
-#: 10 of 16 s of a worker's start-up on the loaded 2-core machine (issue 15)
+#: and the engine imports :mod:`nbtune.fusion.planner` (pure): an eager import here would
+#: make ``import nbtune`` (and every Dask worker, through nbtune's plugins) import torch,
+#: most of a worker's start-up time
 _WHERE = {
     "fused_loss": "loss", "member_accuracy": "loss",
     "FusedModel": "model", "FusionError": "model", "fuse": "model", "supported_layers": "model",

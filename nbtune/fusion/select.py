@@ -1,8 +1,8 @@
 """Choosing a fused layer's implementation by measuring it on this machine.
 
 Whether one batched kernel beats F ordinary calls depends on the layer, its shapes, F and the
-hardware (measured here on 2 CPU threads: ``baddbmm`` wins for MLPs, a per-member loop wins
-for some small convolutions), so the choice is measured, not fixed. The measurement runs the
+hardware (on CPU, for instance, ``baddbmm`` can win for MLPs while a per-member loop wins for
+some small convolutions), so the choice is measured, not fixed. The measurement runs the
 candidate forward *and* backward on a detached copy of the input a few times and keeps the
 fastest median; it costs a few milliseconds once per layer and input shape.
 """

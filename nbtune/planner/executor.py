@@ -282,8 +282,8 @@ class PlanExecutor:
         left = len(workers) - len(victims)
         with contextlib.suppress(Exception):
             # rescaled to ``target``, a SpecCluster closes the newest workers by *name*: with a
-            # busy excess worker spared above, that was the busy one (CI: a held SHA trial's
-            # worker went). Its spec forgets exactly the retired workers; the busy one is
+            # busy excess worker spared above, that can be the busy one (a held SHA trial's
+            # worker would go). Its spec forgets exactly the retired workers; the busy one is
             # retired at a later tick, once idle
             spec = getattr(self.cluster, "worker_spec", None)
             if isinstance(spec, dict):

@@ -75,9 +75,9 @@ class ScalingProfile:
     ``startup_s`` the fixed cost of (re)starting a trial on new workers
     (loading its checkpoint, connecting peers), ``cold_start_s`` the extra cost
     the *first* trial on a freshly started worker pays once (its processes'
-    first touch of the model code, the data and the allocator: measured at
-    1.4-1.7 s against 0.2 s for every later launch on the same worker, so
-    charging it to every launch overstated a plan's JCT by 40 %),
+    first touch of the model code, the data and the allocator: several times a
+    later launch on the same worker, so charging it to every launch would
+    overstate a plan's JCT),
     ``data_gb_per_iteration`` the ingress one trial reads per iteration.
     """
 

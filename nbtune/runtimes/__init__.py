@@ -12,7 +12,7 @@ __all__ = ["Runtime", "SimRuntime", "SimulationError", "DaskRuntime"]
 def __getattr__(name: str) -> Any:
     # lazy: importing nbtune must not import distributed, and a Dask worker or the fork
     # server importing nbtune.runtimes.dask must not import the simulator (pandas, the
-    # engine: 0.4 s of CPU each at a cluster's start-up, issue 15)
+    # engine: CPU each of them would spend at a cluster's start-up)
     if name in ("SimRuntime", "SimulationError"):
         from nbtune.runtimes import sim
 

@@ -183,8 +183,8 @@ class Profiler:
     def gpu_room(self, sig: str) -> float | None:
         """How many trials of ``sig`` one GPU has compute for: 1 / NVML utilization alone.
 
-        HyperSack §IV packs by measured compute demand (on the H200, session 9, a small CNN
-        kept the GPU 2.5-11 % busy while ``auto`` stayed FIFO for want of a probe). None on
+        HyperSack §IV packs by measured compute demand (a small CNN can keep a GPU only a
+        few percent busy, while ``auto`` would stay FIFO for want of a probe). None on
         time-sliced stand-ins (a CPU share is no GPU idle time) and before
         :data:`~nbtune.runtimes.profile_samples.ROOM_SAMPLES` samples alone."""
         obs = self._obs.get(sig)

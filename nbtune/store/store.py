@@ -80,7 +80,8 @@ def _sqlite_pragmas(memory: bool) -> Any:
         cur = dbapi_conn.cursor()
         if not memory:
             # readers never block the recorder. A new file's switch to WAL fails at once, busy
-            # wait or not, while another opener holds its write lock: 30 s of retries (CI)
+            # wait or not, while another opener holds its write lock: 30 s of retries (a
+            # loaded machine can hold that lock for seconds)
             for attempt in range(600):
                 try:
                     cur.execute("PRAGMA journal_mode=WAL")

@@ -29,7 +29,7 @@ def num(v: Any) -> float:
 def arrays(cols: dict[str, list[Any]]) -> dict[str, Any]:
     """Columns to send: numpy arrays when long, plain lists when short.
 
-    Bokeh sends a numpy array as a binary buffer, ~20x cheaper per value than
+    Bokeh sends a numpy array as a binary buffer, far cheaper per value than
     a JSON list, but each buffer costs two more comm messages (jupyter_bokeh
     sends one per part), which dominates a typical small live update.
     """

@@ -195,8 +195,8 @@ class TuneMagics(Magics):
         if not args.no_dashboard and getattr(self.shell, "kernel", None) is not None:
             from nbtune.ui.dashboard import Dashboard
 
-            # build the dashboard before the trials start: its one-off cost (~0.3 s of
-            # CPU) then does not compete with their first launches
+            # build the dashboard before the trials start: its one-off cost (a fraction of
+            # a second of CPU) then does not compete with their first launches
             dash = Dashboard(metric=args.metric, mode=args.mode, space=space, name=name or "")
         try:
             exp = tune(

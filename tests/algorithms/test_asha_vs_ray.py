@@ -1,8 +1,8 @@
 """ASHA in stopping mode decides as Ray Tune's ``ASHAScheduler`` on any sequence of reports.
 
-Issue 15: nbtune's default ASHA trained 1.5x the epochs of the peers for the
-same search; part of it was the rule, which counted the trial's own result in
-the rung's percentile and so kept one rank more at every rung. Here a random
+A rule that counts the trial's own result in the rung's percentile keeps one
+rank more at every rung, and so trains more epochs than the peers for the
+same search. Here a random
 interleaving of reports from trials with random (tied, too) results is fed to
 :class:`~nbtune.algorithms.ASHA` and to Ray's rule written out from its source
 (``ray/tune/schedulers/async_hyperband.py``, ``_Bracket.on_result``), and every
@@ -153,7 +153,7 @@ def test_every_stop_decision_is_ray_tunes_own(seq, mode) -> None:
 
 
 def test_a_tie_with_the_cutoff_goes_on() -> None:
-    """Hypothesis found it (session 9): losses 0, 2.25, 0, 2.25, 2.25, 2.25 recorded at a rung
+    """Found by Hypothesis: losses 0, 2.25, 0, 2.25, 2.25, 2.25 recorded at a rung
     (η = 3) put the cutoff at exactly 1.5; a trial at 1.5 ties and goes on, as Ray's rule
     (stop when below the cutoff) says in exact arithmetic. Ray's floats made the cutoff
     -1.4999999999999987 on negated losses and stopped it."""

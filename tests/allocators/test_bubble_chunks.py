@@ -1,4 +1,4 @@
-"""The bubble model's per-resumption slowdown term (issue #12 item 4).
+"""The bubble model's per-resumption slowdown term.
 
 A guest's cost is paid each time its stage's compute resumes after idling, so
 a probe at one microbatch count must predict a host at another through δ (seconds

@@ -1,4 +1,4 @@
-"""The bubble model's maths with measured co-location numbers (issue #12 item 4)."""
+"""The bubble model's maths with measured co-location numbers."""
 
 from __future__ import annotations
 

@@ -1,21 +1,21 @@
 """Allocation logs of fixed simulator runs hash as they did when the resource ledger was unified.
 
-Issue #8 item 3 moved the GPU bookkeeping (per-GPU load, trial counts,
-GPU-second accrual, where paused trials wait) into the engine's one ledger,
-which allocators read through a view; the refactoring promised that no
-decision changes. Each run below (fixed seeds; several algorithms × fifo,
+The GPU bookkeeping (per-GPU load, trial counts, GPU-second accrual, where
+paused trials wait) lives in the engine's one ledger, which allocators read
+through a view; moving it there was to change no decision. Each run below
+(fixed seeds; several algorithms × fifo,
 Fluid, the knapsack policies, fluid+knapsack, auto; packing at non-dyadic
 shares, cluster changes, resizes, barrier filling where paused trials go on)
 is hashed over its whole allocation log (every record's trial, GPU, share,
 start and end, floats by ``repr``, in log order) and, separately, over every
-trial's accrued GPU-seconds. The expected hashes were recorded on main before
-the change (commit 369d4d2; 0926e3f gives the same); a changed decision, a
-share off by one ulp, or a different accrual order changes a hash.
+trial's accrued GPU-seconds. The expected hashes were recorded with the
+bookkeeping spread over the allocators; a changed decision, a share off by one
+ulp, or a different accrual order changes a hash.
 
-Re-recorded on purpose since: ASHA/BOHB for Ray's stopping rule (1a97107); the
-knapsack runs when the profiler stopped counting samples taken before a trial's
-first report as its demand (start-up; the refine run moved to oversubscription
-1.3, where its swaps still change a decision).
+Re-recorded on purpose (the commits that did say why): ASHA/BOHB for Ray's
+stopping rule; the knapsack runs, as the profiler does not count samples taken
+before a trial's first report as its demand (start-up; the refine run is at
+oversubscription 1.3, where its swaps still change a decision).
 
 Run ``python tests/engine/test_allocation_hashes.py`` to print the hashes of
 the current code (to record new ones after a *deliberate* behaviour change).
@@ -135,13 +135,12 @@ RUNS: dict[str, Callable[[], Experiment]] = {
     "auto-stays-fifo": lambda: _auto(None, alpha=2.0),
 }
 
-#: recorded on main (369d4d2) before the ledger was unified: (allocation log, GPU-seconds)
-# ASHA/BOHB runs re-recorded in session 6: ASHA's stopping rule now judges a trial against
-# its rung before adding its own result, as Ray's ASHAScheduler does (issue 15), which
-# changes which trials stop; every other run hashes as before.
-# auto-packs re-recorded in session 9: the simulator samples a trial alone every second (4
-# samples, as Dask's workers sample NVML), and auto packs by the GPU room those samples
-# measure (a quarter-GPU model: room 4) before its probe: makespan 60 -> 42 s.
+#: recorded before the ledger was unified: (allocation log, GPU-seconds)
+# ASHA/BOHB runs re-recorded: ASHA's stopping rule judges a trial against its rung before
+# adding its own result, as Ray's ASHAScheduler does, which changes which trials stop.
+# auto-packs re-recorded: the simulator samples a trial alone every second (4 samples, as
+# Dask's workers sample NVML), and auto packs by the GPU room those samples measure (a
+# quarter-GPU model: room 4) before its probe.
 EXPECTED: dict[str, tuple[str, str]] = {
     'auto-packs': ('a8206673696b23d4', '68644cdee09563fb'),
     'auto-stays-fifo': ('4526094f49fe159b', 'fc925c56060825bb'),

@@ -1,4 +1,4 @@
-"""Barrier filling (issue 12): idle workers at a synchronous rung continue likely promotions.
+"""Barrier filling: idle workers at a synchronous rung continue likely promotions.
 
 The speculative work never reaches the algorithm before its verdict, so every trial's
 results equal those of the run without filling; only when work runs changes.

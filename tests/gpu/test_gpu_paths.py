@@ -133,7 +133,7 @@ def test_default_tune_runs_trials_on_the_gpu_and_samples_nvml(tmp_path):
 
 
 def test_mps_trial_processes_join_mps_from_the_first_warm_process(cuda_client, tmp_path):
-    """Issue 15 item 5: every trial process — the pool's first ones too — is an MPS client.
+    """Every trial process — the pool's first ones too — is an MPS client.
 
     The MPS plugin runs before the warm pool fills (``worker_plugins``), and a
     packed trial gets ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` for its share.
@@ -172,8 +172,7 @@ def test_mps_trial_processes_join_mps_from_the_first_warm_process(cuda_client, t
 def test_a_reused_gpu_process_serves_only_trials_of_its_gpu_and_share(cuda_client, tmp_path):
     """``reuse_processes=True`` on GPUs: the next trial takes the last one's process and its
     CUDA context, never a context made for another GPU or MPS share (and no trial is refused:
-    session 9's first GPU run of this path refused every reused process, a key read after
-    the environment was restored)."""
+    a key read after the environment is restored would refuse every reused process)."""
     import nbtune
     from nbtune.runtimes.dask import DaskRuntime
 

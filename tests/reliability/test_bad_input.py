@@ -1,4 +1,4 @@
-"""Bad input, one case per test (issue 9): a clear error that says what to fix, early.
+"""Bad input, one case per test: a clear error that says what to fix, early.
 
 Argument errors are checked on the simulator or before any runtime starts
 (fast). What only a running trial can get wrong (it raises, never reports,

@@ -1,4 +1,4 @@
-"""What only a running trial can get wrong, on a real LocalCluster (issue 9's bad-input corpus).
+"""What only a running trial can get wrong, on a real LocalCluster (the bad-input corpus).
 
 Each case: trial 0 misbehaves, trials 1 and 2 are healthy. The bad trial
 fails with an error that says what to fix, the others complete, and the

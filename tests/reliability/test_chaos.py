@@ -1,4 +1,4 @@
-"""Chaos in CI (issue 9), bounded: short real trials while a worker is SIGKILLed every ~4 s.
+"""Chaos in CI, bounded: short real trials while a worker is SIGKILLed every ~4 s.
 
 The full version (200 trials, a kill every 10 s, with the figures) is
 ``python benchmarks/chaos.py``; this one runs the same harness small enough

@@ -1,4 +1,4 @@
-"""Driver restart (issue 9): SIGKILL the process driving an experiment, then ``nbtune.resume``.
+"""Driver restart: SIGKILL the process driving an experiment, then ``nbtune.resume``.
 
 A child process runs ``nbtune.tune`` into a SQLite store (the recorder in
 its background thread, as in a notebook) and is SIGKILLed at a random moment

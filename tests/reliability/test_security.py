@@ -1,4 +1,4 @@
-"""Safe defaults (issue 9): localhost-only servers, TLS to a remote cluster, checkpoint loading.
+"""Safe defaults: localhost-only servers, TLS to a remote cluster, checkpoint loading.
 
 The REST endpoint's authentication is checked where the endpoint is tested:
 tests/server/test_rest.py::test_requires_jupyter_auth (403 without Jupyter's token).

@@ -1,6 +1,6 @@
 """A worker that dies while the Dask runtime starts must not take the experiment down.
 
-Issue 9: killed while nbtune waited for the warm processes, it made
+Killed while nbtune waits for the warm processes, it would make
 ``client.run(wait_pool_ready, ...)`` raise ``CommClosedError`` out of
 ``rt.start``. The kill is made deterministic by a preload that takes 4 s to
 import: the worker is killed once one of its warm processes exists (so the

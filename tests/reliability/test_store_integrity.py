@@ -1,4 +1,4 @@
-"""Store integrity (issue 9): SIGKILL during SQLite (WAL) writes, a concurrent reader, migrations.
+"""Store integrity: SIGKILL during SQLite (WAL) writes, a concurrent reader, migrations.
 
 A writer process records simulator experiments into one SQLite store and is
 SIGKILLed at random moments, again and again, while a reader process polls
@@ -228,8 +228,8 @@ con.execute("COMMIT")
 
 def test_a_store_opens_while_another_opener_holds_the_new_files_write_lock(tmp_path):
     """Switching a file to WAL while another connection holds its write lock fails at once
-    with "database is locked", busy timeout or not (CI, session 9: one of four processes
-    opening a new store together failed so). The open now waits for the lock."""
+    with "database is locked", busy timeout or not (so can one of several processes opening
+    a new store together). The open waits for the lock."""
     db = tmp_path / "nbtune.db"
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], text=True,
                               stdout=subprocess.PIPE)

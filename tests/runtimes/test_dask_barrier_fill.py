@@ -1,4 +1,4 @@
-"""Barrier filling on a real two-worker LocalCluster (issue 12): same results, no hang, real fill.
+"""Barrier filling on a real two-worker LocalCluster: same results, no hang, real fill.
 
 SHA's rungs wait for their stragglers (a step takes 0.005–0.065 s by config);
 with ``fill_barriers=True`` the engine continues the rung's likely promotions

@@ -1,4 +1,4 @@
-"""The fork server (issue 15): torch imported once per machine, trial processes forked from it.
+"""The fork server: torch imported once per machine, trial processes forked from it.
 
 Real processes throughout: a fork server, warm pools asking it for processes,
 jobs run through the trial process's protocol, a "worker" process killed, and a

@@ -1,8 +1,8 @@
 """The warm pool on its own (real trial processes, no cluster): start-up order and preloads.
 
-Issue 15: a cold ``tune()`` waited for every warm process of every worker, and
-they imported torch all at once (4 imports on 2 cores); the first trial then
-paid its own imports (scikit-learn) inside its first epoch.
+A cold ``tune()`` does not wait for every warm process of every worker, the
+processes do not import torch all at once, and the first trial does not pay its
+own imports (scikit-learn) inside its first epoch.
 """
 
 from __future__ import annotations
@@ -129,8 +129,8 @@ def test_a_process_refuses_a_trial_its_cuda_context_was_not_made_for():
     """The last guard: a context made for one GPU and share never runs a trial of another.
 
     The key is the environment CUDA read, kept from the trial that made the context (a
-    GPU run on session 9's H200 found the key read again after the worker's environment
-    was restored, ``'0|'``, which refused every reused process)."""
+    key read again after the worker's environment is restored, ``'0|'``, would refuse
+    every reused process)."""
     from nbtune.runtimes.dask._child import cuda_key, refusal
 
     base = {"CUDA_VISIBLE_DEVICES": "0", "PATH": "/bin"}  # a dask-cuda worker's own

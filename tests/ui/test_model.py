@@ -259,7 +259,7 @@ def test_a_planned_runs_bill_shows_live_in_the_header():
 
 
 def test_the_role_column_tells_fused_members_and_target_trials_apart():
-    """A fused unit's members say which unit (issue 10); a Hydro target says so (issue 11)."""
+    """A fused unit's members say which unit; a Hydro target says so."""
     import nbtune
     from nbtune import SimRuntime, SyntheticWorkload, uniform
     from nbtune.core.space import choice

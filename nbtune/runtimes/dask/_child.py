@@ -219,14 +219,13 @@ def call_trainable(job: dict[str, Any], channel: Any, load: Any, *,
 
 
 #: modules a preloaded package imports lazily on first use, warmed with it: torch's
-#: ``Optimizer.__init__`` imports ``torch._dynamo`` (1.3-2.4 s measured here), which the
-#: first trial in every warm process paid inside its first epoch
+#: ``Optimizer.__init__`` imports ``torch._dynamo`` (seconds of CPU), which the first
+#: trial in every warm process would otherwise pay inside its first epoch
 _LAZY_COMPANIONS: dict[str, tuple[str, ...]] = {"torch": ("torch._dynamo",)}
 
-#: imported with any preload, so that trial processes are born with them: every trial
-#: process had pandas while ``import nbtune`` imported it (until issue 15 made it lazy),
-#: and scikit-learn and most data loading import it; without it here, each process's
-#: first trial imported it inside its first epoch (measured 0.4 s of CPU, +1 s at load 7)
+#: imported with any preload, so that trial processes are born with them: ``import nbtune``
+#: imports pandas lazily, but scikit-learn and most data loading import it; without it
+#: here, each process's first trial would import it inside its first epoch
 WITH_PRELOAD: tuple[str, ...] = ("pandas",)
 
 

@@ -227,7 +227,7 @@ def connect(
 
     ``plugins``: worker plugins a local CPU cluster's workers start with (the warm
     pool), so that their trial processes import torch while the cluster is still
-    coming up instead of after it (issue 15); a GPU cluster gets them later, from
+    coming up instead of after it; a GPU cluster gets them later, from
     :func:`.worker_setup.prepare_workers`, in the MPS daemon's order.
 
     ``security`` (a ``distributed.security.Security``, TLS certificates) and
@@ -349,9 +349,9 @@ def close_cluster(cluster: Any) -> None:
     """Close a local cluster nbtune started, even on a machine too loaded to close it in time.
 
     A nanny gives its worker 5 s to exit; on a heavily loaded machine a worker
-    (with its warm trial processes) was seen to take longer, and the timeout
-    reached the user as a ``TimeoutError`` at the end of a finished run. The
-    nanny kills the worker anyway; what is left is said in a warning.
+    (with its warm trial processes) can take longer, and the timeout would reach
+    the user as a ``TimeoutError`` at the end of a finished run. The nanny kills
+    the worker anyway; what is left is said in a warning.
     """
     sched = logging.getLogger("distributed.scheduler")
     level = sched.level

@@ -138,7 +138,7 @@ def for_experiment(runtime: Any) -> ExecutionChoice:
 
     Checked here, not in the constructor, because ``tune(trial_timeout=...)`` sets
     the timeout on a shared runtime per experiment. ``auto`` measures the process
-    overhead once per runtime (:mod:`.overhead`, about 0.3 s, after the runtime's first
+    overhead once per runtime (:mod:`.overhead`, a fraction of a second, after the runtime's first
     experiment: the first runs every trial in a process), on
     a CPU runtime with no limit that needs a process; otherwise it keeps processes.
     """

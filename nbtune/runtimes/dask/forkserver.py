@@ -1,9 +1,9 @@
 """One process per machine that imports torch once and forks the warm trial processes.
 
-Issue 15: every warm process imported torch (and ``torch._dynamo``) itself,
-2-6 s of CPU each; on a 2-core machine two workers' processes imported side by
-side, behind the cluster's own start-up, and the next ones competed with the
-first trials. A local CPU cluster nbtune starts gets a *fork server* instead:
+A warm process that imported torch (and ``torch._dynamo``) itself would spend
+seconds of CPU on it; on a machine with few cores the workers' processes would
+import side by side, behind the cluster's own start-up, and the next ones
+compete with the first trials. A local CPU cluster nbtune starts gets a *fork server*:
 started by the driver *before* the cluster (its import overlaps the workers'
 start-up), it imports the preloads once and forks a trial process per request
 in a few milliseconds. The workers' pools (:class:`.pool.WarmPool`) ask it
@@ -81,11 +81,11 @@ _EARLY_LOCK = threading.Lock()
 
 
 def start_early(preload: tuple[str, ...]) -> None:
-    """Start a fork server now, for the local CPU cluster about to be made (issue 15).
+    """Start a fork server now, for the local CPU cluster about to be made.
 
     ``tune()`` calls it (:func:`.shared.shared_runtime`) before importing ``distributed``
-    and the runtime, so the torch import, a cold start-up's critical path, begins ~1 s
-    sooner. :func:`.worker_setup.local_cpu_start` takes it; one not taken (the experiment
+    and the runtime, so the torch import, a cold start-up's critical path, begins that
+    much sooner. :func:`.worker_setup.local_cpu_start` takes it; one not taken (the experiment
     failed to build) waits for the next ``tune()`` and is closed at exit.
 
     Its environment takes the nanny's settings from ``distributed``'s defaults
@@ -159,7 +159,7 @@ class _Client:
                 data = self.sock.recv(_MSG)
             except OSError:
                 data = b""
-            if not data:  # the server is gone: spawns fall back to the old way
+            if not data:  # the server is gone: spawns fail and the pool starts its processes itself
                 self.closed = True
                 self.sock.close()
                 for q in list(self.replies.values()):

@@ -12,10 +12,10 @@ The unit's peak memory rides on its reports (``"mem"``, bytes, sent whenever it 
 worker (reset when the unit starts, since a CPU trial process serves job after job). The
 driver passes it to the engine, which sizes fused units from it (``fusion=True``). It is
 sent from the second step of the segment on (or at its last step, if it has one): the
-first optimizer step only creates the optimizer's state, and measured here the second
-one still added a temporary per member (a 64-4096-4096-10 MLP with SGD momentum on CPU
-peaked at 1039 MB after step 1 and 1112 MB after step 2 at F = 2), as
-:func:`nbtune.fusion.memory.measure_peak` runs two steps for the same reason.
+first optimizer step only creates the optimizer's state, and the second one can still add
+a temporary per member (an MLP with SGD momentum on CPU peaks higher after step 2 than
+after step 1), as :func:`nbtune.fusion.memory.measure_peak` runs two steps for the same
+reason.
 """
 
 from __future__ import annotations

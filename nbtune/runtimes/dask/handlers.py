@@ -1,8 +1,8 @@
 """Worker side of the driver's direct links: launch, control and the message stream.
 
-A Dask task per trial costs a scheduler round trip (5-6 ms on this 2-core
-box, more under load) before the trial starts, and worker events reach the
-client through the scheduler's batched streams (2-4 ms). For short trials
+A Dask task per trial costs a scheduler round trip (milliseconds, more under
+load) before the trial starts, and worker events reach the client through the
+scheduler's batched streams (milliseconds again). For short trials
 that is most of the per-trial overhead, so the driver talks to each worker
 directly instead, over the comm layer Dask already has (the way actors do):
 

@@ -57,7 +57,7 @@ class Membership:
         self.paused_empty = False  # ExperimentPauseRequested sent: the cluster has no GPU left
         #: workers the scheduler removed: a late "linked" for one (a stream that could not be
         #: reopened falls back to the scheduler and says "linked") must not probe it, which
-        #: waited out a 30 s connect timeout on the driver thread (issue 9's chaos run)
+        #: would wait out a 30 s connect timeout (a worker killed mid-run)
         self.gone: set[str] = set()
 
     def on(self, kind: str, address: Any, now: float, *, finishing: bool) -> list[ev.Event]:
@@ -88,9 +88,9 @@ class Membership:
     def probe_later(self, address: str) -> None:
         """Probe a newly linked worker on the client's loop; ``("probed", (address, info))``.
 
-        Probing it on the driver thread stalled the whole experiment for a 30 s
-        connect timeout whenever the worker died before answering (a chaos run
-        measured it); a worker that never answers is just never adopted.
+        Probing it on the driver thread would stall the whole experiment for a 30 s
+        connect timeout whenever the worker died before answering; a worker that
+        never answers is just never adopted.
         """
         import asyncio
 

@@ -132,9 +132,9 @@ class WarmPool:
         """Start processes until ``size`` are idle (one filler at a time: no overshoot).
 
         One at a time, each joining the pool once its imports are done: started
-        together, two processes importing torch on a 2-core machine (times the
-        workers) were both ready only after twice as long, and the first trial
-        waited for both.
+        together, two processes importing torch on a machine with few cores (times
+        the workers) would both be ready only after twice as long, and the first
+        trial would wait for both.
         """
         with self._lock:
             if self._filling:
@@ -291,8 +291,8 @@ class WarmPool:
         GPU and MPS share, :attr:`_Child.cuda`).
 
         First in line: it has paid what a first trial pays beyond the imports (the
-        data set read on first use, torch's first-operation set-up: 2-4 s of a first
-        epoch here), which a process that never ran a trial has not.
+        data set read on first use, torch's first-operation set-up: seconds of a short
+        first epoch), which a process that never ran a trial has not.
         """
         with self._lock:
             if not self._closed and child.alive() and len(self._idle) < 2 * max(self.size, 1):
@@ -351,7 +351,7 @@ def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None,
                 _POOL.size, _POOL.fork_server = max(int(size), 0), fork_server
             if preload is not None and tuple(preload) != _POOL.preload:
                 _POOL.preload = tuple(preload)
-                stale = _POOL.take_idle_all()  # they imported the old modules: start afresh
+                stale = _POOL.take_idle_all()  # they imported other modules: start afresh
         pool = _POOL
     for c in stale:
         c.kill()

@@ -5,11 +5,10 @@ Dask's nanny starts every worker with ``MALLOC_TRIM_THRESHOLD_=65536``
 back to the operating system. glibc reads it once, at a process's first
 allocation, and a threshold set explicitly also freezes the mmap threshold at
 128 KiB: every tensor larger than that is mapped and unmapped (page faults,
-zeroed pages) each time one is made. Trial processes inherited it (the fork
-server was started with the nanny's environment, spawned ones with the worker's),
-and ``vs_peers``' CNN trained 1.33x slower in a trial process than the same
-loop in the driver (``epoch_cost``; a bare process with only this variable set:
-151-204 ms an epoch against 120-133 ms without). User code runs in a trial as it
+zeroed pages) each time one is made. A trial process would inherit it (the fork
+server is started with the nanny's environment, spawned ones with the worker's)
+and train measurably slower than the same loop in the driver (``vs_peers``' CNN,
+``epoch_cost``). So it is taken out: user code runs in a trial as it
 runs in-process, in Optuna or in Ray: with the allocator settings of the user's
 own environment, which still reaches it.
 """
@@ -34,10 +33,10 @@ def nanny_env(read_config: bool = True) -> dict[str, str]:
     """What a Dask nanny adds to a worker's environment, from the Dask config, as strings.
 
     ``distributed`` registers its defaults when imported, and a cold ``tune()`` starts
-    the fork server before importing it (a second of the start-up's critical path), so
+    the fork server before importing it (that import is on the start-up's critical path), so
     keys the config lacks are read from ``distributed``'s own defaults file.
     ``read_config=False``, while ``dask`` is not imported: those defaults alone, without
-    importing ``dask`` (0.15 s before the early fork server could start); whoever takes
+    importing ``dask`` (which would delay the early fork server); whoever takes
     that fork server compares with the config's values (:func:`.forkserver.take_early`).
     """
     config = None

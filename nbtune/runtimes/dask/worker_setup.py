@@ -2,7 +2,7 @@
 
 Once :func:`.cluster.connect` has a client, the workers are probed for GPUs and
 take the worker plugins (the MPS daemon, the warm process pool). The warm
-processes are not waited for (issue 15): ``tune()`` returns once workers are up,
+processes are not waited for: ``tune()`` returns once workers are up,
 and a first trial that finds no ready process takes the one being started
 (:meth:`.pool.WarmPool.take`), so start-up costs a user the imports once, while
 the experiment already runs, not the imports plus a wait in front of it.
@@ -10,7 +10,7 @@ the experiment already runs, not the imports plus a wait in front of it.
 A worker may die at any point of this (a nanny restarts it, a spot node goes
 away): a broadcast that meets a dead worker is not an error of the experiment.
 Plugins stay registered with the scheduler for the workers that come later,
-and a worker lost once the experiment runs is the driver's to handle (issue 9).
+and a worker lost once the experiment runs is the driver's to handle.
 """
 
 from __future__ import annotations
@@ -119,9 +119,9 @@ def preload_trainable(client: Any, trainable: Any) -> None:
     """Have every worker's warm processes import the modules ``trainable`` uses, now.
 
     Its first trial in a fresh process then does not import them inside its
-    first epoch (scikit-learn and the data set's module: 1-2 s of a 3-4 s first
-    epoch, issue 15). Fire and forget: a failure here only means they are
-    imported by the trial itself, as before.
+    first epoch (scikit-learn and the data set's module can be a large part of a
+    short first epoch). Fire and forget: a failure here only means they are
+    imported by the trial itself.
     """
     from nbtune.core.code_names import modules_used
     from nbtune.runtimes.dask.pool import pool_imports
