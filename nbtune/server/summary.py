@@ -187,13 +187,22 @@ def totals(experiments: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def detail(store: Store, name: str) -> dict[str, Any]:
+def detail(store: Store, name: str,
+           cache: dict[tuple[Any, ...], dict[str, Any]] | None = None) -> dict[str, Any]:
     """One experiment for the sidebar's main-area panel: its summary, every trial's row
-    (state, best metric, budget, the error's last line) and learning curves."""
+    (state, best metric, budget, the error's last line) and learning curves.
+
+    ``cache`` is :func:`summarize`'s: a run's device is read from the events once, not at
+    every refresh of an open panel.
+    """
     row = next((r for r in store.experiments().to_dict("records") if r["name"] == name), None)
     if row is None:
         raise KeyError(name)
-    summary = _summarize_one(store, row)
+    run = _run_key(row)
+    known = None if cache is None else cache.get(run)
+    summary = _summarize_one(store, row, known.get("device") if known else None)
+    if cache is not None and summary["device"] is not None:
+        cache[run] = {"device": summary["device"]}  # summarize() forgets it with the run
     metric = summary["metric"]
     trials = store.results(name)
     rows = [] if trials.empty else trial_rows(

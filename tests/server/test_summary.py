@@ -185,3 +185,22 @@ def test_a_store_that_cannot_say_its_hardware_reads_neutral(tmp_path: Path) -> N
     t = totals([old])
     assert t["device"] is None and t["in_use"] == "1 worker"
     assert t["in_use_by_device"] == {"unknown": 1}
+
+
+def test_a_runs_device_is_read_once_per_run_not_per_poll(tmp_path: Path, monkeypatch) -> None:
+    """The device comes from the events (a scan of a long run's log): the server reads it
+    once per run, for the list and an open panel alike, and again after a resume."""
+    from nbtune.server.summary import detail
+
+    interrupted_run(tmp_path, "live", gpus=cpu_workers(2), events=30)
+    store, cache = Store(tmp_path / "nbtune.db"), {}
+    reads = []
+    real = store.cluster
+    monkeypatch.setattr(store, "cluster", lambda name: reads.append(name) or real(name))
+    for _ in range(3):
+        assert summarize(store, "loc", cache)["experiments"][0]["device"] == "CPU"
+        assert detail(store, "live", cache)["summary"]["in_use"] == "2 CPU workers"
+    assert reads == ["live"]
+    store.mark_restart("live")  # a resume may run on other hardware: read again
+    summarize(store, "loc", cache)
+    assert reads == ["live", "live"]
