@@ -17,6 +17,7 @@ import pytest
 import nbtune
 from nbtune.cli import main
 from nbtune.core import events as ev
+from nbtune.core.resources import ClusterSpec
 from nbtune.core.space import loguniform, uniform
 from nbtune.runtimes.sim import SimRuntime, SimulationError
 from nbtune.store import Store
@@ -33,17 +34,21 @@ def train(config, trial):  # a training function: the simulator cannot run it
     trial.report(step=1, loss=config["lr"])
 
 
-def tune(name, store, algorithm="asha", **kw):
+def tune(name, store, algorithm="asha", cluster=2, **kw):
     kw = {"num_trials": 12, "max_budget": 9, **kw}
     return nbtune.tune(WL, algorithm=algorithm, metric="loss", seed=5, store=store, name=name,
-                       runtime=SimRuntime(cluster=2), **kw)
+                       runtime=SimRuntime(cluster=cluster), **kw)
 
 
-def crash(name, store, n, algorithm="asha", **kw):
+def crash(name, store, n, algorithm="asha", cluster=2, **kw):
     kw = {"num_trials": 12, "max_budget": 9, **kw}
     with pytest.raises(SimulationError):
         nbtune.tune(WL, algorithm=algorithm, metric="loss", seed=5, store=store, name=name,
-                    runtime=SimRuntime(cluster=2, max_events=n), **kw)
+                    runtime=SimRuntime(cluster=cluster, max_events=n), **kw)
+
+
+#: two CPU workers standing in for GPUs, as the Dask runtime has them on a machine without one
+CPU_WORKERS = ClusterSpec.homogeneous(2, kind="cpu")
 
 
 def run(capsys, *argv):
@@ -129,6 +134,39 @@ def test_show_sorts_trials_by_the_metric_and_names_the_best(tmp_path, capsys, mo
     assert len(table(out, "TRIAL")) == 7 and "best first (all)" in out
 
 
+def test_show_says_what_the_trials_ran_on_gpus_only_on_gpus(tmp_path, capsys):
+    """Issue #27: words that fit the hardware; CPU workers standing in for GPUs are workers."""
+    path = tmp_path / "st.db"
+    tune("gpus", path, algorithm="random", num_trials=3, max_budget=2)
+    tune("cpus", path, algorithm="random", num_trials=3, max_budget=2, cluster=CPU_WORKERS)
+    _, out, _ = run(capsys, "show", "gpus", "--store", path)
+    assert re.search(r"^runs on\s+2 GPUs$", out, re.M), out
+    _, out, _ = run(capsys, "show", "cpus", "--store", path)
+    assert re.search(r"^runs on\s+2 CPU workers \(standing in for GPUs\)$", out, re.M), out
+
+
+def test_utilization_row_says_gpu_only_on_gpus():
+    from types import SimpleNamespace
+
+    from nbtune.cli.format import utilization_row
+
+    def exp(cluster):
+        return SimpleNamespace(engine=SimpleNamespace(cluster=cluster), makespan=10.0,
+                               mean_utilization=lambda: 0.5,
+                               busy_seconds=lambda: {0: 5.0, 1: 10.0})
+
+    # measured on a Dask cluster: GPUs by NVML, CPU workers by their CPU share
+    assert utilization_row(exp(ClusterSpec.homogeneous(2)), "dask") == (
+        "GPU utilization", "mean 50.0% (measured on the GPUs)")
+    assert utilization_row(exp(CPU_WORKERS), "dask") == (
+        "utilization", "mean 50.0% (measured CPU of the workers)")
+    # simulated: per GPU, or per worker when the cluster simulated is CPU workers
+    assert utilization_row(exp(ClusterSpec.homogeneous(2)), "sim") == (
+        "GPU utilization", "mean 75.0%; per GPU 0:50% 1:100%")
+    assert utilization_row(exp(CPU_WORKERS), "sim") == (
+        "worker utilization", "mean 75.0%; per worker 0:50% 1:100%")
+
+
 def test_show_writes_every_trial_as_csv(tmp_path, capsys):
     path = tmp_path / "st.db"
     exp = tune("x", path)
@@ -209,6 +247,17 @@ def test_resume_takes_another_cluster_size(tmp_path, capsys):
     assert re.search(r"^job\s+asha resumed on 3 simulated GPUs", out, re.M)
     assert "slot 2" in out  # the third GPU was used
     assert set(Store(path).results("run")["state"]) <= {"completed", "stopped"}
+
+
+def test_resume_of_a_cpu_workers_run_never_says_gpus(tmp_path, capsys):
+    """A run on CPU workers resumed on the simulator simulates those workers: named so."""
+    path = tmp_path / "st.db"
+    crash("run", path, 20, cluster=CPU_WORKERS)
+    code, out, _ = run(capsys, "resume", "run", "--store", path, "--trainable", WL_REF)
+    assert code == 0
+    assert re.search(r"^job\s+asha resumed on 2 simulated CPU workers, allocator", out, re.M), out
+    assert re.search(r"^worker utilization\s+mean \d+\.\d%; per worker 0:", out, re.M), out
+    assert "GPU" not in out
 
 
 # -------------------------------------------------------------------- errors

@@ -25,7 +25,15 @@ export interface IExperimentSummary {
   trials: string;
   best: number | null;
   best_trial: number | null;
+  /** lanes held by running trials: GPUs, or the CPU workers standing in for them (`device`) */
   gpus_in_use: number;
+  /**
+   * what the lanes are: 'GPU', 'CPU' (CPU workers standing in for GPUs) or null
+   * (not known yet); absent from servers older than issue #27
+   */
+  device?: Device;
+  /** `gpus_in_use` in words, as the server says it: `3 GPUs`, `2 CPU workers` */
+  in_use?: string;
   updated: string | null;
   /** the id of the source (store or kernel) it comes from; see ISource */
   source?: string;
@@ -62,7 +70,43 @@ export interface IExperimentsReply {
   /** absent from servers older than the kernel listing: one source, `store` */
   sources?: ISource[];
   experiments: IExperimentSummary[];
-  totals: { experiments: number; trials_running: number; gpus_in_use: number };
+  totals: ITotals;
+}
+
+/** What an experiment's lanes are: GPUs, CPU workers standing in for GPUs, or not known. */
+export type Device = 'GPU' | 'CPU' | null;
+
+/** The status bar's sums over every listed experiment (nbtune/server/summary.py totals). */
+export interface ITotals {
+  experiments: number;
+  trials_running: number;
+  /** every lane held, GPU or CPU worker (the name older clients read) */
+  gpus_in_use: number;
+  /** the one kind every experiment runs on, 'mixed', or null; absent from older servers */
+  device?: Device | 'mixed';
+  /** `gpus_in_use` split by device: 'GPU', 'CPU', 'unknown' */
+  in_use_by_device?: { [device: string]: number };
+}
+
+/**
+ * `n` lanes of `device` in words: GPUs only on GPUs, CPU workers where CPU
+ * workers stand in for them, workers when not known (an older server) or mixed.
+ */
+export function deviceNoun(device: string | null | undefined, n: number): string {
+  const noun = device === 'GPU' ? 'GPU' : device === 'CPU' ? 'CPU worker' : 'worker';
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}
+
+/** The lanes held, in words, as the status bar shows them: `3 GPUs · 2 CPU workers`. */
+export function inUseText(totals: ITotals): string {
+  const by = totals.in_use_by_device;
+  if (!by) {
+    return deviceNoun(totals.device, totals.gpus_in_use); // an older server: "workers"
+  }
+  const held = ['GPU', 'CPU', 'unknown']
+    .filter(d => (by[d] ?? 0) > 0)
+    .map(d => deviceNoun(d, by[d]));
+  return held.length ? held.join(' · ') : deviceNoun(totals.device, 0);
 }
 
 /** The sources of a reply, also from a server that predates `sources`. */

@@ -3,7 +3,8 @@
  * (the configured store, the stores the running kernels use, the kernels'
  * memory-only experiments), grouped under one header row per source, each
  * with its state, trials ended / total (as `nbtune ls` and the dashboard
- * count them), best metric with its direction, and GPUs in use; clicking a
+ * count them), best metric with its direction, and the GPUs in use (or the
+ * CPU workers standing in for them: the words fit the hardware); clicking a
  * row opens that source's experiment (curves, trials) in a main-area panel.
  *
  * Plain DOM (no React) because the table is small and rebuilt whole on each
@@ -12,6 +13,7 @@
 import { Widget } from '@lumino/widgets';
 
 import {
+  deviceNoun,
   ExperimentsModel,
   IExperimentSummary,
   ISource,
@@ -36,6 +38,21 @@ function cell(row: HTMLTableRowElement, text: string, field: string): void {
   td.textContent = text;
   td.dataset.field = field;
   row.appendChild(td);
+}
+
+/**
+ * The last column's header: GPUs only when every experiment listed runs on GPUs,
+ * workers otherwise (CPU workers standing in for GPUs, a mix, or an older server).
+ */
+export function lanesHeader(experiments: IExperimentSummary[]): [string, string] {
+  const devices = new Set(experiments.map(e => e.device ?? null));
+  if (devices.size === 1 && devices.has('GPU')) {
+    return ['GPUs', 'GPUs held by running trials'];
+  }
+  if (devices.size === 1 && devices.has('CPU')) {
+    return ['Workers', 'CPU workers (standing in for GPUs) held by running trials'];
+  }
+  return ['Workers', 'GPUs or CPU workers held by running trials (hover a number)'];
 }
 
 export class ExperimentsPanel extends Widget {
@@ -100,7 +117,7 @@ export class ExperimentsPanel extends Widget {
       ['Trials', 'trials ended / total, as nbtune ls counts them'],
       ['Best', 'best value of the metric so far'],
       ['Metric', 'the metric and its direction (↓ minimized, ↑ maximized)'],
-      ['GPU', 'GPUs held by running trials']
+      lanesHeader(reply.experiments)
     ];
     for (const [label, tip] of headers) {
       const th = document.createElement('th');
@@ -108,6 +125,7 @@ export class ExperimentsPanel extends Widget {
       th.title = tip;
       head.appendChild(th);
     }
+    (head.lastElementChild as HTMLElement).dataset.field = 'gpus';
     const fallback = sources.length === 1 ? sources[0].id : null;
     for (const source of sources) {
       const exps = reply.experiments.filter(e => (e.source ?? fallback) === source.id);
@@ -189,6 +207,9 @@ export class ExperimentsPanel extends Widget {
     cell(row, formatMetric(exp.best), 'best');
     cell(row, `${exp.metric} ${exp.mode === 'max' ? '↑' : '↓'}`, 'metric');
     cell(row, String(exp.gpus_in_use), 'gpus');
+    const held = row.lastElementChild as HTMLElement;
+    held.dataset.device = exp.device ?? '';
+    held.title = `${exp.in_use ?? deviceNoun(exp.device, exp.gpus_in_use)} held by running trials`;
     row.classList.add('jp-nbtune-row');
     row.addEventListener('click', () => this._open(exp.name, source.id, sourceLabel(source)));
     return row;

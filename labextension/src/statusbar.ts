@@ -1,7 +1,11 @@
-/** The status-bar item: trials running and GPUs in use, summed over every listed experiment. */
+/**
+ * The status-bar item: trials running and the lanes they hold, summed over every listed
+ * experiment, in words that fit the hardware: GPUs only on GPUs, CPU workers where CPU
+ * workers stand in for them (`nbtune: 2 running · 2 CPU workers`).
+ */
 import { Widget } from '@lumino/widgets';
 
-import { ExperimentsModel } from './model';
+import { ExperimentsModel, inUseText } from './model';
 
 export class StatusItem extends Widget {
   /** `onClick` runs when the item is clicked (the plugin opens the sidebar panel). */
@@ -9,7 +13,8 @@ export class StatusItem extends Widget {
     super();
     this._model = model;
     this.addClass('jp-nbtune-status');
-    this.node.title = 'nbtune: trials running / GPUs in use (click for the experiment list)';
+    this.node.title =
+      'nbtune: trials running / GPUs or workers in use (click for the experiment list)';
     if (onClick) {
       this.node.addEventListener('click', onClick);
     }
@@ -29,9 +34,10 @@ export class StatusItem extends Widget {
       return;
     }
     const t = reply.totals;
-    this.node.textContent = `nbtune: ${t.trials_running} running · ${t.gpus_in_use} GPU${t.gpus_in_use === 1 ? '' : 's'}`;
+    this.node.textContent = `nbtune: ${t.trials_running} running · ${inUseText(t)}`;
     this.node.dataset.running = String(t.trials_running);
     this.node.dataset.gpus = String(t.gpus_in_use);
+    this.node.dataset.device = t.device ?? '';
   }
 
   private _model: ExperimentsModel;

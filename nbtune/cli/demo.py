@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from nbtune.cli.format import outcome_rows, table, utilization_row
+from nbtune.cli.format import cluster_text, outcome_rows, table, utilization_row
 
 __all__ = ["cmd_demo", "demo_workload"]
 
@@ -87,7 +87,7 @@ def _cmd_demo_real(args: argparse.Namespace) -> int:
     exp = res.experiment
     best = exp.best
     rows = [("job", f"{exp.engine.algorithm.name} on digits (CNN), "
-                    f"{exp.engine.cluster.n_gpus} local Dask workers, "
+                    f"{cluster_text(exp.engine.cluster, 'dask')}, "
                     f"allocator {exp.engine.allocator.name}"),
             *outcome_rows(exp)]
     rows += [

@@ -12,8 +12,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from nbtune.core.resources import device_noun, device_of
+
 __all__ = ["fmt_value", "table", "columns", "outcome_rows", "utilization_row", "local_time",
-           "store_label", "store_flag", "options_text", "space_text", "config_text"]
+           "store_label", "store_flag", "options_text", "space_text", "config_text",
+           "cluster_text"]
 
 
 def fmt_value(v: Any) -> str:
@@ -42,24 +45,46 @@ def columns(rows: list[list[str]], right: set[int], out: Any) -> None:
 
 
 def per_gpu_utilization(exp: Any) -> dict[int, float]:
-    """Time-weighted utilization of each GPU over the makespan (0 for GPUs never used)."""
+    """Time-weighted utilization of each lane (GPU or CPU worker) over the makespan (0 for
+    lanes never used)."""
     span = float(exp.makespan)
     out = {g.gpu_id: 0.0 for g in exp.engine.cluster.gpus}
     out.update({g: busy / span for g, busy in exp.busy_seconds().items()})
     return out
 
 
+def cluster_text(cluster: Any, kind: str | None = None) -> str:
+    """What the trials run on, in words: ``4 GPUs`` only on GPUs, ``2 CPU workers`` where
+    CPU workers stand in for them; ``kind`` (a runtime's) adds ``simulated`` or ``on Dask``."""
+    device = device_of(cluster)
+    if device is None:
+        return "not known yet (the run has not started)"
+    text = device_noun(device, cluster.n_gpus)
+    if kind == "sim":
+        n, noun = text.split(" ", 1)
+        return f"{n} simulated {noun}"
+    if kind is not None:
+        text = f"{text} on Dask"
+    return f"{text} (standing in for GPUs)" if device == "CPU" else text
+
+
 def utilization_row(exp: Any, kind: str) -> tuple[str, str]:
-    """The summary's utilization row: per simulated GPU, or measured on the Dask workers."""
+    """The summary's utilization row: per simulated lane, or measured on the Dask workers;
+    ``GPU utilization`` only on GPUs, the workers' CPU share on CPU stand-ins."""
+    device = device_of(exp.engine.cluster)
     if kind != "sim":
+        if device == "GPU":
+            return ("GPU utilization", f"mean {exp.mean_utilization():.1%} (measured on the "
+                                       "GPUs)")
         return ("utilization", f"mean {exp.mean_utilization():.1%} (measured CPU of the workers)")
     util = per_gpu_utilization(exp)
     mean_util = sum(util.values()) / len(util) if util else 0.0
+    lane = "GPU" if device == "GPU" else "worker"
     if len(util) <= 8:
-        spread = "per GPU " + " ".join(f"{g}:{u:.0%}" for g, u in sorted(util.items()))
+        spread = f"per {lane} " + " ".join(f"{g}:{u:.0%}" for g, u in sorted(util.items()))
     else:
         spread = f"min {min(util.values()):.0%}, max {max(util.values()):.0%}"
-    return ("GPU utilization", f"mean {mean_util:.1%}; {spread}")
+    return (f"{lane} utilization", f"mean {mean_util:.1%}; {spread}")
 
 
 def outcome_rows(exp: Any) -> list[tuple[str, str]]:

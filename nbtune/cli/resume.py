@@ -15,7 +15,14 @@ import sys
 import time
 from typing import Any
 
-from nbtune.cli.format import outcome_rows, store_flag, store_label, table, utilization_row
+from nbtune.cli.format import (
+    cluster_text,
+    outcome_rows,
+    store_flag,
+    store_label,
+    table,
+    utilization_row,
+)
 from nbtune.cli.usage import UsageError, find_experiment, open_existing_store
 
 __all__ = ["cmd_resume"]
@@ -137,8 +144,7 @@ def _resume(args: argparse.Namespace, st: Any) -> int:
 
 
 def _summary(exp: Any, row: Any, kind: str, st: Any, wall: float) -> None:
-    n = exp.engine.cluster.n_gpus
-    where = f"{n} simulated GPUs" if kind == "sim" else f"{n} Dask workers"
+    where = cluster_text(exp.engine.cluster, kind)
     rows = [("job", f"{row.algorithm} resumed on {where}, allocator {row.allocator}"),
             *outcome_rows(exp)]
     rows += [

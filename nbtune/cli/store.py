@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtune.cli.format import (
+    cluster_text,
     columns,
     config_text,
     local_time,
@@ -88,6 +89,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     try:
         row = find_experiment(st, args.name)
         df = st.results(args.name)
+        cluster = st.cluster(args.name)
     finally:
         st.close()
     if args.csv == "-":  # only the CSV, so it pipes into other tools
@@ -110,6 +112,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("space", space_text(row.space)),
         ("trainable", row.trainable or "not importable by name (resume needs --trainable)"),
         ("runtime", f"{row.runtime or '?'}; experiment clock {row.time:,.1f} s"),
+        ("runs on", cluster_text(cluster)),
         ("created", f"{local_time(row.created)}; last write {local_time(row.updated)}"),
     ]
     print(f"experiment {args.name!r} in {store_label(st)}")

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from nbtune.core.best import best_index
+from nbtune.core.resources import device_noun
 from nbtune.core.trial import TrialState, ended_of_total
 
 __all__ = ["json_number", "error_line", "experiment_summary", "trial_rows", "curves"]
@@ -40,8 +41,15 @@ def error_line(error: str | None) -> str:
 def experiment_summary(*, name: str, state: str, algorithm: str, metric: str, mode: str,
                        trial_ids: Sequence[int], states: Sequence[str],
                        values: Sequence[Any], budgets: Sequence[Any], planned: int | None,
-                       gpus_in_use: int = 0, updated: str | None = None) -> dict[str, Any]:
+                       gpus_in_use: int = 0, updated: str | None = None,
+                       device: str | None = None) -> dict[str, Any]:
     """One experiment as the sidebar lists it; the columns are per trial, in trial-id order.
+
+    ``device`` is what its lanes are (:func:`nbtune.core.resources.device_of`):
+    ``"GPU"``, ``"CPU"`` (CPU workers standing in for GPUs) or ``None`` (not
+    known yet). ``gpus_in_use`` keeps its name for older clients, but counts
+    the lanes held whatever they are; ``in_use`` says it in words, as the
+    sidebar shows it (``3 GPUs``, ``2 CPU workers``, ``1 worker``).
 
     ``trials`` is ``ended/total`` exactly as ``nbtune ls`` and the dashboard's
     header count it; ``best``/``best_trial`` follow :func:`best_index` (the
@@ -63,6 +71,8 @@ def experiment_summary(*, name: str, state: str, algorithm: str, metric: str, mo
         "best": None if i is None else json_number(values[i]),
         "best_trial": None if i is None else int(trial_ids[i]),
         "gpus_in_use": int(gpus_in_use),
+        "device": device,
+        "in_use": device_noun(device, int(gpus_in_use)),
         "updated": updated,
     }
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["GPU", "ClusterSpec", "Placement", "Demand", "width", "placement_gpus"]
+__all__ = ["GPU", "ClusterSpec", "Placement", "Demand", "width", "placement_gpus", "device_of",
+           "device_noun"]
 
 Placement = tuple[tuple[int, float], ...]
 
@@ -90,3 +91,19 @@ class ClusterSpec:
 
     def by_id(self) -> dict[int, GPU]:
         return {g.gpu_id: g for g in self.gpus}
+
+
+def device_of(cluster: ClusterSpec | None) -> str | None:
+    """What the cluster's lanes are, for the words people read: ``"CPU"`` when every one is a
+    CPU worker standing in for a GPU (:attr:`ClusterSpec.cpu_stand_ins`), ``"GPU"`` when not,
+    ``None`` while no cluster is known (the experiment has not started)."""
+    if cluster is None or not cluster.gpus:
+        return None
+    return "CPU" if cluster.cpu_stand_ins else "GPU"
+
+
+def device_noun(device: str | None, n: int) -> str:
+    """``n`` lanes of ``device`` in words: ``2 GPUs`` only on GPUs, ``2 CPU workers`` on CPU
+    stand-ins, ``2 workers`` when unknown or mixed (never GPUs where there may be none)."""
+    noun = {"GPU": "GPU", "CPU": "CPU worker"}.get(device or "", "worker")
+    return f"{n} {noun}{'' if n == 1 else 's'}"

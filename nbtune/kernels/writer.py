@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtune.core.listing import curves, experiment_summary, trial_rows
+from nbtune.core.resources import device_of
 from nbtune.kernels.files import VERSION, kernel_file, process_started, write_json
 
 __all__ = ["KernelFile", "track", "untrack", "in_kernel", "current", "ENV", "INTERVAL",
@@ -96,7 +97,7 @@ def memory_listing(exp: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         algorithm=str(getattr(algo, "name", type(algo).__name__.lower())),
         trial_ids=ids, states=states, values=values, budgets=budgets,
         planned=getattr(algo, "num_trials", None), gpus_in_use=len(gpus),
-        updated=datetime.now(UTC).isoformat())
+        device=device_of(engine.ledger.cluster), updated=datetime.now(UTC).isoformat())
     shown = trials[-MAX_TRIALS:]
     if summary["best_trial"] is not None and shown and shown[0].trial_id > summary["best_trial"]:
         shown = [engine.trials[summary["best_trial"]], *shown[1:]]  # the best always shows

@@ -54,7 +54,7 @@ class StoreReader:
             return None
         with self._lock:
             try:
-                return detail(store, name)
+                return detail(store, name, self._cache)
             except KeyError:
                 return None
 

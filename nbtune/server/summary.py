@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtune.core.listing import curves, experiment_summary, trial_rows
+from nbtune.core.resources import device_noun, device_of
 from nbtune.store import DEFAULT_DIR, DEFAULT_FILE, Store
 
 __all__ = ["resolve_location", "summarize", "empty_reply", "display_location", "detail",
@@ -53,12 +54,24 @@ def empty_reply(location: str, *, available: bool) -> dict[str, Any]:
         "store": display_location(location),
         "available": available,
         "experiments": [],
-        "totals": {"experiments": 0, "trials_running": 0, "gpus_in_use": 0},
+        "totals": totals([]),
     }
 
 
-def _summarize_one(store: Store, row: dict[str, Any]) -> dict[str, Any]:
+def _device(store: Store, name: str) -> str | None:
+    """``"GPU"``, ``"CPU"`` (CPU workers standing in for GPUs) or None: from the cluster the
+    store recorded; a store that cannot say (an older one, a run not started) says None."""
+    try:
+        return device_of(store.cluster(name))
+    except Exception:  # an unreadable event must not take the list down: the words go neutral
+        return None
+
+
+def _summarize_one(store: Store, row: dict[str, Any],
+                   device: str | None = None) -> dict[str, Any]:
     name, metric, mode = str(row["name"]), str(row["metric"]), str(row["mode"])
+    if device is None:
+        device = _device(store, name)
     trials = store.results(name)
     running_ids: set[int] = set()
     if not trials.empty:
@@ -78,8 +91,17 @@ def _summarize_one(store: Store, row: dict[str, Any]) -> dict[str, Any]:
     return experiment_summary(
         name=name, state=str(row["state"]), algorithm=str(row["algorithm"]), metric=metric,
         mode=mode, trial_ids=cols[0], states=cols[1], values=cols[2], budgets=cols[3],
-        planned=planned, gpus_in_use=len(gpus),
+        planned=planned, gpus_in_use=len(gpus), device=device,
         updated=updated.isoformat() if hasattr(updated, "isoformat") else None)
+
+
+#: marks a run's device in the cache (a tuple: never equal to an experiment's name)
+_DEVICE = ("device",)
+
+
+def _run_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A cache key for what one run of an experiment keeps (its device): a resume may move it."""
+    return (_DEVICE, row["name"], str(row["created"]), row["restarts"])
 
 
 def _done_key(row: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -95,7 +117,8 @@ def _done_key(row: dict[str, Any]) -> tuple[Any, ...] | None:
 def summarize(store: Store, location: str,
               cache: dict[tuple[Any, ...], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Every experiment of ``store`` with state, trials ended/total (``trials``, as ``nbtune ls``
-    shows it) and running, best metric with its direction, GPUs in use.
+    shows it) and running, best metric with its direction, GPUs (or the CPU workers
+    standing in for them: ``device``) in use.
 
     The status bar's totals count distinct GPUs per experiment and add them up:
     two experiments sharing a GPU fractionally both count it, which is what a
@@ -103,7 +126,8 @@ def summarize(store: Store, location: str,
 
     ``cache`` (kept by the caller across polls) holds finished experiments'
     summaries, so a poll re-reads only the experiments that can still change
-    rather than every trial table of a long-lived store every few seconds.
+    rather than every trial table of a long-lived store every few seconds, and
+    each running experiment's device (read once per run, not once per poll).
     """
     reply = empty_reply(location, available=True)
     frame = store.experiments()
@@ -114,7 +138,13 @@ def summarize(store: Store, location: str,
         if key is not None and cache is not None and key in cache:
             summary = cache[key]
         else:
-            summary = _summarize_one(store, row)
+            run = _run_key(row)
+            known = None if cache is None else cache.get(run)
+            summary = _summarize_one(store, row, known.get("device") if known else None)
+            if cache is not None and key is None and summary["device"] is not None:
+                cache[run] = {"device": summary["device"]}  # a finished one is cached whole
+            if cache is not None and run in cache:
+                live_keys.add(run)
             if key is not None and cache is not None:
                 cache[key] = summary
         if key is not None:
@@ -128,22 +158,51 @@ def summarize(store: Store, location: str,
     return reply
 
 
-def totals(experiments: list[dict[str, Any]]) -> dict[str, int]:
-    """The status bar's sums over listed experiments."""
+def totals(experiments: list[dict[str, Any]]) -> dict[str, Any]:
+    """The status bar's sums over listed experiments.
+
+    ``gpus_in_use`` (the name older clients read) counts every lane held, GPU or CPU
+    worker; ``in_use_by_device`` splits it by what the lanes are (``GPU``, ``CPU``, and
+    ``unknown`` for experiments that do not say), ``device`` is the one kind every listed
+    experiment runs on (``"mixed"`` for several, ``None`` when none says), and ``in_use``
+    says it in words as the status bar shows it: ``3 GPUs`` only on GPUs,
+    ``2 CPU workers`` on CPU stand-ins, ``3 GPUs · 2 CPU workers`` for both.
+    """
+    by: dict[str, int] = {}
+    for e in experiments:
+        dev = e.get("device") or "unknown"
+        by[dev] = by.get(dev, 0) + int(e["gpus_in_use"])
+    kinds = {e.get("device") for e in experiments} - {None}
+    device = None if not kinds else kinds.pop() if len(kinds) == 1 else "mixed"
+    held = [(d, by[d]) for d in ("GPU", "CPU", "unknown") if by.get(d)]
+    words = (" · ".join(device_noun(None if d == "unknown" else d, n) for d, n in held)
+             if held else device_noun(device, 0))
     return {
         "experiments": len(experiments),
         "trials_running": sum(e["trials_running"] for e in experiments),
         "gpus_in_use": sum(e["gpus_in_use"] for e in experiments),
+        "device": device,
+        "in_use_by_device": by,
+        "in_use": words,
     }
 
 
-def detail(store: Store, name: str) -> dict[str, Any]:
+def detail(store: Store, name: str,
+           cache: dict[tuple[Any, ...], dict[str, Any]] | None = None) -> dict[str, Any]:
     """One experiment for the sidebar's main-area panel: its summary, every trial's row
-    (state, best metric, budget, the error's last line) and learning curves."""
+    (state, best metric, budget, the error's last line) and learning curves.
+
+    ``cache`` is :func:`summarize`'s: a run's device is read from the events once, not at
+    every refresh of an open panel.
+    """
     row = next((r for r in store.experiments().to_dict("records") if r["name"] == name), None)
     if row is None:
         raise KeyError(name)
-    summary = _summarize_one(store, row)
+    run = _run_key(row)
+    known = None if cache is None else cache.get(run)
+    summary = _summarize_one(store, row, known.get("device") if known else None)
+    if cache is not None and summary["device"] is not None:
+        cache[run] = {"device": summary["device"]}  # summarize() forgets it with the run
     metric = summary["metric"]
     trials = store.results(name)
     rows = [] if trials.empty else trial_rows(

@@ -36,6 +36,7 @@ from sqlalchemy.pool import StaticPool
 
 from nbtune.core import events as ev
 from nbtune.core.commands import Command
+from nbtune.core.resources import ClusterSpec
 from nbtune.core.roles import role
 from nbtune.core.tolerance import EPS
 from nbtune.store.batch import WriteBatch, commit_batch, now_utc
@@ -49,7 +50,13 @@ from nbtune.store.schema import (
     TrialRow,
     UtilizationRow,
 )
-from nbtune.store.serialize import field_names, from_jsonable, load_event, to_jsonable
+from nbtune.store.serialize import (
+    field_names,
+    from_jsonable,
+    load_cluster,
+    load_event,
+    to_jsonable,
+)
 
 __all__ = ["Store", "WriteBatch", "open_store", "command_payload", "UnknownExperimentError",
            "ExperimentExistsError", "StoreOpenError", "DEFAULT_DIR", "DEFAULT_FILE", "COMMAND_PREFIX",
@@ -283,6 +290,20 @@ class Store:
             else:
                 out[-1][0].append(load_event(kind, payload))
         return out
+
+    def cluster(self, name: str) -> ClusterSpec | None:
+        """The cluster the experiment last ran on (its last ``ExperimentStarted`` or
+        ``ResourcesChanged``), or None before it started: what tells GPUs from the CPU
+        workers that stand in for them, for the words a reader of the store shows."""
+        eid = self.experiment_id(name)
+        kinds = (ev.ExperimentStarted.__name__, ev.ResourcesChanged.__name__)
+        with self.session() as s:
+            payload = s.scalars(select(EventRow.payload)
+                                .where(EventRow.experiment_id == eid, EventRow.kind.in_(kinds))
+                                .order_by(EventRow.seq.desc()).limit(1)).first()
+        if not isinstance(payload, dict) or not isinstance(payload.get("cluster"), dict):
+            return None
+        return load_cluster(payload["cluster"])
 
     def results(self, name: str) -> pd.DataFrame:
         """The stored twin of :meth:`nbtune.Experiment.results`, without replaying anything."""

@@ -148,7 +148,7 @@ class Figures:
     def _alloc_figure(self, width: int, share_x: Any) -> Any:
         trial_cmap = LinearColorMapper(palette=list(TRIAL_COLORS), low=-0.5,
                                        high=len(TRIAL_COLORS) - 0.5)
-        p = figure(title="allocation (trials on GPU lanes; stacked = packed)", width=width,
+        p = figure(title=alloc_title(None), width=width,
                    height=220, x_range=share_x.x_range, y_range=Range1d(0, 1),
                    x_axis_label="time (s)", tools="xpan,xwheel_zoom,reset")
         rs = [p.quad(left="left", right="right", bottom="bottom", top="top", source=src,
@@ -156,7 +156,7 @@ class Figures:
                      line_width=0.5, fill_alpha=0.85)
               for src in (self.alloc_src, self.alloc_open_src)]
         p.add_tools(HoverTool(renderers=rs, tooltips=[
-            ("trial", "@trial{0}"), ("GPU", "@gpu"), ("share", "@share{0.00}"),
+            ("trial", "@trial{0}"), ("lane", "@gpu"), ("share", "@share{0.00}"),
             ("from", "@left{0.0}"), ("to", "@right{0.0}")]))
         p.yaxis.ticker = FixedTicker(ticks=[])
         return p
@@ -237,6 +237,7 @@ class Figures:
             self.util_open_src.data = arrays(seg_cols(s.util_open))
         if s.util_device is not None:  # the title waits for the cluster: it never switches
             _set(self.util.title, "text", util_title(s.util_device, s.util_kind), force)
+            _set(self.alloc.title, "text", alloc_title(s.util_device), force)
 
     def _due(self, part: str, key: Any, force: bool) -> bool:
         """Whether a part must go out: its content changed since it was sent, or ``force``."""
@@ -330,6 +331,13 @@ def _set(model: Any, attr: str, value: Any, force: bool) -> None:
         setattr(model, attr, value)
     elif force:
         model.trigger(attr, value, value)
+
+
+def alloc_title(device: str | None) -> str:
+    """The allocation lanes' title: GPU lanes only on GPUs, worker lanes on CPU workers
+    standing in for them, just lanes while the cluster is not known."""
+    lanes = {"GPU": "GPU lanes", "CPU": "worker lanes"}.get(device or "", "lanes")
+    return f"allocation (trials on {lanes}; stacked = packed)"
 
 
 def util_title(device: str, kind: str) -> str:

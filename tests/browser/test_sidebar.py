@@ -14,6 +14,7 @@ import contextlib
 import io
 import math
 import os
+import re
 import urllib.request
 from pathlib import Path
 
@@ -81,7 +82,11 @@ def test_sidebar_lists_the_store_experiments(page, lab_server: LabServer) -> Non
 
     status = page.locator(".jp-nbtune-status")
     status.wait_for()
+    # simulated GPUs are GPUs: the words say so (issue #27: GPUs only on GPUs)
     assert status.inner_text() == "nbtune: 3 running · 3 GPUs"
+    assert status.get_attribute("data-device") == "GPU"
+    assert panel.locator('th[data-field="gpus"]').inner_text() == "GPUs"
+    assert live.locator('td[data-field="gpus"]').get_attribute("data-device") == "GPU"
     if SHOTS is not None:
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.locator("#nbtune-experiments").screenshot(path=str(SHOTS / "sidebar.png"))
@@ -138,6 +143,35 @@ json.dump({n: {"states": list(e.results()["state"]), "best": e.best["loss"],
           open("kernel-truth.json", "w"))"""
 
 
+def check_words_fit_the_hardware(page, panel, mem) -> None:
+    """Issue #27: the status bar said "5 GPUs" on a machine without one. The notebook's Dask
+    workers are CPU workers standing in for GPUs (as ``DaskRuntime`` finds no GPU here): the
+    status bar names them workers, GPUs only the store's simulated GPUs (3, held by the
+    interrupted run), and the sidebar's column and cell say workers."""
+    from nbtune.runtimes.dask.gpu import nvml_gpu_count
+
+    cell = mem.locator('td[data-field="gpus"]')
+    want = "GPU" if nvml_gpu_count() > 0 else "CPU"  # as DaskRuntime chooses
+    # (a row listed before the run's cluster started says no device yet)
+    wait_until(lambda: cell.get_attribute("data-device") == want, 15,
+               f"the memory-only run's lanes said to be {want}")
+    if want == "GPU":  # the notebook's workers have GPUs: GPUs they are
+        return
+    assert "CPU worker" in (cell.get_attribute("title") or "")
+    assert "GPU" not in (cell.get_attribute("title") or "")
+    assert panel.locator('th[data-field="gpus"]').inner_text() == "Workers"  # GPUs and CPUs
+    status = page.locator(".jp-nbtune-status")
+    # the two runs hold the CPU workers for some 20 s, the status bar polls every 3 s
+    def naming_workers() -> str | None:
+        t = status.inner_text()
+        return t if re.search(r"· 3 GPUs · [12] CPU workers?$", t) else None
+
+    text = wait_until(naming_workers, 60,
+                      "the status bar naming the CPU workers the notebook's trials hold")
+    assert status.get_attribute("data-device") == "mixed", text
+    assert re.fullmatch(r"nbtune: \d+ running · 3 GPUs · [12] CPU workers?", text), text
+
+
 def shut_down_kernels(server: LabServer) -> None:
     for kernel in server.api("api/kernels"):
         req = urllib.request.Request(f"{server.base_url}api/kernels/{kernel['id']}",
@@ -167,6 +201,7 @@ def test_sidebar_lists_the_running_kernels_experiments(page, lab_server: LabServ
                "the memory-only run in the sidebar, running")
     source = mem.get_attribute("data-source")
     assert source.startswith("kernel:")
+    check_words_fit_the_hardware(page, panel, mem)
     header = panel.locator(f'tr.jp-nbtune-source[data-source="{source}"]')
     assert "notebook kernels.ipynb" in header.inner_text()
 

@@ -18,6 +18,7 @@ import pytest
 import nbtune
 from nbtune.algorithms import make_algorithm
 from nbtune.build import build_experiment
+from nbtune.core.resources import ClusterSpec
 from nbtune.core.trial import ended_of_total
 from nbtune.engine.engine import Engine
 from nbtune.kernels import files, writer
@@ -29,10 +30,10 @@ SPACE = {"lr": nbtune.loguniform(1e-4, 1e-1)}
 
 
 def sim_run(store: Path | None = None, name: str | None = None, seed: int = 1,
-            num_trials: int = 12) -> nbtune.Experiment:
+            num_trials: int = 12, cluster: int | ClusterSpec = 2) -> nbtune.Experiment:
     return nbtune.tune(SyntheticWorkload(SPACE), algorithm="asha", metric="loss",
                        max_budget=9, num_trials=num_trials, store=store, name=name, seed=seed,
-                       runtime=SimRuntime(cluster=2))
+                       runtime=SimRuntime(cluster=cluster))
 
 
 @pytest.fixture
@@ -73,6 +74,20 @@ def test_a_memory_only_run_is_listed_with_what_the_experiment_shows(runtime_dir:
     lc = exp.learning_curves()
     assert sum(map(len, detail["curves"].values())) == len(lc)  # under the cap: every point
     assert detail["summary"] == s
+
+
+def test_a_memory_only_run_says_what_its_lanes_are(runtime_dir: Path) -> None:
+    """Issue #27: GPUs only on GPUs; CPU workers standing in for them are named workers."""
+    gpu = sim_run(name="on-gpus")
+    cpu = sim_run(name="on-cpus", cluster=ClusterSpec.homogeneous(2, kind="cpu"))
+    assert cpu.engine.cluster.cpu_stand_ins and not gpu.engine.cluster.cpu_stand_ins
+    rows = {e["name"]: e["summary"] for e in the_file(runtime_dir)["experiments"]}
+    assert rows["on-gpus"]["device"] == "GPU" and rows["on-gpus"]["in_use"] == "0 GPUs"
+    assert rows["on-cpus"]["device"] == "CPU" and rows["on-cpus"]["in_use"] == "0 CPU workers"
+    # while it runs: the lanes its trials hold, in words
+    summary, _ = writer.memory_listing(cpu)
+    assert summary["device"] == "CPU"
+    assert "GPU" not in summary["in_use"]
 
 
 def test_a_stored_run_is_listed_by_its_store_only(runtime_dir: Path, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbtune
+from nbtune.core.resources import ClusterSpec
 from nbtune.experiment import Experiment
 from nbtune.runtimes.sim import SimRuntime, SimulationError
 from nbtune.workloads import SyntheticWorkload
@@ -18,14 +19,19 @@ from nbtune.workloads import SyntheticWorkload
 SPACE = {"lr": nbtune.loguniform(1e-4, 1e-1)}
 
 
+def cpu_workers(n: int) -> ClusterSpec:
+    """``n`` CPU workers standing in for GPUs, as the Dask runtime has them without a GPU."""
+    return ClusterSpec.homogeneous(n, kind="cpu")
+
+
 def finished_run(store: Path, name: str, *, mode: str = "min", seed: int = 1,
-                 num_trials: int = 8, gpus: int = 2) -> Experiment:
+                 num_trials: int = 8, gpus: int | ClusterSpec = 2) -> Experiment:
     return nbtune.tune(SyntheticWorkload(SPACE), algorithm="asha", metric="loss", mode=mode,
                        max_budget=9, num_trials=num_trials, store=store, name=name, seed=seed,
                        runtime=SimRuntime(cluster=gpus))
 
 
-def interrupted_run(store: Path, name: str, *, gpus: int = 3, events: int = 40,
+def interrupted_run(store: Path, name: str, *, gpus: int | ClusterSpec = 3, events: int = 40,
                     seed: int = 1) -> None:
     """An ASHA run on ``gpus`` whole GPUs cut off while every GPU holds a trial."""
     try:

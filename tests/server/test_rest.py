@@ -30,7 +30,10 @@ async def test_lists_the_default_store_under_root_dir(jp_fetch, jp_root_dir: Pat
     assert reply["store"] == str((store / "nbtune.db").resolve())
     assert [e["name"] for e in reply["experiments"]] == ["live", "done"]
     assert [e["state"] for e in reply["experiments"]] == ["running", "done"]
-    assert reply["totals"] == {"experiments": 2, "trials_running": 3, "gpus_in_use": 3}
+    assert reply["totals"] == {"experiments": 2, "trials_running": 3, "gpus_in_use": 3,
+                               "device": "GPU", "in_use_by_device": {"GPU": 3},
+                               "in_use": "3 GPUs"}
+    assert {e["device"] for e in reply["experiments"]} == {"GPU"}
 
 
 async def test_missing_store_is_reported_and_not_created(jp_fetch, jp_root_dir: Path) -> None:

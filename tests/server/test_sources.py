@@ -106,7 +106,10 @@ def test_a_dead_kernels_file_and_experiments_go(tmp_path: Path) -> None:
         reply = sources.read()
         assert by_source(reply) == {kernel_id(child.pid): ["m"]}
         assert reply["sources"][1]["location"] == f"kernel {child.pid}"
-        assert reply["totals"] == {"experiments": 1, "trials_running": 1, "gpus_in_use": 1}
+        # a kernel file of an older nbtune says nothing of its hardware: "worker", never GPU
+        assert reply["totals"] == {"experiments": 1, "trials_running": 1, "gpus_in_use": 1,
+                                   "device": None, "in_use_by_device": {"unknown": 1},
+                                   "in_use": "1 worker"}
     finally:
         child.kill()
         child.wait()

@@ -11,7 +11,7 @@ import pytest
 from nbtune.server.summary import display_location, resolve_location, summarize
 from nbtune.store import Store
 from nbtune.store.batch import WriteBatch
-from tests.server.stores import finished_run, interrupted_run
+from tests.server.stores import cpu_workers, finished_run, interrupted_run
 
 
 def test_resolve_location_follows_tune_store_rules(tmp_path: Path) -> None:
@@ -47,7 +47,9 @@ def test_finished_experiment_matches_the_experiment_object(tmp_path: Path, mode:
     assert exp.best is not None
     assert row["best_trial"] == exp.best["trial_id"]
     assert math.isclose(row["best"], exp.best["loss"])
-    assert reply["totals"] == {"experiments": 1, "trials_running": 0, "gpus_in_use": 0}
+    assert reply["totals"] == {"experiments": 1, "trials_running": 0, "gpus_in_use": 0,
+                               "device": "GPU", "in_use_by_device": {"GPU": 0},
+                               "in_use": "0 GPUs"}
 
 
 def test_interrupted_run_counts_running_trials_and_busy_gpus(tmp_path: Path) -> None:
@@ -61,7 +63,9 @@ def test_interrupted_run_counts_running_trials_and_busy_gpus(tmp_path: Path) -> 
     # ASHA always has a trial to launch here, so every one of the 3 whole GPUs is busy.
     assert live["trials_running"] == 3 and live["gpus_in_use"] == 3
     assert live["trials_total"] > live["trials_running"]
-    assert reply["totals"] == {"experiments": 2, "trials_running": 3, "gpus_in_use": 3}
+    assert reply["totals"] == {"experiments": 2, "trials_running": 3, "gpus_in_use": 3,
+                               "device": "GPU", "in_use_by_device": {"GPU": 3},
+                               "in_use": "3 GPUs"}
 
 
 def test_empty_store_lists_nothing(tmp_path: Path) -> None:
@@ -74,7 +78,8 @@ def test_cache_keeps_only_finished_experiments_and_never_serves_stale(tmp_path: 
     finished_run(tmp_path, "again", seed=1)
     store, cache = Store(tmp_path / "nbtune.db"), {}
     first = summarize(store, "loc", cache)
-    assert [key[0] for key in cache] == ["again"]  # the running one is re-read every poll
+    # the running one is re-read every poll (all but its device, which a run keeps)
+    assert [key[0] for key in cache if key[0] != ("device",)] == ["again"]
     assert summarize(store, "loc", cache) == first
     # the same name re-created with another run: its summary must be the new one
     store.delete("again")
@@ -82,7 +87,8 @@ def test_cache_keeps_only_finished_experiments_and_never_serves_stale(tmp_path: 
     rows = {e["name"]: e for e in summarize(store, "loc", cache)["experiments"]}
     assert rows["again"]["trials_total"] == len(exp.results()) == 5
     assert rows["again"]["best_trial"] == exp.best["trial_id"]
-    assert len(cache) == 1  # the deleted run's entry is gone
+    assert [key[1] for key in cache if key[0] == ("device",)] == ["live"]
+    assert len(cache) == 2  # the deleted run's entry is gone
 
 
 def test_a_diverged_trial_is_never_best_and_the_reply_is_strict_json(tmp_path: Path) -> None:
@@ -135,3 +141,66 @@ def test_detail_has_every_trial_its_curve_and_the_same_best(tmp_path: Path) -> N
         assert [v for p in points for v in p] == pytest.approx(want)
     with pytest.raises(KeyError):
         detail(store, "nope")
+
+
+def test_words_fit_the_hardware_gpus_only_on_gpus(tmp_path: Path) -> None:
+    """Issue #27: the status bar said "2 GPUs" where CPU workers stand in for GPUs. Each
+    summary says what its lanes are; the totals say GPUs only for GPUs."""
+    interrupted_run(tmp_path, "on-gpus", gpus=3)
+    interrupted_run(tmp_path, "on-cpus", gpus=cpu_workers(2), events=30)
+    finished_run(tmp_path, "cpu-done", gpus=cpu_workers(2))
+    store = Store(tmp_path / "nbtune.db")
+    reply = summarize(store, "loc")
+    rows = {e["name"]: e for e in reply["experiments"]}
+    assert rows["on-gpus"]["device"] == "GPU" and rows["on-gpus"]["in_use"] == "3 GPUs"
+    cpus = rows["on-cpus"]
+    assert cpus["device"] == "CPU" and cpus["gpus_in_use"] == 2  # the old field still counts
+    assert cpus["in_use"] == "2 CPU workers"
+    assert rows["cpu-done"]["device"] == "CPU" and rows["cpu-done"]["in_use"] == "0 CPU workers"
+    t = reply["totals"]
+    assert t["gpus_in_use"] == 5 and t["device"] == "mixed"
+    assert t["in_use_by_device"] == {"GPU": 3, "CPU": 2}
+    assert t["in_use"] == "3 GPUs · 2 CPU workers"
+    json.dumps(reply, allow_nan=False)
+    # a store of CPU workers only never says GPU
+    store.delete("on-gpus")
+    t = summarize(store, "loc", {})["totals"]
+    assert t["device"] == "CPU" and t["in_use"] == "2 CPU workers" and "GPU" not in t["in_use"]
+    store.delete("on-cpus")
+    assert summarize(store, "loc")["totals"]["in_use"] == "0 CPU workers"
+    store.delete("cpu-done")
+    empty = summarize(store, "loc")["totals"]  # nothing says what the hardware is: neutral
+    assert empty["device"] is None and empty["in_use"] == "0 workers"
+
+
+def test_a_store_that_cannot_say_its_hardware_reads_neutral(tmp_path: Path) -> None:
+    """An experiment whose cluster the store does not hold (created, not started) is
+    counted under "workers", never GPUs."""
+    from nbtune.server.summary import totals
+
+    store = Store(tmp_path / "nbtune.db")
+    finished_run(tmp_path, "done", gpus=cpu_workers(2))
+    assert store.cluster("done").cpu_stand_ins
+    old = {"trials_running": 1, "gpus_in_use": 1}  # a summary from an older kernel file
+    t = totals([old])
+    assert t["device"] is None and t["in_use"] == "1 worker"
+    assert t["in_use_by_device"] == {"unknown": 1}
+
+
+def test_a_runs_device_is_read_once_per_run_not_per_poll(tmp_path: Path, monkeypatch) -> None:
+    """The device comes from the events (a scan of a long run's log): the server reads it
+    once per run, for the list and an open panel alike, and again after a resume."""
+    from nbtune.server.summary import detail
+
+    interrupted_run(tmp_path, "live", gpus=cpu_workers(2), events=30)
+    store, cache = Store(tmp_path / "nbtune.db"), {}
+    reads = []
+    real = store.cluster
+    monkeypatch.setattr(store, "cluster", lambda name: reads.append(name) or real(name))
+    for _ in range(3):
+        assert summarize(store, "loc", cache)["experiments"][0]["device"] == "CPU"
+        assert detail(store, "live", cache)["summary"]["in_use"] == "2 CPU workers"
+    assert reads == ["live"]
+    store.mark_restart("live")  # a resume may run on other hardware: read again
+    summarize(store, "loc", cache)
+    assert reads == ["live", "live"]

@@ -45,16 +45,20 @@ def snapshot(engine: Any, inventory: Any, topic: str, now: float) -> dict[str, A
     """What the page shows of one experiment, as plain data (msgpack-able).
 
     Called on the engine's own thread. Lanes are named by worker: a GPU id is
-    nbtune's, a worker name is what the Dask dashboard shows.
+    nbtune's, a worker name is what the Dask dashboard shows. A worker's GPUs are
+    named ``GPU k``; a CPU worker standing in for GPUs with several slots names
+    them ``slot k`` (GPUs only on GPUs).
     """
     slots = getattr(inventory, "slots", {}) or {}
 
     def lane(gpu: int) -> str:
         s = slots.get(gpu)
-        if s is None:
-            return f"gpu {gpu}"
+        if s is None:  # its worker is gone: nothing says what it was
+            return f"lane {gpu}"
         name = (getattr(inventory, "workers", {}).get(s.worker) or {}).get("name", s.worker)
-        return f"worker {name}" + (f" GPU {s.index}" if s.kind != "cpu" or s.index else "")
+        if s.kind != "cpu":
+            return f"worker {name} GPU {s.index}"
+        return f"worker {name}" + (f" slot {s.index}" if s.index else "")
 
     trials = sorted(engine.trials.values(), key=lambda t: t.trial_id)[-MAX_TRIALS:]
     counts: dict[str, int] = {}
