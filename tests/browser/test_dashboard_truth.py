@@ -65,6 +65,16 @@ def notebook(lab_root: Path) -> Path:
     return path
 
 
+def saved_dashboards(path: Path) -> int:
+    """The widget outputs the notebook's file on disk holds (what a reload renders)."""
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception:  # being written: not saved yet
+        return 0
+    return sum(1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+               if "application/vnd.jupyter.widget-view+json" in o.get("data", {}))
+
+
 def shoot(page, locator, name: str) -> None:
     if SHOTS is not None:
         SHOTS.mkdir(parents=True, exist_ok=True)
@@ -139,11 +149,18 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
 
     # after a page reload the widgets come back from the kernel: still right
     page.keyboard.press("Control+s")
-    page.wait_for_timeout(1500)
+    wait_until(lambda: saved_dashboards(notebook) >= 3, SLOW,
+               "the notebook to be saved with its three dashboards")
     console.clear()
     page.reload()
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
-    wait_until(lambda: len(read_docs(page)) >= 3, SLOW, "the dashboards to render after reload")
+    try:
+        wait_until(lambda: len(read_docs(page)) >= 3, SLOW,
+                   "the dashboards to render after reload")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {len(read_docs(page))} rendered, "
+                             f"{saved_dashboards(notebook)} saved; console: {console[-8:]}"
+                             ) from None
     problems = settled_problems(page, truth, 3)
     assert problems == [], "\n".join(problems)
     assert not [m for m in console if "inconsistent lengths" in m], console[:5]
