@@ -63,6 +63,7 @@ MEASURES = (
     "nbtune/algorithms/asha.py", "benchmarks/vs_peers.py",
 )
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
+KEY_FIGURES = ("speed_vs_fifo/auto", "errors")  # the figures summary.py shows (paths into figures)
 RUNS_ON = ("gpu",)  # devices it has a mode for (default: cpu)
 
 

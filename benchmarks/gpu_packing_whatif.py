@@ -44,6 +44,7 @@ MEASURES = (
     "nbtune/algorithms/asha.py", "nbtune/workloads/synthetic.py",
 )
 WALL_CLOCK = False  # its goal figures do not depend on the machine or its load
+KEY_FIGURES = ("auto_vs_fifo_worst",)  # the figures summary.py shows (paths into figures)
 
 
 def makespan(allocator: str, alpha: float, launch: float, seed: int) -> float:
@@ -68,8 +69,8 @@ def main() -> None:
             print(f"{key:26s} " + "  ".join(f"{a} {ms[a]:6.1f} s ({speed[a]:.2f}x)"
                                            for a in ALLOCATORS))
     goal = {"auto_vs_fifo_min": 1.5}
-    record({"name": "gpu_packing_whatif", "figures": rows, "goal": goal,
-            "met": worst >= goal["auto_vs_fifo_min"]})
+    record({"name": "gpu_packing_whatif", "figures": {**rows, "auto_vs_fifo_worst": worst},
+            "goal": goal, "met": worst >= goal["auto_vs_fifo_min"]})
 
 
 if __name__ == "__main__":

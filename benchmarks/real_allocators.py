@@ -44,6 +44,7 @@ MEASURES = (
     "nbtune/algorithms/asha.py", "nbtune/engine/",
 )
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
+KEY_FIGURES = ("vs_fifo/auto", "errors")  # the figures summary.py shows (paths into figures)
 
 
 def breast_cancer_mlp(config, trial):

@@ -27,6 +27,7 @@ MEASURES = (
     "nbtune/runtimes/dask/",
 )
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
+KEY_FIGURES = ("error_pct", "decisions_agree")  # the figures summary.py shows (paths into figures)
 
 
 def main() -> None:

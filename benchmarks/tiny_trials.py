@@ -51,6 +51,8 @@ MODES = ("process", "thread", "auto")
 # what this benchmark measures: summary.py marks its figure stale when these change
 MEASURES = ("nbtune/runtimes/dask/", "nbtune/engine/", "nbtune/algorithms/asha.py")
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
+# the figures summary.py shows (paths into figures)
+KEY_FIGURES = ("tiny_thread_speedup", "tiny_auto_speedup", "normal_auto_over_process", "errors")
 
 
 def make_loop(n: int, epochs: int = 9):

@@ -65,6 +65,8 @@ SURE = 0.9
 # what this benchmark measures: summary.py marks its figure stale when these change
 MEASURES = ("nbtune/surrogate/",)
 WALL_CLOCK = False  # its goal figures do not depend on the machine or its load
+# the figures summary.py shows (paths into figures)
+KEY_FIGURES = ("mlp_sgd.mup.S4.spearman", "cnn_adam.mup.S4.spearman")
 
 
 def _job(args: tuple) -> tuple[tuple, tuple[float, float]]:

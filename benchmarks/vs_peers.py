@@ -74,6 +74,8 @@ MEASURES = (
     "nbtune/allocators/", "nbtune/api.py", "benchmarks/two_core_bound.py",
 )
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
+# the figures summary.py shows (paths into figures)
+KEY_FIGURES = ("ratios/cold_vs_optuna1", "ratios/cold_vs_ray", "ratios/warm_vs_optuna1", "acc_gap")
 
 
 def device() -> str:
