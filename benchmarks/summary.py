@@ -28,6 +28,7 @@ import datetime
 import json
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,9 +302,7 @@ def table(bench_dir: Path, results: Path, repo: Path) -> str:
     n_run = sum(1 for r in rs if not r.rec)
     n_stale = sum(1 for r in rs if r.rec and r.stale)
     undeclared = [b.name for b in benches if b.measures is None]
-    lines = [
-        "## Where each goal stands",
-        "",
+    intro = (
         f"Made by `python benchmarks/summary.py` from `benchmarks/results.jsonl`, {now}, at "
         f"{(head or '?')[:7]}: {n_met} met, {n_not} not met, {n_run} not run; "
         f"{n_stale} of the recorded figures stale. Each row is the benchmark's latest "
@@ -311,7 +310,11 @@ def table(bench_dir: Path, results: Path, repo: Path) -> str:
         "changed after the figure's commit (or that commit is not in HEAD); `*` after a "
         "commit: measured with uncommitted changes; *load*: the 1-min load average at the "
         "start (2-core machines: over 2 distorts wall-clock figures). Figures: the ones the "
-        "goal names, with the goal in brackets. The log below is each result's full story.",
+        "goal names, with the goal in brackets. The log below is each result's full story.")
+    lines = [
+        "## Where each goal stands",
+        "",
+        *textwrap.wrap(intro, 92, break_on_hyphens=False),
         "",
         "| benchmark | met | figures (goal) | date (UTC) | commit | device | stale |",
         "| --- | --- | --- | --- | --- | --- | --- |",
