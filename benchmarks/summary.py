@@ -302,6 +302,11 @@ def table(bench_dir: Path, results: Path, repo: Path) -> str:
     n_run = sum(1 for r in rs if not r.rec)
     n_stale = sum(1 for r in rs if r.rec and r.stale)
     undeclared = [b.name for b in benches if b.measures is None]
+    for b in benches:
+        gone = [m for m in b.measures or () if not (repo / m).exists()]
+        if gone:
+            print(f"summary: {b.name}'s MEASURES names what does not exist: {gone}",
+                  file=sys.stderr)
     intro = (
         f"Made by `python benchmarks/summary.py` from `benchmarks/results.jsonl`, {now}, at "
         f"{(head or '?')[:7]}: {n_met} met, {n_not} not met, {n_run} not run; "

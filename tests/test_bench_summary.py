@@ -69,6 +69,7 @@ def project(tmp_path: Path) -> dict:
     git(repo, "init", "-q")
     git(repo, "config", "user.email", "t@example.com")
     git(repo, "config", "user.name", "t")
+    git(repo, "config", "commit.gpgsign", "false")
     (repo / "pkg" / "a.py").write_text("A = 1\n")
     (repo / "pkg" / "b.py").write_text("B = 1\n")
     b = repo / "benchmarks"
@@ -167,3 +168,14 @@ def test_record_appends_and_prints_the_line_last(tmp_path, monkeypatch, capsys):
     mod.record(line)
     assert len(out.read_text().splitlines()) == 1
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == line
+
+
+def test_every_benchmark_declares_what_it_measures():
+    summary = _load("summary")
+    benches = summary.benchmarks(ROOT / "benchmarks", ROOT)
+    assert len(benches) >= 20
+    for b in benches:
+        assert b.measures, f"{b.name}.py declares no MEASURES"
+        assert isinstance(b.wall_clock, bool), f"{b.name}.py declares no WALL_CLOCK"
+        for m in b.measures:
+            assert (ROOT / m).exists(), f"{b.name}.py: MEASURES names {m}, which does not exist"
