@@ -50,7 +50,12 @@ from nbtune.experiment import Experiment
 from nbtune.runtimes.sim import SimRuntime
 
 # what this benchmark measures: summary.py marks its figure stale when these change
-MEASURES = ("nbtune/ui/", "nbtune/engine/", "nbtune/runtimes/dask/", "nbtune/runtimes/sim.py")
+MEASURES = (
+    "nbtune/ui/", "nbtune/engine/", "nbtune/runtimes/dask/", "nbtune/runtimes/sim.py",
+    "nbtune/runtimes/profiler.py", "nbtune/runtimes/profile_samples.py",
+    "nbtune/runtimes/model_key.py", "nbtune/core/", "nbtune/workloads/",
+    "nbtune/allocators/profiling.py", "nbtune/allocators/profile_summary.py",
+)
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 
 

@@ -41,7 +41,9 @@ ALLOCATORS = ["fifo", "auto", "waterfill"]
 # what this benchmark measures: summary.py marks its figure stale when these change
 MEASURES = (
     "nbtune/runtimes/sim.py", "nbtune/engine/", "nbtune/allocators/",
-    "nbtune/algorithms/asha.py", "nbtune/workloads/synthetic.py",
+    "nbtune/algorithms/asha.py", "nbtune/runtimes/profiler.py",
+    "nbtune/runtimes/profile_samples.py", "nbtune/runtimes/model_key.py", "nbtune/core/",
+    "nbtune/workloads/",
 )
 WALL_CLOCK = False  # its goal figures do not depend on the machine or its load
 KEY_FIGURES = ("auto_vs_fifo_worst",)  # the figures summary.py shows (paths into figures)

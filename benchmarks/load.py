@@ -25,7 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 # what this benchmark measures: summary.py marks its figure stale when these change
-MEASURES = ("nbtune/engine/", "nbtune/store/", "nbtune/server/summary.py", "nbtune/runtimes/sim.py")
+MEASURES = (
+    "nbtune/engine/", "nbtune/store/", "nbtune/server/summary.py", "nbtune/runtimes/sim.py",
+    "nbtune/runtimes/profiler.py", "nbtune/runtimes/profile_samples.py",
+    "nbtune/runtimes/model_key.py", "nbtune/core/", "nbtune/workloads/",
+    "nbtune/allocators/profiling.py", "nbtune/allocators/profile_summary.py",
+)
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 
 

@@ -38,6 +38,9 @@ from nbtune import SimRuntime, SyntheticWorkload, loguniform, uniform
 # what this benchmark measures: summary.py marks its figure stale when these change
 MEASURES = (
     "nbtune/engine/", "nbtune/store/", "nbtune/server/", "nbtune/ui/", "nbtune/runtimes/sim.py",
+    "nbtune/runtimes/profiler.py", "nbtune/runtimes/profile_samples.py",
+    "nbtune/runtimes/model_key.py", "nbtune/core/", "nbtune/workloads/",
+    "nbtune/allocators/profiling.py", "nbtune/allocators/profile_summary.py",
 )
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 

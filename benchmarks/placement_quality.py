@@ -62,7 +62,10 @@ VARIANTS = (*POLICIES, "ffd+swap", "wfd+swap")
 # what this benchmark measures: summary.py marks its figure stale when these change
 MEASURES = (
     "nbtune/allocators/mkp.py", "nbtune/allocators/knapsack.py", "nbtune/allocators/swaps.py",
-    "nbtune/allocators/oversubscription.py", "nbtune/workloads/interference.py",
+    "nbtune/allocators/oversubscription.py", "nbtune/runtimes/sim.py",
+    "nbtune/runtimes/profiler.py", "nbtune/runtimes/profile_samples.py",
+    "nbtune/runtimes/model_key.py", "nbtune/engine/", "nbtune/core/", "nbtune/workloads/",
+    "nbtune/allocators/profiling.py", "nbtune/allocators/profile_summary.py",
 )
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 

@@ -54,7 +54,8 @@ TRACES = ROOT / ".." / "shared" / "traces" / "hydro-artifact"
 # what this benchmark measures: summary.py marks its figure stale when these change
 MEASURES = (
     "nbtune/allocators/", "nbtune/algorithms/", "nbtune/engine/", "nbtune/runtimes/sim.py",
-    "nbtune/runtimes/profiler.py", "nbtune/workloads/",
+    "nbtune/runtimes/profiler.py", "nbtune/workloads/", "nbtune/runtimes/profile_samples.py",
+    "nbtune/runtimes/model_key.py", "nbtune/core/",
 )
 WALL_CLOCK = False  # its goal figures do not depend on the machine or its load
 

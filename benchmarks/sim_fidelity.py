@@ -23,8 +23,10 @@ from _results import record  # benchmarks/_results.py: notes the load at start
 
 # what this benchmark measures: summary.py marks its figure stale when these change
 MEASURES = (
-    "nbtune/runtimes/sim.py", "nbtune/replay.py", "nbtune/workloads/trace.py", "nbtune/demo.py",
-    "nbtune/runtimes/dask/",
+    "nbtune/runtimes/sim.py", "nbtune/replay.py", "nbtune/demo.py", "nbtune/runtimes/dask/",
+    "nbtune/runtimes/profiler.py", "nbtune/runtimes/profile_samples.py",
+    "nbtune/runtimes/model_key.py", "nbtune/engine/", "nbtune/core/", "nbtune/workloads/",
+    "nbtune/allocators/profiling.py", "nbtune/allocators/profile_summary.py",
 )
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 KEY_FIGURES = ("error_pct", "decisions_agree")  # the figures summary.py shows (paths into figures)

@@ -28,7 +28,10 @@ GOAL_S = 5.0
 # what this benchmark measures: summary.py marks its figure stale when these change
 MEASURES = (
     "nbtune/runtimes/sim.py", "nbtune/engine/", "nbtune/algorithms/hyperband.py",
-    "nbtune/allocators/fifo.py", "nbtune/workloads/synthetic.py",
+    "nbtune/allocators/fifo.py", "nbtune/runtimes/profiler.py",
+    "nbtune/runtimes/profile_samples.py", "nbtune/runtimes/model_key.py", "nbtune/core/",
+    "nbtune/workloads/", "nbtune/allocators/profiling.py",
+    "nbtune/allocators/profile_summary.py",
 )
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 

@@ -31,7 +31,8 @@ FLUID = {"alpha": 1.24, "beta": 1.15, "c": 4, "d": 4, "eps": 5.0}
 # what this benchmark measures: summary.py marks its figure stale when these change
 MEASURES = (
     "nbtune/runtimes/sim.py", "nbtune/engine/", "nbtune/algorithms/asha.py",
-    "nbtune/allocators/", "nbtune/workloads/synthetic.py",
+    "nbtune/allocators/", "nbtune/runtimes/profiler.py", "nbtune/runtimes/profile_samples.py",
+    "nbtune/runtimes/model_key.py", "nbtune/core/", "nbtune/workloads/",
 )
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 

@@ -31,7 +31,12 @@ from nbtune.store import RestartableEngine, Store, replay
 from nbtune.store.resume import rebuild_algorithm, rebuild_allocator
 
 # what this benchmark measures: summary.py marks its figure stale when these change
-MEASURES = ("nbtune/store/", "nbtune/runtimes/sim.py", "nbtune/engine/")
+MEASURES = (
+    "nbtune/store/", "nbtune/runtimes/sim.py", "nbtune/engine/", "nbtune/runtimes/profiler.py",
+    "nbtune/runtimes/profile_samples.py", "nbtune/runtimes/model_key.py", "nbtune/core/",
+    "nbtune/workloads/", "nbtune/allocators/profiling.py",
+    "nbtune/allocators/profile_summary.py",
+)
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 
 
