@@ -103,9 +103,10 @@ lint: install-dev
 bench: install-dev
 	@set -e; for f in benchmarks/*.py; do \
 		[ -e "$$f" ] || continue; \
-		case "$$(basename $$f)" in _*|conftest.py) continue;; esac; \
+		case "$$(basename $$f)" in _*|conftest.py|summary.py|two_core_bound.py) continue;; esac; \
 		echo "== $$f"; $(PY) $$f; \
 	done
+	$(PY) benchmarks/summary.py
 
 docs: $(STAMP_DOCS)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html

@@ -31,13 +31,14 @@ Prints its figures and ends with one JSON line.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _results import record  # benchmarks/_results.py: notes the load at start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -51,6 +52,14 @@ SEED = int(os.environ.get("NBTUNE_BENCH_SEED", "100"))
 WORK = os.environ.get("NBTUNE_BENCH_WORK", "io")
 PASSES = 16 if WORK == "cpu" else 1
 LOAD_S = 0.0 if WORK == "cpu" else 0.25  # seconds of data wait per epoch at batch 8
+
+
+# what this benchmark measures: summary.py marks its figure stale when these change
+MEASURES = (
+    "nbtune/engine/", "nbtune/algorithms/bohb.py", "nbtune/algorithms/hyperband.py",
+    "nbtune/allocators/fifo.py", "nbtune/runtimes/dask/",
+)
+WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 
 
 def train_mlp(config, trial):
@@ -188,7 +197,7 @@ def main() -> None:
                "load_avg_end": os.getloadavg()[0]}
     goal = {"reduction_pct_min_exclusive": 0.0, "identical_results": True, "errors": 0}
     met = reduction > 0 and all(identical) and errors == 0
-    print(json.dumps({"name": "barrier_fill", "figures": figures, "goal": goal, "met": met}))
+    record({"name": "barrier_fill", "figures": figures, "goal": goal, "met": met})
 
 
 if __name__ == "__main__":

@@ -37,12 +37,12 @@ share: a two-GPU pipeline on two half-GPUs, activations crossing in host memory.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
+from _results import record  # benchmarks/_results.py: notes the load at start
 
 from nbtune.bubbles import GuestSpec, HostSpec, PipelineHost, one_f_one_b_bubble, overlap
 from nbtune.bubbles.colocate import run_alone
@@ -50,6 +50,11 @@ from nbtune.bubbles.guest import train_guest
 from nbtune.bubbles.probe import iteration_window as window
 from nbtune.bubbles.probe import phase, what_if
 from nbtune.bubbles.timeline import clip, idle_windows, merge, total
+
+# what this benchmark measures: summary.py marks its figure stale when these change
+MEASURES = ("nbtune/bubbles/", "nbtune/runtimes/dask/gpu.py")
+WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
+RUNS_ON = ("cpu", "gpu")  # devices it has a mode for (default: cpu)
 
 
 def solo(spec: GuestSpec, steps: int):
@@ -221,7 +226,8 @@ def run(args: argparse.Namespace, gpu: bool, mps: bool) -> None:
     goal = {"host_throughput_loss": "<= 0.03", "bubble_fill": ">= 0.5",
             "guests_identical": True}
     met = loss <= 0.03 and fill_med >= 0.5 and identical and no_overlap
-    print(json.dumps({"name": "bubble_squeeze", "figures": figures, "goal": goal, "met": met}))
+    record({"name": "bubble_squeeze", "figures": figures, "goal": goal, "met": met},
+           gpu=args.device == "cuda")
 
 
 if __name__ == "__main__":

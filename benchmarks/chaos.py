@@ -15,8 +15,12 @@ test_chaos.py runs a bounded one in CI. Ends with one JSON line.
 
 from __future__ import annotations
 
+try:  # as a script, benchmarks/ is on sys.path; tests import benchmarks.chaos
+    from _results import record
+except ImportError:
+    from benchmarks._results import record
+
 import argparse
-import json
 import os
 import random
 import signal
@@ -30,6 +34,13 @@ from typing import Any
 import cloudpickle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+# what this benchmark measures: summary.py marks its figure stale when these change
+MEASURES = (
+    "nbtune/runtimes/dask/", "nbtune/engine/", "nbtune/core/events.py", "nbtune/core/trial.py",
+)
+WALL_CLOCK = False  # its goal figures do not depend on the machine or its load
 
 
 def train_chaos(config: dict[str, Any], trial: Any) -> None:
@@ -162,7 +173,7 @@ def main() -> None:
     goal = {"finished": args.trials, "results_lost": 0, "trial_failures": 0}
     met = (chaos["finished"] == args.trials and chaos["results_lost"] == 0
            and chaos["trial_failures"] == 0 and chaos["worker_kills"] > 0)
-    print(json.dumps({"name": "chaos", "figures": figures, "goal": goal, "met": met}))
+    record({"name": "chaos", "figures": figures, "goal": goal, "met": met})
 
 
 if __name__ == "__main__":

@@ -13,8 +13,16 @@ Run: ``.venv/bin/python benchmarks/engine_overhead.py [--trials 1000] [--work 0.
 from __future__ import annotations
 
 import argparse
-import json
 import time
+
+from _results import record  # benchmarks/_results.py: notes the load at start
+
+# what this benchmark measures: summary.py marks its figure stale when these change
+MEASURES = (
+    "nbtune/runtimes/dask/", "nbtune/engine/", "nbtune/algorithms/random_search.py",
+    "nbtune/allocators/fifo.py",
+)
+WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 
 
 def work(config, trial):  # noqa: ANN001 - a training function, pickled by value
@@ -55,7 +63,7 @@ def main() -> None:
     print(f"{done}/{args.trials} trials completed on {args.workers} workers")
     print(f"makespan {span:.2f} s (wall {wall:.2f} s), ideal {ideal:.2f} s: {over:+.1%}")
     print(f"per-trial overhead {per_trial_ms:.1f} ms per worker slot")
-    print(json.dumps({
+    record({
         "name": "engine_overhead",
         "figures": {"trials": args.trials, "completed": done, "work_s": args.work,
                     "workers": args.workers, "makespan_s": round(span, 2),
@@ -64,7 +72,7 @@ def main() -> None:
                     "per_trial_overhead_ms": round(per_trial_ms, 2)},
         "goal": {"overhead_pct_max": 5.0},
         "met": bool(done == args.trials and over <= 0.05),
-    }))
+    })
 
 
 if __name__ == "__main__":

@@ -19,9 +19,17 @@ Run: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/fusion_e2e.py [--trials 64] [
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
+
+from _results import record  # benchmarks/_results.py: notes the load at start
+
+# what this benchmark measures: summary.py marks its figure stale when these change
+MEASURES = (
+    "nbtune/fusion/", "nbtune/engine/", "nbtune/runtimes/dask/",
+    "nbtune/examples/fusion_digits.py",
+)
+WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 
 
 def main() -> None:
@@ -98,7 +106,7 @@ def main() -> None:
                "same_configs": bool(same_configs), "fused_through_tune": True}
     met = (ratio >= 3.0 and diff <= 1e-4 and bool(same_configs)
            and completed == [args.trials, args.trials])
-    print(json.dumps({"name": "fusion_e2e", "figures": figures, "goal": goal, "met": met}))
+    record({"name": "fusion_e2e", "figures": figures, "goal": goal, "met": met})
 
 
 if __name__ == "__main__":

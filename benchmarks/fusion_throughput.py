@@ -24,16 +24,21 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
+from _results import record  # benchmarks/_results.py: notes the load at start
 from torch import nn
 
 from nbtune.examples.digits import load_data
 from nbtune.fusion import fuse, fused_loss, fused_optimizer
+
+# what this benchmark measures: summary.py marks its figure stale when these change
+MEASURES = ("nbtune/fusion/", "nbtune/examples/digits.py")
+WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
+RUNS_ON = ("cpu", "gpu")  # devices it has a mode for (default: cpu)
 
 
 def mlp() -> nn.Module:
@@ -183,8 +188,8 @@ def main() -> None:
                "device": torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "cpu"}
     met = (res_mlp["speedup"] >= goal["mlp_speedup"] and res_cnn["speedup"] >= goal["cnn_speedup"]
            and max(sgd, adam) <= goal["max_param_diff"])
-    print(json.dumps({"name": "fusion_throughput", "figures": figures, "goal": goal,
-                      "met": met}))
+    record({"name": "fusion_throughput", "figures": figures, "goal": goal,
+            "met": met}, gpu=DEVICE.type == "cuda")
 
 
 if __name__ == "__main__":

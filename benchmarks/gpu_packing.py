@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import cloudpickle
+from _results import record  # benchmarks/_results.py: notes the load at start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,6 +55,16 @@ import vs_peers  # noqa: E402  (the workload: data, model and epoch on NBTUNE_BE
 from vs_peers import epoch, make  # noqa: E402
 
 cloudpickle.register_pickle_by_value(vs_peers)  # trial processes need not find the module
+
+
+# what this benchmark measures: summary.py marks its figure stale when these change
+MEASURES = (
+    "nbtune/allocators/", "nbtune/runtimes/dask/", "nbtune/runtimes/profiler.py",
+    "nbtune/algorithms/asha.py", "benchmarks/vs_peers.py",
+)
+WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
+KEY_FIGURES = ("speed_vs_fifo/auto", "errors")  # the figures summary.py shows (paths into figures)
+RUNS_ON = ("gpu",)  # devices it has a mode for (default: cpu)
 
 
 def train(config, trial):
@@ -153,13 +164,13 @@ def main() -> None:
         print(f"{s:10s} median {med[s]:6.1f} s  {speed[s]:.2f}x FIFO's speed")
     goal = {"auto_vs_fifo_min": 1.5, "errors": 0}
     met = speed["auto"] >= goal["auto_vs_fifo_min"] and errors == 0
-    print(json.dumps({"name": "gpu_packing", "figures": {
+    record({"name": "gpu_packing", "figures": {
         "device": device, "median_s": med, "speed_vs_fifo": speed, "errors": errors,
         "first_auto_run_s": first["wall"], "first_auto_profile": first["profile"],
         "best": {s: max(x["best"] for x in v) for s, v in runs.items() if v},
         "epochs": {s: [x["epochs"] for x in v] for s, v in runs.items() if v},
         "mps": first["mps"], "rounds": ROUNDS, "trials": TRIALS, "passes": vs_peers.PASSES,
-        "total_s": time.perf_counter() - t_start}, "goal": goal, "met": met}))
+        "total_s": time.perf_counter() - t_start}, "goal": goal, "met": met}, gpu=not cpu)
 
 
 if __name__ == "__main__":

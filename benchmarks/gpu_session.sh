@@ -5,6 +5,10 @@
 set -u
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/nvidia/bin
+# each benchmark's record (benchmarks/_results.py) lands in $OUT, which comes back; append
+# it to benchmarks/results.jsonl there. A tree copied without .git records no commit: pass
+# NBTUNE_BENCH_COMMIT=$(git rev-parse HEAD) to the call.
+export NBTUNE_BENCH_RESULTS=${NBTUNE_BENCH_RESULTS:-$OUT/results.jsonl}
 { nvidia-smi --query-gpu=name,memory.total,driver_version,compute_mode --format=csv
   echo "mps control: $(command -v nvidia-cuda-mps-control || echo none)"; nproc; python3 -V
 } 2>&1 | tee "$OUT/env.log"

@@ -22,7 +22,6 @@ average is printed.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -30,11 +29,22 @@ import tempfile
 import time
 from pathlib import Path
 
+from _results import record  # benchmarks/_results.py: notes the load at start
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ALLOCATORS = ["fifo", "waterfill", "knapsack-wfd", "fluid+knapsack", "auto"]
 ROUNDS = int(os.environ.get("NBTUNE_BENCH_ROUNDS", "3"))
 TRIALS = int(os.environ.get("NBTUNE_BENCH_TRIALS", "18"))
+
+
+# what this benchmark measures: summary.py marks its figure stale when these change
+MEASURES = (
+    "nbtune/allocators/", "nbtune/runtimes/dask/", "nbtune/runtimes/profiler.py",
+    "nbtune/algorithms/asha.py", "nbtune/engine/",
+)
+WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
+KEY_FIGURES = ("vs_fifo/auto", "errors")  # the figures summary.py shows (paths into figures)
 
 
 def breast_cancer_mlp(config, trial):
@@ -144,11 +154,11 @@ def main() -> None:
         print(f"{a:15s} median {med[a]:6.1f} s  x FIFO {ratio[a]:.2f}  runs {times[a]}")
     goal = {"auto_vs_fifo_max": 1.0, "every_vs_fifo_max": 1.05, "errors": 0}
     met = ratio["auto"] <= 1.0 and max(ratio.values()) <= 1.05 and errors == 0
-    print(json.dumps({"name": "real_allocators",
-                      "figures": {"median_s": med, "vs_fifo": ratio, "errors": errors,
-                                  "rounds": ROUNDS, "trials": TRIALS,
-                                  "load_avg_end": os.getloadavg()[0]},
-                      "goal": goal, "met": met}))
+    record({"name": "real_allocators",
+            "figures": {"median_s": med, "vs_fifo": ratio, "errors": errors,
+                        "rounds": ROUNDS, "trials": TRIALS,
+                        "load_avg_end": os.getloadavg()[0]},
+            "goal": goal, "met": met})
 
 
 if __name__ == "__main__":

@@ -16,9 +16,20 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import tempfile
 from pathlib import Path
+
+from _results import record  # benchmarks/_results.py: notes the load at start
+
+# what this benchmark measures: summary.py marks its figure stale when these change
+MEASURES = (
+    "nbtune/runtimes/sim.py", "nbtune/replay.py", "nbtune/demo.py", "nbtune/runtimes/dask/",
+    "nbtune/runtimes/profiler.py", "nbtune/runtimes/profile_samples.py",
+    "nbtune/runtimes/model_key.py", "nbtune/engine/", "nbtune/core/", "nbtune/workloads/",
+    "nbtune/allocators/profiling.py", "nbtune/allocators/profile_summary.py",
+)
+WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
+KEY_FIGURES = ("error_pct", "decisions_agree")  # the figures summary.py shows (paths into figures)
 
 
 def main() -> None:
@@ -49,7 +60,7 @@ def main() -> None:
     print(f"trace: median launch {trace.launch_overhead * 1e3:.0f} ms, slowest launch {cold:.2f} s")
     print(f"simulator: makespan {predicted:.2f} s ({err:+.1%}); decisions "
           + ("agree" if not diffs else f"differ in {len(diffs)} places: {diffs[:6]}"))
-    print(json.dumps({
+    record({
         "name": "sim_fidelity",
         "figures": {"trials": args.trials, "measured_makespan_s": round(measured, 2),
                     "predicted_makespan_s": round(predicted, 2),
@@ -59,7 +70,7 @@ def main() -> None:
                     "slowest_launch_s": round(cold, 2)},
         "goal": {"abs_error_pct_max": 10.0},
         "met": bool(abs(err) <= 0.10),
-    }))
+    })
 
 
 if __name__ == "__main__":

@@ -14,10 +14,10 @@ from the cifar10 row of benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
+from _results import record  # benchmarks/_results.py: notes the load at start
 from sim_speed import GOAL_S, workload
 
 import nbtune
@@ -26,6 +26,15 @@ from nbtune import SimRuntime
 # cifar10 row of benchmarks/README.md (Fluid §6.1 setting): packing/scaling overheads,
 # limits and resize cost
 FLUID = {"alpha": 1.24, "beta": 1.15, "c": 4, "d": 4, "eps": 5.0}
+
+
+# what this benchmark measures: summary.py marks its figure stale when these change
+MEASURES = (
+    "nbtune/runtimes/sim.py", "nbtune/engine/", "nbtune/algorithms/asha.py",
+    "nbtune/allocators/", "nbtune/runtimes/profiler.py", "nbtune/runtimes/profile_samples.py",
+    "nbtune/runtimes/model_key.py", "nbtune/core/", "nbtune/workloads/",
+)
+WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 
 
 def fluid_run(allocator: str, trials: int, gpus: int, max_budget: float, seed: int) -> dict:
@@ -72,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
     for k, v in figures.items():
         print(f"{k:>32}: {v}")
     out = {"name": "sim_speed_fluid", "figures": figures, "goal": goal, "met": bool(met)}
-    print(json.dumps(out))
+    record(out)
     return out
 
 

@@ -39,12 +39,20 @@ import time
 from pathlib import Path
 
 import cloudpickle
+from _results import record  # benchmarks/_results.py: notes the load at start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TINY_N = 30_000  # squares per tiny step
 NORMAL_N = 2_500_000  # squares per normal step (~0.3 s on a quiet machine)
 MODES = ("process", "thread", "auto")
+
+
+# what this benchmark measures: summary.py marks its figure stale when these change
+MEASURES = ("nbtune/runtimes/dask/", "nbtune/engine/", "nbtune/algorithms/asha.py")
+WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
+# the figures summary.py shows (paths into figures)
+KEY_FIGURES = ("tiny_thread_speedup", "tiny_auto_speedup", "normal_auto_over_process", "errors")
 
 
 def make_loop(n: int, epochs: int = 9):
@@ -149,7 +157,7 @@ def main() -> None:
     goal = ("tiny, busy ms per epoch: thread >= 1.2x and auto >= 1.1x cheaper than process; "
             "normal: auto's wall <= 1.05x process's; 0 errors")
     met = tiny_thread >= 1.2 and tiny_auto >= 1.1 and normal_auto <= 1.05 and errors == 0
-    print(json.dumps({"name": "tiny_trials", "figures": figures, "goal": goal, "met": met}))
+    record({"name": "tiny_trials", "figures": figures, "goal": goal, "met": met})
 
 
 if __name__ == "__main__":

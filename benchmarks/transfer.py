@@ -44,6 +44,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from _results import record  # benchmarks/_results.py: notes the load at start
+
 from nbtune.surrogate.transfer_study import (  # the study's tasks, shared with notebook 05
     SCALES,
     TASKS,
@@ -58,6 +60,13 @@ from nbtune.surrogate.transfer_study import (  # the study's tasks, shared with 
 
 #: share of seed-bootstrap draws in which µP must beat SP for "higher" to count
 SURE = 0.9
+
+
+# what this benchmark measures: summary.py marks its figure stale when these change
+MEASURES = ("nbtune/surrogate/",)
+WALL_CLOCK = False  # its goal figures do not depend on the machine or its load
+# the figures summary.py shows (paths into figures)
+KEY_FIGURES = ("mlp_sgd.mup.S4.spearman", "cnn_adam.mup.S4.spearman")
 
 
 def _job(args: tuple) -> tuple[tuple, tuple[float, float]]:
@@ -190,7 +199,7 @@ def main() -> None:
               and figures[f"{t}.mup.S4.spearman"] > figures[f"{t}.sp.S4.spearman"]
               and (k == 1 or figures[f"{t}.S4.mup_above_sp_boot_share"] >= SURE)
               for t in TASKS)
-    print(json.dumps({"name": "transfer", "figures": figures, "goal": goal, "met": met}))
+    record({"name": "transfer", "figures": figures, "goal": goal, "met": met})
 
 
 if __name__ == "__main__":

@@ -51,6 +51,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _results import record  # benchmarks/_results.py: notes the load at start
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -65,6 +67,16 @@ ETA = 3
 
 
 # ------------------------------------------------------------ the workload
+# what this benchmark measures: summary.py marks its figure stale when these change
+MEASURES = (
+    "nbtune/runtimes/dask/", "nbtune/engine/", "nbtune/algorithms/asha.py",
+    "nbtune/allocators/", "nbtune/api.py", "benchmarks/two_core_bound.py",
+)
+WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
+# the figures summary.py shows (paths into figures)
+KEY_FIGURES = ("ratios/cold_vs_optuna1", "ratios/cold_vs_ray", "ratios/warm_vs_optuna1", "acc_gap")
+
+
 def device() -> str:
     """Where the workload trains: ``cpu`` here; ``gpu_packing`` sets ``NBTUNE_BENCH_DEVICE``
     to ``cuda`` (read in each process, so trial processes inherit it from their worker)."""
@@ -371,7 +383,7 @@ def main() -> None:
     print("ratios:", {k: round(v, 2) for k, v in ratios.items()}, "accuracy gap:", gap)
     if extra:
         print("with stop_rule='rank':", {k: round(v, 2) for k, v in extra.items()})
-    print(json.dumps({"name": "vs_peers", "figures": figures, "goal": goal, "met": bool(met)}))
+    record({"name": "vs_peers", "figures": figures, "goal": goal, "met": bool(met)})
 
 
 if __name__ == "__main__":
