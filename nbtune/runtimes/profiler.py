@@ -400,10 +400,15 @@ class Profiler:
         if len(pl) != 1 or pl[0][1] < 1 - _TOL or self._on_gpu.get(pl[0][0]) != {tid}:
             return  # only a trial alone on one whole GPU shows its own demand
         obs = self._obs.setdefault(sig, Obs())
-        if not self._marks[tid].first:  # before its first report a trial starts up (HyperSack
-            add(obs.util, float(util))  # skips it): imports read busy, data loading idle
+        if not self._marks[tid].first:
+            add(obs.util, float(util))
             if runnable is not None:
                 add(obs.demand, float(runnable))
+        elif util > 0 and not self.sliced:
+            # before its first report a trial starts up (HyperSack skips that): imports read
+            # busy on a CPU stand-in and data loading idle anywhere, but a GPU's utilization
+            # counts only its kernels, so a busy GPU is the trial's own first epoch
+            add(obs.util, float(util))
         if memory_gb > 0:
             add(obs.memory, float(memory_gb))
         touched.add(sig)

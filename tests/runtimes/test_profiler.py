@@ -128,8 +128,9 @@ def test_resize_cost_is_measured_from_the_first_interval_after_a_resize():
     assert measured == pytest.approx(3.0, rel=0.05)  # the simulator charged ε = 3 s
 
 
-def one_trial_started(max_budget: float) -> tuple[object, Profiler]:
-    """An engine with one trial running on one GPU since t = 0.1, its profiler attached."""
+def one_trial_started(max_budget: float, kind: str = "generic") -> tuple[object, Profiler]:
+    """An engine with one trial running on one GPU (of ``kind``; ``"cpu"``: a CPU stand-in)
+    since t = 0.1, its profiler attached."""
     from nbtune.core.resources import ClusterSpec
     from nbtune.core.space import uniform
     from nbtune.engine import Engine
@@ -139,16 +140,16 @@ def one_trial_started(max_budget: float) -> tuple[object, Profiler]:
                          num_trials=1, seed=0), validate=True)
     prof = Profiler()
     prof.attach(eng, OneShot)
-    eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(1)))
+    eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(1, kind=kind)))
     eng.handle(ev.TrialStarted(0.1, 0))
     return eng, prof
 
 
 def test_samples_before_a_trials_first_report_are_its_start_up_not_its_demand():
-    """HyperSack skips a trial's start-up: imports read busy, data loading idle; neither is
-    what the trial needs. Kept, a busy start-up sample once made an idle trial look like it
-    filled its CPU stand-in (runnable 1.0 -> c = 1 -> compute 1.0)."""
-    eng, prof = one_trial_started(max_budget=3)
+    """HyperSack skips a trial's start-up: on a CPU stand-in imports read busy, data loading
+    idle; neither is what the trial needs. Kept, a busy start-up sample made an idle trial
+    look like it filled its CPU stand-in (runnable 1.0 -> c = 1 -> compute 1.0)."""
+    eng, prof = one_trial_started(max_budget=3, kind="cpu")
     eng.handle(ev.UtilizationSampled(0.5, {0: 1.0}, {0: 0.3}, {0: 1.0}))  # importing
     eng.handle(ev.UtilizationSampled(0.7, {0: 0.0}, {0: 0.3}, {0: 0.0}))  # reading its data
     sig = prof.signature(eng.trials[0].config)
@@ -176,3 +177,18 @@ def test_a_trial_whose_function_returned_is_not_measured_any_more():
         eng.handle(ev.UtilizationSampled(t, {0: 0.9}, {0: 2.0}, {0: 0.9}))
     assert prof.get(sig).demand.compute == pytest.approx(0.3)
     assert prof.get(sig).demand.memory_gb == pytest.approx(0.4)
+
+
+def test_a_busy_gpu_before_the_first_report_is_the_trials_first_epoch():
+    """NVML counts only a GPU's kernels: a busy sample before the first report is the
+    trial's own first epoch, not its imports, and gives GPU room early (most trials of a
+    successive-halving run end at their first report). An idle one may be data loading."""
+    from nbtune.runtimes.profile_samples import ROOM_SAMPLES
+
+    eng, prof = one_trial_started(max_budget=3)
+    sig = prof.signature(eng.trials[0].config)
+    eng.handle(ev.UtilizationSampled(0.2, {0: 0.0}, {0: 0.3}))  # loading its data: skipped
+    for i in range(ROOM_SAMPLES):
+        eng.handle(ev.UtilizationSampled(0.3 + 0.1 * i, {0: 0.1}, {0: 0.4}))
+    assert prof.gpu_room(sig) == pytest.approx(10.0)  # before any report
+    assert prof.get(sig).demand.compute == pytest.approx(0.1)
