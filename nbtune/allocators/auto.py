@@ -21,7 +21,9 @@ runtime's profiler measured (``hints["profiles"]``), per decision:
    worker unless it is data-parallel, and only a measurement can say so).
    On real GPUs, before any packing is measured, the profiler's *GPU room*
    does too: a model that NVML shows busy at most half the time alone
-   (``gpu_room`` ≥ 2) is packed at once, c = that room, capped; packed times
+   (``gpu_room`` ≥ 2) is packed at once, c = that room, capped; so is a model
+   of the same family (the same configuration keys) not measured yet, at the
+   smallest room measured in its family (``similar_room``); packed times
    measured later settle c as in 1. Many small configurations of different
    shapes (each its own signature, each stopped early) never give the probe
    two trials of one model to run together, and FIFO would leave their GPU
@@ -79,9 +81,18 @@ class AutoAllocator(BaseAllocator):
         profs = self._profiles(view)
         if not profs:
             return profs  # nothing in play is measured (or nothing in play): keep the mode
-        room = getattr(view.hints.get("profiles"), "gpu_room", None)
-        rooms = {p.signature: r for p in profs if not p.c_measured and room is not None
-                 and (r := room(p.signature)) is not None}
+        store = view.hints.get("profiles")
+        room = getattr(store, "gpu_room", None)
+        similar = getattr(store, "similar_room", None)
+        rooms = {}
+        for p in profs:
+            if p.c_measured or room is None:
+                continue
+            r = room(p.signature)
+            if r is None and similar is not None:  # not measured yet: as its family's
+                r = similar(p.signature)           # most demanding measured member
+            if r is not None:
+                rooms[p.signature] = r
         pays = [p for p in profs if (p.c_measured and p.c > 1) or (p.d_measured and p.d > 1)
                 or rooms.get(p.signature, 0.0) >= 2.0]
         if pays:

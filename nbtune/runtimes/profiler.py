@@ -31,6 +31,7 @@ into which :meth:`Profiler.flush` writes.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -77,6 +78,7 @@ class Profiler:
         self._engine: Any = None
         self._cluster_seen, self._cpus = None, False  # .sliced, per cluster
         self._obs: dict[str, Obs] = {}
+        self._families: dict[str, frozenset[str]] = {}  # signature -> its config keys
         self._cache: dict[str, Profile | None] = {}
         self._hist: dict[str, Profile | None] = {}
         self._sig_of: dict[int, str] = {}
@@ -190,6 +192,26 @@ class Profiler:
         obs = self._obs.get(sig)
         ok = obs is not None and len(obs.util) >= ROOM_SAMPLES and not self.sliced
         return 1.0 / obs.compute_share() if ok else None
+
+    def similar_room(self, sig: str) -> float | None:
+        """A conservative GPU room for ``sig`` before its own is measured: the smallest
+        :meth:`gpu_room` among this run's signatures of the same model family (the same
+        configuration keys: another batch size or width of the model). None where none is
+        measured, and on time-sliced stand-ins."""
+        keys = self._family(sig)
+        rooms = [r for other in self._obs if other != sig and self._family(other) == keys
+                 and (r := self.gpu_room(other)) is not None]
+        return min(rooms) if rooms else None
+
+    def _family(self, sig: str) -> frozenset[str] | None:
+        fam = self._families.get(sig)
+        if fam is None:
+            try:
+                fam = frozenset(json.loads(sig))
+            except (ValueError, TypeError):
+                fam = frozenset()
+            self._families[sig] = fam
+        return fam
 
     def awaits_demand(self, sig: str) -> bool:
         """A packing probe of ``sig`` should wait: its runnable share, which may settle c, is due."""

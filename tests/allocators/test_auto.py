@@ -183,3 +183,43 @@ def test_cpu_stand_ins_read_from_the_cluster_are_time_sliced_in_a_replay_too():
         assert prof.time_sliced is False  # nobody said so: the cluster does
         runs[kind] = (prof.sliced, exp.engine.allocator.mode)
     assert runs == {"cpu": (True, "fifo"), "A100": (False, "fluid")}
+
+
+def test_a_model_not_measured_yet_packs_at_its_familys_smallest_room():
+    """Many small shapes of one model (each its own signature, most stopped at their first
+    rung) never give each shape enough samples alone: a shape not measured yet packs at the
+    smallest GPU room measured in its family, so the GPU is not left mostly idle."""
+    from nbtune.core.space import choice
+
+    space = {"lr": loguniform(1e-3, 0.3), "channels": choice([8, 16, 32]),
+             "batch_size": choice([16, 32, 64])}
+    unit, compute = {16: 0.65, 32: 0.28, 64: 0.13}, {16: 0.03, 32: 0.073, 64: 0.09}
+    spans = {}
+    for allocator in ("fifo", "auto"):
+        wl = SyntheticWorkload(space, unit_time=lambda c: unit[c["batch_size"]],
+                               demand=lambda c: Demand(compute[c["batch_size"]], 2.1),
+                               launch_overhead=0.5, max_budget_hint=9, seed=0)
+        exp = nbtune.tune(wl, space, algorithm="asha", eta=3, metric="loss", max_budget=9,
+                          num_trials=27, allocator=allocator, runtime=SimRuntime(cluster=1),
+                          seed=0, validate=True)
+        spans[allocator] = exp.makespan
+        if allocator == "auto":
+            prof = exp.engine.hints["profiles"]
+            rooms = {s: prof.gpu_room(s) for s in prof.measured()}
+            known = [r for r in rooms.values() if r is not None]
+            assert known and None in rooms.values()  # some shapes never measured alone
+            unseen = '{"batch_size": 128, "channels": 8}'
+            assert prof.similar_room(unseen) == min(known)
+            assert prof.similar_room('{"depth": 3}') is None  # another model: nothing known
+    assert spans["fifo"] / spans["auto"] >= 1.5
+
+
+def test_cpu_stand_ins_borrow_no_room():
+    from nbtune.core.resources import ClusterSpec
+
+    wl = SyntheticWorkload(SPACE, unit_time=2.0, demand=Demand(0.25, 2.0))
+    rt = SimRuntime(cluster=ClusterSpec.homogeneous(2, kind="cpu"))
+    exp = nbtune.tune(wl, SPACE, algorithm="asha", eta=3, metric="loss", max_budget=9,
+                      num_trials=12, allocator="auto", runtime=rt, seed=0)
+    prof = exp.engine.hints["profiles"]
+    assert prof.similar_room('{"layers": 4}') is None and prof.gpu_room('{"layers": 2}') is None
