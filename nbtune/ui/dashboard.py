@@ -117,15 +117,24 @@ def _batched_bokeh_model() -> type:
             with self.lock:
                 return super()._sync_model(model, content, buffers)
 
+        #: document changes so far, and the bundle made at which count (see get_state)
+        _changes = 0
+        _bundled_at = -1
+
         def get_state(self, key: Any = None, drop_defaults: bool = False) -> dict[str, Any]:
             """The state a frontend gets (a reload and a second tab ask for every widget's
             state at once, a single view by ``request_state``): with a bundle of the
-            document as it is now, not as it was when the widget was made."""
+            document as it is now, not as it was when the widget was made. The bundle is
+            made once per change of the document: a reloaded page asks for every widget's
+            state in one request it gives up on after a few seconds, so the answer must
+            not wait on serializing the whole document again."""
             if key is not None and key != "render_bundle" and "render_bundle" not in key:
                 return super().get_state(key, drop_defaults)
             with self.lock or threading.RLock():  # no update half-applied meanwhile
-                # stored silently: a trait change would re-render every open view
-                self._trait_values["render_bundle"] = self._model_to_traits(self._model)
+                if self._bundled_at != self._changes:
+                    # stored silently: a trait change would re-render every open view
+                    self._trait_values["render_bundle"] = self._model_to_traits(self._model)
+                    self._bundled_at = self._changes
                 return super().get_state(key, drop_defaults)
 
         def refresh(self) -> None:
@@ -134,6 +143,7 @@ def _batched_bokeh_model() -> type:
             self.send_state("render_bundle")
 
         def _document_patched(self, event: Any) -> None:
+            self._changes += 1  # the document changed: the next state gets a new bundle
             if self._batch is not None and event.setter is not self:
                 self._batch.append(event)
             else:

@@ -324,3 +324,22 @@ def test_every_view_ends_on_the_final_state(wire, how):
 
 def wire_of(widget) -> list:
     return RecordingComm.by_comm[widget.comm.comm_id]
+
+
+def test_the_widget_state_bundles_the_document_once_per_change(wire, monkeypatch):
+    """A reloaded page asks every widget's state in one request it abandons after a few
+    seconds: the bundle is made once per change of the document, and is always current."""
+    exp = run(experiment("random", trials=5, max_budget=3))
+    dash = Dashboard(exp)
+    made = []
+    real = type(dash.plot)._model_to_traits
+    monkeypatch.setattr(type(dash.plot), "_model_to_traits",
+                        classmethod(lambda cls, m: made.append(1) or real.__func__(cls, m)))
+    first = dash.plot.get_state()["render_bundle"]
+    assert dash.plot.get_state()["render_bundle"] == first and made == []  # final: bundled
+    dash.figures.header.text = "<b>renamed</b>"  # the document changes
+    again = dash.plot.get_state()["render_bundle"]
+    assert made == [1] and "renamed" in str(again)
+    dash.plot.get_state()
+    assert made == [1]
+    dash.close()
