@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -221,9 +222,16 @@ con = sqlite3.connect(sys.argv[1], isolation_level=None)
 con.execute("CREATE TABLE held(x)")  # a new file, still in rollback-journal mode
 con.execute("BEGIN IMMEDIATE")  # its write lock, as another opener creating tables holds it
 print("held", flush=True)
-time.sleep(1.5)
+sys.stdin.readline()  # until the test lets go
 con.execute("COMMIT")
 """
+
+
+def _open_or_error(db: Path) -> Store | Exception:
+    try:
+        return Store(db)
+    except Exception as exc:  # noqa: BLE001 - the test shows it
+        return exc
 
 
 def test_a_store_opens_while_another_opener_holds_the_new_files_write_lock(tmp_path):
@@ -232,14 +240,25 @@ def test_a_store_opens_while_another_opener_holds_the_new_files_write_lock(tmp_p
     opening a new store together failed so). The open now waits for the lock."""
     db = tmp_path / "nbtune.db"
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], text=True,
-                              stdout=subprocess.PIPE)
+                              stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+    opened: list = []
+    opener = threading.Thread(target=lambda: opened.append(_open_or_error(db)), daemon=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        t0 = time.monotonic()
-        store = Store(db)
-        assert time.monotonic() - t0 > 0.5  # it waited for the holder, it did not fail
+        opener.start()
+        # the lock is held for as long as the test wants: an open that fails at once has
+        # failed by now, one that waits is still waiting
+        opener.join(0.5)
+        assert opener.is_alive() and not opened, opened
+        holder.stdin.write("let go\n")
+        holder.stdin.flush()
+        opener.join(120)
+        assert not opener.is_alive() and len(opened) == 1
+        store = opened[0]
+        assert isinstance(store, Store), store  # it waited for the holder, it did not fail
         assert store.names() == []
         with sqlite3.connect(db) as con:
             assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
+        holder.stdin.close()  # lets go (end of input), if the test has not
         holder.wait(timeout=30)
