@@ -171,9 +171,10 @@ class GrowIntoFreedGpu(BaseAllocator):
         return Allocation(launch=launch, resize=resize)
 
 
-def train_ddp(config, trial, narrow_until_resized=False):
+def train_ddp(config, trial, narrow_until_resized=False, gate=None):
     """``narrow_until_resized``: on one worker, after step 3's checkpoint, train no further
-    until the engine asks the run to stop (a resize widens it from that checkpoint)."""
+    until the engine asks the run to stop (a resize widens it from that checkpoint).
+    ``gate``: a path; steps past 2 wait until it exists."""
     import torch
     import torch.distributed as dist
 
@@ -184,6 +185,10 @@ def train_ddp(config, trial, narrow_until_resized=False):
     if state is not None:
         getattr(model, "module", model).load_state_dict(state["model"])
     for step in trial.steps():
+        deadline = time.monotonic() + 10 * WAIT  # never outlive the test by much
+        while step > 2 and gate is not None and not os.path.exists(gate):
+            assert time.monotonic() < deadline, "the test never opened the gate"
+            time.sleep(0.02)
         g = torch.Generator().manual_seed(int(step) * 10 + trial.rank)  # each rank its own batch
         x = torch.randn(16, 4, generator=g)
         loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
