@@ -112,11 +112,18 @@ STRESS_LOAD ?= $(shell nproc 2>/dev/null || echo 2)
 STRESS_LOGS ?= $(or $(TMPDIR),/tmp)/nbtune-stress
 SERIAL_TESTS = $(shell sed -n '/^SERIAL = (/,/^)/p' tests/conftest.py | grep -o '"tests/[^"]*"' | tr -d '"')
 STRESS_TESTS ?= $(sort $(SERIAL_TESTS) \
-	tests/bubbles/test_gate.py \
+	tests/bubbles/test_gate.py tests/bubbles/test_stalls.py tests/bubbles/test_host.py \
 	tests/runtimes/test_cpu_meter.py tests/runtimes/test_sampling_threads.py \
 	tests/runtimes/test_dask_threads.py tests/runtimes/test_forkserver.py \
-	tests/reliability/test_bad_trials.py tests/test_waiting.py \
+	tests/runtimes/test_interrupt.py tests/runtimes/test_dask_runtime.py \
+	tests/runtimes/test_dask_faults.py tests/runtimes/test_dask_links.py \
+	tests/reliability/test_bad_trials.py tests/reliability/test_store_integrity.py \
+	tests/reliability/test_startup_worker_loss.py \
+	tests/planner/test_executor_dask.py tests/fusion/test_resume_fusion.py \
+	tests/store/test_resume_dask.py tests/store/test_recorder.py \
+	tests/test_cli_resume_dask.py tests/test_waiting.py tests/test_demo.py \
 	tests/ui/test_utilization_cpu.py \
+	tests/browser/test_sidebar.py tests/browser/test_tune_notebook.py \
 	tests/ui/test_snapshot.py tests/browser/test_dashboard_truth.py)
 
 stress: install-dev
