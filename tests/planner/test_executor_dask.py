@@ -74,7 +74,7 @@ def run_plan(tmp_path, plan, during=None, train=train_steps):
             if during is not None:
                 during(exp, rt)
             exp.wait(240)
-            exp.plan_executor.join(10)
+            exp.plan_executor.join(120)
         finally:
             rt.close()
             exp.plan_executor.close()
