@@ -25,7 +25,10 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 DRIVER = textwrap.dedent("""
-    import json, os, sys, time, uuid
+    import json, os, signal, sys, time, uuid
+    # as a kernel does: a KeyboardInterrupt on SIGINT, even when started with SIGINT ignored
+    # (a background job of a non-interactive shell: `make test &` in a script)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import nbtune
     from nbtune import uniform
     from nbtune.runtimes.dask import DaskRuntime
@@ -102,10 +105,20 @@ def _sigint_ignored() -> bool:
 def test_workers_of_a_cluster_nbtune_starts_ignore_sigint_also_after_a_restart():
     from nbtune.runtimes.dask.cluster import close_cluster, connect
 
+    # the driver's own handler, whatever pytest inherited (SIGINT is ignored in a background
+    # job of a non-interactive shell); the inherited one is put back at the end
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _workers_ignore_sigint(connect, close_cluster)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+
+
+def _workers_ignore_sigint(connect, close_cluster) -> None:
     client, cluster, _ = connect(None, gpus=False, n_workers=1, threads_per_worker=1,
                                  host="127.0.0.1", dashboard_address=None, memory_limit="1GiB")
     try:
-        assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # the driver's is back
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the driver's is back
         assert all(client.run(_sigint_ignored).values())
         client.restart_workers(list(client.scheduler_info()["workers"]))  # a fresh process
         client.wait_for_workers(1, timeout=60)
