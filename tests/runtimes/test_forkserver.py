@@ -80,7 +80,7 @@ def test_a_forked_process_runs_jobs_in_the_workers_environment_with_its_own_seed
         assert ra["draw"] != rb["draw"]  # not the server's one random state
         c = pool.take(refill=False)
         c.proc.kill()
-        assert c.proc.wait(10) == -signal.SIGKILL  # the exit code comes back from the server
+        assert c.proc.wait(60) == -signal.SIGKILL  # the exit code comes back from the server
     finally:
         pool.shutdown()
 
