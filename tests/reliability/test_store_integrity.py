@@ -93,9 +93,11 @@ def test_sigkilled_writer_with_a_concurrent_reader_leaves_a_consistent_store(tmp
     db = tmp_path / "nbtune.db"
     rng = random.Random(9)
     reader = spawn(READER, db)
-    kills, counts = 0, []
+    kills, counts, reads = 0, [], 0
     try:
-        for _ in range(4):
+        for i in range(4):
+            if i == 3:  # the reader has read the first writers' results before the last one
+                reads = reads_seen(reader)
             writer = spawn(WRITER, db)
             assert writer.stdout is not None
             line = writer.stdout.readline().strip()
@@ -115,7 +117,20 @@ def test_sigkilled_writer_with_a_concurrent_reader_leaves_a_consistent_store(tmp
     events = [c[1] for c in counts]
     assert events == sorted(events)  # nothing that was committed disappeared
     assert counts[-1][2] >= 2  # most kills landed inside an experiment's writes
-    assert int(out.split()[-1]) > 0  # the reader read results while the writer wrote
+    assert reads > 0  # the reader read results while the writers wrote
+    assert int(out.split()[-1]) >= reads  # ... and went on reading to the end
+
+
+def reads_seen(reader: subprocess.Popen[str], timeout: float = 120.0) -> int:
+    """Wait until the READER child has read results at least once; its count of reads."""
+    assert reader.stdout is not None
+    deadline = time.monotonic() + timeout
+    while True:
+        assert time.monotonic() < deadline, "the reader never read a result"
+        line = reader.stdout.readline()
+        assert line, reader.stderr.read() if reader.stderr else "the reader ended"
+        if int(line) > 0:
+            return int(line)
 
 
 def downgrade_to_v1(db: Path) -> None:
