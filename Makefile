@@ -37,13 +37,16 @@ TEST_SYSDEPS := sysdeps $(if $(shell command -v npm 2>/dev/null),labext,)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help venv torch install install-dev demo test lint bench docs labext sysdeps clean distclean
+.PHONY: help venv torch install install-dev demo test lint bench docs labext sysdeps clean distclean \
+	stress stress-suite
 
 help:
 	@echo "make demo     create .venv, install nbtune, run a real tuning job on a local Dask cluster"
 	@echo "make test     create .venv, install nbtune[dev], run ruff, build the docs (-W), run the test suite"
 	@echo "make lint     ruff check"
 	@echo "make bench    run every benchmarks/*.py (results: benchmarks/RESULTS.md)"
+	@echo "make stress   run the timing-sensitive tests STRESS_ROUNDS (20) times each under one busy"
+	@echo "              loop per core; stress-suite: \`make test\` twice in a fresh clone (not CI)"
 	@echo "make docs     build the Sphinx docs into docs/_build/html (warnings are errors)"
 	@echo "make labext   build the JupyterLab extension into nbtune/labextension (needs npm)"
 	@echo "make sysdeps  install Debian's chromium (browser tests) and PostgreSQL (root only)"
@@ -94,6 +97,45 @@ test:
 	$(BIN)/ruff check nbtune tests benchmarks
 	.ci/with-postgres sh -c 'rc=0; $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile \
 		-m "not serial" || rc=$$?; $(BIN)/pytest -q -m serial || rc=$$?; exit $$rc'
+
+# --- stress (not part of CI) --------------------------------------------------
+
+# `make stress`: the test files whose outcome could depend on timing or load (the
+# serial ones of tests/conftest.py, those that used to wait by sleeping or to bound
+# wall time, the dashboard's) STRESS_ROUNDS times each, under STRESS_LOAD busy-loop
+# processes (one per core); prints a pass/fail tally and fails on any failure
+# (.ci/stress). Narrow it with STRESS_TESTS="tests/a.py tests/b.py".
+# `make stress-suite`: clones the committed tree into a temp dir and runs `make test`
+# there twice in a row (a fresh .venv: the better part of an hour).
+STRESS_ROUNDS ?= 20
+STRESS_LOAD ?= $(shell nproc 2>/dev/null || echo 2)
+STRESS_LOGS ?= $(or $(TMPDIR),/tmp)/nbtune-stress
+SERIAL_TESTS = $(shell sed -n '/^SERIAL = (/,/^)/p' tests/conftest.py | grep -o '"tests/[^"]*"' | tr -d '"')
+STRESS_TESTS ?= $(sort $(SERIAL_TESTS) \
+	tests/bubbles/test_gate.py tests/bubbles/test_stalls.py tests/bubbles/test_host.py \
+	tests/runtimes/test_cpu_meter.py tests/runtimes/test_sampling_threads.py \
+	tests/runtimes/test_dask_threads.py tests/runtimes/test_forkserver.py \
+	tests/runtimes/test_interrupt.py tests/runtimes/test_dask_runtime.py \
+	tests/runtimes/test_dask_faults.py tests/runtimes/test_dask_links.py \
+	tests/reliability/test_bad_trials.py tests/reliability/test_store_integrity.py \
+	tests/reliability/test_startup_worker_loss.py \
+	tests/planner/test_executor_dask.py tests/fusion/test_resume_fusion.py \
+	tests/store/test_resume_dask.py tests/store/test_recorder.py \
+	tests/test_cli_resume_dask.py tests/test_waiting.py tests/test_demo.py \
+	tests/ui/test_utilization_cpu.py \
+	tests/browser/test_sidebar.py tests/browser/test_tune_notebook.py \
+	tests/ui/test_snapshot.py tests/browser/test_dashboard_truth.py)
+
+stress: install-dev
+	.ci/stress $(PY) $(STRESS_ROUNDS) $(STRESS_LOAD) $(STRESS_LOGS) $(STRESS_TESTS)
+
+stress-suite:
+	@dir=$$(mktemp -d /tmp/nbtune-stress-suite.XXXXXX) && trap 'rm -rf "$$dir"' EXIT && \
+	git clone -q "$(CURDIR)" "$$dir/nbtune" && cd "$$dir/nbtune" && \
+	for i in 1 2; do \
+		echo "stress-suite: make test, run $$i of 2, in a fresh clone ($$dir/nbtune)"; \
+		$(MAKE) test || { echo "stress-suite: run $$i of 2 failed"; exit 1; }; \
+	done && echo "stress-suite: make test passed twice in a row"
 
 # --- everything else ----------------------------------------------------------
 

@@ -17,8 +17,6 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # time or CPU share (a second test beside them would be part of the measurement).
 SERIAL = (
     "tests/runtimes/test_profiler_dask.py",  # packed vs alone step times -> c
-    "tests/runtimes/test_cpu_meter.py",  # psutil busy shares
-    "tests/ui/test_utilization_cpu.py",  # the CPU share the panels show
     "tests/bubbles/test_stalls.py",  # makespan with and without packing into stalls
     "tests/bubbles/test_runtime.py",  # a live pipeline host's measured bubbles
     "tests/bubbles/test_host.py",  # a pipeline host's measured timeline

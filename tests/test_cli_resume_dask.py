@@ -43,7 +43,10 @@ def test_resume_on_dask_from_the_command_line(tmp_path, capsys):
                        if type(e).__name__ == "TrialReported"]
             done = {e.trial_id for e in reports if e.budget >= BUDGET}
             held = {e.trial_id for e in reports if e.budget >= 2 and e.trial_id != 0}
-            if 0 in done and held:
+            # ... with a checkpoint past step 1 recorded (it is written after the report)
+            saved = {t for t in held
+                     if st.checkpoint("dead", t) != st.checkpoint("dead", t, 1)}
+            if 0 in done and saved:
                 break
             time.sleep(0.1)
         else:

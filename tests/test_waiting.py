@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import os
 import sys
 import time
+from pathlib import Path
 
 import cloudpickle
 import pytest
@@ -16,11 +18,33 @@ pytestmark = pytest.mark.integration
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def slow(config, trial):
+def slow_after(flag: str):
+    """A training function that starts once ``flag`` (a path) exists, then works 1.2 s: the
+    test decides when the run can end, so how many status lines come before it is known."""
 
-    for step in range(1, 4):
-        time.sleep(0.4)
-        trial.report(step, loss=config["lr"] / step)
+    def slow(config, trial):
+        deadline = time.monotonic() + 600  # never outlive the test by much
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for step in range(1, 4):
+            time.sleep(0.4)
+            trial.report(step, loss=config["lr"] / step)
+
+    return slow
+
+
+class Lines(io.StringIO):
+    """What wait_with_progress prints; once ``release_after`` lines are out, touches ``flag``."""
+
+    def __init__(self, flag: Path, release_after: int) -> None:
+        super().__init__()
+        self.flag, self.release_after = flag, release_after
+
+    def write(self, s: str) -> int:
+        n = super().write(s)
+        if self.getvalue().count("\n") >= self.release_after:
+            self.flag.touch()
+        return n
 
 
 def test_wait_prints_status_lines_and_the_last_one_is_final(tmp_path):
@@ -28,17 +52,21 @@ def test_wait_prints_status_lines_and_the_last_one_is_final(tmp_path):
     from nbtune.runtimes.dask import DaskRuntime
     from nbtune.waiting import wait_with_progress
 
+    flag = tmp_path / "go"
     rt = DaskRuntime(n_workers=2, checkpoint_dir=tmp_path, preload=(), warm_processes=1)
     try:
-        exp = nbtune.tune(slow, {"lr": uniform(0.1, 1.0)}, algorithm="random", metric="loss",
-                          max_budget=3, num_trials=4, runtime=rt, seed=0, name="prog")
-        out = io.StringIO()
-        assert wait_with_progress(exp, 120, 0.5, out)
+        exp = nbtune.tune(slow_after(str(flag)), {"lr": uniform(0.1, 1.0)}, algorithm="random",
+                          metric="loss", max_budget=3, num_trials=4, runtime=rt, seed=0,
+                          name="prog")
+        out = Lines(flag, release_after=2)  # the trials start after two status lines
+        assert wait_with_progress(exp, 600, 0.5, out)
     finally:
+        flag.touch()
         rt.close()
     lines = out.getvalue().splitlines()
-    assert len(lines) >= 3  # a line every 0.5 s of a run of ~2.5 s, and the final one
+    assert len(lines) >= 3  # two lines while the trials waited, and the final one
     assert all(line.startswith("[") and "prog: " in line for line in lines)
+    assert all("0/4 ended" in line for line in lines[:2])
     assert "4/4 ended, 0 running" in lines[-1] and "best loss" in lines[-1]
     best = exp.best
     assert f"(trial {best['trial_id']})" in lines[-1]
@@ -49,10 +77,12 @@ def test_ctrl_c_during_the_wait_says_the_experiment_goes_on(tmp_path):
     from nbtune.runtimes.dask import DaskRuntime
     from nbtune.waiting import wait_with_progress
 
+    flag = tmp_path / "go"
     rt = DaskRuntime(n_workers=2, checkpoint_dir=tmp_path, preload=(), warm_processes=1)
     try:
-        exp = nbtune.tune(slow, {"lr": uniform(0.1, 1.0)}, algorithm="random", metric="loss",
-                          max_budget=3, num_trials=4, runtime=rt, seed=0, name="ctrlc")
+        exp = nbtune.tune(slow_after(str(flag)), {"lr": uniform(0.1, 1.0)}, algorithm="random",
+                          metric="loss", max_budget=3, num_trials=4, runtime=rt, seed=0,
+                          name="ctrlc")
         real_wait = exp.runtime.wait
         calls = {"n": 0}
 
@@ -64,12 +94,14 @@ def test_ctrl_c_during_the_wait_says_the_experiment_goes_on(tmp_path):
 
         exp.runtime.wait = interrupted
         out = io.StringIO()
-        with pytest.raises(KeyboardInterrupt):
-            wait_with_progress(exp, 120, 0.3, out)
+        with pytest.raises(KeyboardInterrupt):  # the trials wait for the flag: still running
+            wait_with_progress(exp, 600, 0.3, out)
         assert "goes on in the background" in out.getvalue()
         exp.runtime.wait = real_wait
-        exp.wait(120, progress=False)  # it did go on: every trial ends
+        flag.touch()
+        assert exp.wait(600, progress=False)  # it did go on: every trial ends
         assert exp.done and len(exp.results()) == 4
         assert set(exp.results()["state"]) == {"completed"}
     finally:
+        flag.touch()
         rt.close()

@@ -294,7 +294,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 def page(browser: object, request: pytest.FixtureRequest) -> Iterator[object]:
     """A new tab; a screenshot of it is saved under tests/browser/artifacts/ at the end."""
     tab = browser.new_page()  # type: ignore[attr-defined]
-    tab.set_default_timeout(30_000)
+    tab.set_default_timeout(60_000)
     try:
         yield tab
     finally:

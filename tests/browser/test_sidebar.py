@@ -94,7 +94,7 @@ def test_sidebar_lists_the_store_experiments(page, lab_server: LabServer) -> Non
     # a click opens the experiment in the main area: its curves and every trial
     done.click()
     view = page.locator('.jp-nbtune-experiment[data-experiment="finished-asha"]')
-    view.wait_for(timeout=15_000)
+    view.wait_for(timeout=60_000)
     exp = api["finished-asha"]
     detail = lab_server.api("nbtune/api/experiments/finished-asha")
     rows = view.locator("tbody tr")
@@ -120,7 +120,7 @@ def test_sidebar_picks_up_a_new_experiment(page, lab_server: LabServer) -> None:
     panel.locator('tr[data-experiment="live-asha"]').wait_for()
     finished_run(lab_server.root_dir / "nbtune-store", "added-later", seed=7)
     # polled every 3 s
-    panel.locator('tr[data-experiment="added-later"]').wait_for(timeout=15_000)
+    panel.locator('tr[data-experiment="added-later"]').wait_for(timeout=60_000)
     assert panel.locator("tr.jp-nbtune-row").count() == 3
 
 
@@ -230,7 +230,7 @@ def test_sidebar_lists_the_running_kernels_experiments(page, lab_server: LabServ
     # the memory-only run opens in the main area from the kernel: every trial, the best marked
     mem.click()
     view = page.locator(f'.jp-nbtune-experiment[data-experiment="mem"][data-source="{source}"]')
-    view.locator("tbody tr").first.wait_for(timeout=15_000)
+    view.locator("tbody tr").first.wait_for(timeout=60_000)
     assert view.locator("tbody tr").count() == len(truth["mem"]["states"])
     best_cell = view.locator(f'tr[data-trial="{truth["mem"]["best_trial"]}"] '
                              f'td[data-field="state"]')
@@ -240,6 +240,6 @@ def test_sidebar_lists_the_running_kernels_experiments(page, lab_server: LabServ
 
     # the kernel shuts down: its memory-only run goes, the stored one stays
     shut_down_kernels(lab_server)
-    mem.wait_for(state="detached", timeout=20_000)
+    mem.wait_for(state="detached", timeout=60_000)
     assert rows["kept"].count() == 1
     assert not list((lab_server.root_dir / ".jupyter-test" / "runtime").glob("nbtune-kernel-*"))

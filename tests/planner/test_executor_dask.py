@@ -74,7 +74,7 @@ def run_plan(tmp_path, plan, during=None, train=train_steps):
             if during is not None:
                 during(exp, rt)
             exp.wait(240)
-            exp.plan_executor.join(10)
+            exp.plan_executor.join(120)
         finally:
             rt.close()
             exp.plan_executor.close()
@@ -103,6 +103,17 @@ def test_worker_count_follows_the_plan(tmp_path):
     assert list(cmp.columns) == ["predicted", "measured", "error"]
     assert cmp.loc["cost ($)", "measured"] == pytest.approx(exp.cost, rel=0.05)
     assert cmp.loc["JCT (s)", "predicted"] == pytest.approx(plan.planned.jct)
+
+
+def held_after_step_1(config, trial, gate):
+    """Reports step 1, then works on step 2 until ``gate`` (a path) exists."""
+    import os
+
+    for step in trial.steps():
+        deadline = time.monotonic() + 600  # never outlive the test by much
+        while step >= 2 and not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        trial.report(step=step, loss=config["lr"] / step)
 
 
 def retire_when(pick, retired):
@@ -218,13 +229,15 @@ def test_a_process_the_engine_no_longer_runs_keeps_its_worker_busy(tmp_path):
     algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=4, num_trials=1, seed=0)
     eng, _ = watched_engine(algo)
     cluster = local_cluster()
+    gate = tmp_path / "gate"
+    # the grace outlasts the test: the process is in its step until the gate opens
     rt = DaskRuntime(cluster, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
-                     sample_interval=0.5)
+                     sample_interval=0.5, shutdown_grace=600.0)
     try:
-        rt.start(eng, functools.partial(train_steps, sleep=4.0))
+        rt.start(eng, functools.partial(held_after_step_1, gate=str(gate)))
         wait_for_budget(eng, 0, 1, 90)
         rt.submit(ev.ExperimentStopRequested(rt.clock.now()))
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120
         while not rt.finishing:
             assert time.monotonic() < deadline, "the stop never reached Finish"
             time.sleep(0.02)
@@ -233,9 +246,11 @@ def test_a_process_the_engine_no_longer_runs_keeps_its_worker_busy(tmp_path):
         assert PlanExecutor(make_plan(), rt)._busy_workers() == live
         with pytest.raises(TypeError):
             rt.runs[0] = None  # type: ignore[index]  # the driver's state, read-only
-        assert rt.wait(60)
+        gate.touch()  # step 2 ends: its report is answered "stop"
+        assert rt.wait(120)
         assert not rt.runs  # every process has left
     finally:
+        gate.touch()
         rt.close()
         cluster.close()
 
@@ -260,11 +275,13 @@ def test_shrinking_past_a_busy_worker_closes_only_the_idle_ones(tmp_path):
         busy = by_name[max(by_name)]  # the newest: the first a rescale to 2 would close
         ex._shrink_to(2, {busy})
         assert ex.retired == [by_name[2]]  # idle, outside the first two GPUs
-        deadline = time.monotonic() + 30
-        while ex.retired[0] in client.scheduler_info(n_workers=-1)["workers"]:
-            assert time.monotonic() < deadline
+        # the retired worker has left, and the cluster has brought its workers to its spec
+        # (a rescale that closes the busy worker has done so by then: it leaves the spec)
+        deadline = time.monotonic() + 120
+        while (ex.retired[0] in client.scheduler_info(n_workers=-1)["workers"]
+               or set(cluster.workers) != set(cluster.worker_spec)):
+            assert time.monotonic() < deadline, (set(cluster.workers), set(cluster.worker_spec))
             time.sleep(0.05)
-        time.sleep(2.0)  # a rescale that closes the busy worker does so within this
         live = set(client.scheduler_info(n_workers=-1)["workers"])
         assert live == set(by_name.values()) - set(ex.retired), (busy, live, ex.retired)
         assert ex._scaled_to == 3 and set(cluster.worker_spec) == {0, 1, 3}  # retired later

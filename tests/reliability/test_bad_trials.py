@@ -128,14 +128,12 @@ def test_trial_that_reports_a_non_numeric_metric(client, tmp_path):  # noqa: F81
 def hangs(config, trial):
     for step in trial.steps():
         if bad() and step == 2:
-            time.sleep(120)
+            time.sleep(3600)  # past run()'s wait: only the kill can end it in time
         trial.report(step=step, loss=config["lr"])
 
 
 def test_trial_that_hangs_is_killed_after_trial_timeout(client, tmp_path):  # noqa: F811
-    t0 = time.monotonic()
     exp = run(client, hangs, tmp_path, trial_timeout=4)
-    assert time.monotonic() - t0 < 60
     t = exp.engine.trials[0]
     assert t.state is TrialState.ERROR
     assert "past trial_timeout=4 s, and was killed" in t.error
@@ -185,10 +183,10 @@ def test_gpu_request_larger_than_any_worker_and_one_that_fits(client, tmp_path):
 def test_cluster_address_that_does_not_answer():
     from nbtune.runtimes.dask.cluster import DaskConnectError
 
-    t0 = time.monotonic()
-    with pytest.raises(DaskConnectError, match="no Dask scheduler answered at tcp://127.0.0.1:1"):
+    # its own connect_timeout, not the 30 s default (the error says which it waited)
+    with pytest.raises(DaskConnectError,
+                       match=r"no Dask scheduler answered at tcp://127.0.0.1:1 within 1 s"):
         DaskRuntime("tcp://127.0.0.1:1", connect_timeout=1).connect()
-    assert time.monotonic() - t0 < 15
 
 
 def test_unpicklable_training_function_fails_before_any_trial(client, tmp_path):  # noqa: F811

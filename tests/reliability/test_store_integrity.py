@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -92,9 +93,11 @@ def test_sigkilled_writer_with_a_concurrent_reader_leaves_a_consistent_store(tmp
     db = tmp_path / "nbtune.db"
     rng = random.Random(9)
     reader = spawn(READER, db)
-    kills, counts = 0, []
+    kills, counts, reads = 0, [], 0
     try:
-        for _ in range(4):
+        for i in range(4):
+            if i == 3:  # the reader has read the first writers' results before the last one
+                reads = reads_seen(reader)
             writer = spawn(WRITER, db)
             assert writer.stdout is not None
             line = writer.stdout.readline().strip()
@@ -114,7 +117,20 @@ def test_sigkilled_writer_with_a_concurrent_reader_leaves_a_consistent_store(tmp
     events = [c[1] for c in counts]
     assert events == sorted(events)  # nothing that was committed disappeared
     assert counts[-1][2] >= 2  # most kills landed inside an experiment's writes
-    assert int(out.split()[-1]) > 0  # the reader read results while the writer wrote
+    assert reads > 0  # the reader read results while the writers wrote
+    assert int(out.split()[-1]) >= reads  # ... and went on reading to the end
+
+
+def reads_seen(reader: subprocess.Popen[str], timeout: float = 120.0) -> int:
+    """Wait until the READER child has read results at least once; its count of reads."""
+    assert reader.stdout is not None
+    deadline = time.monotonic() + timeout
+    while True:
+        assert time.monotonic() < deadline, "the reader never read a result"
+        line = reader.stdout.readline()
+        assert line, reader.stderr.read() if reader.stderr else "the reader ended"
+        if int(line) > 0:
+            return int(line)
 
 
 def downgrade_to_v1(db: Path) -> None:
@@ -221,9 +237,16 @@ con = sqlite3.connect(sys.argv[1], isolation_level=None)
 con.execute("CREATE TABLE held(x)")  # a new file, still in rollback-journal mode
 con.execute("BEGIN IMMEDIATE")  # its write lock, as another opener creating tables holds it
 print("held", flush=True)
-time.sleep(1.5)
+sys.stdin.readline()  # until the test lets go
 con.execute("COMMIT")
 """
+
+
+def _open_or_error(db: Path) -> Store | Exception:
+    try:
+        return Store(db)
+    except Exception as exc:  # noqa: BLE001 - the test shows it
+        return exc
 
 
 def test_a_store_opens_while_another_opener_holds_the_new_files_write_lock(tmp_path):
@@ -232,14 +255,25 @@ def test_a_store_opens_while_another_opener_holds_the_new_files_write_lock(tmp_p
     a new store together). The open waits for the lock."""
     db = tmp_path / "nbtune.db"
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], text=True,
-                              stdout=subprocess.PIPE)
+                              stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+    opened: list = []
+    opener = threading.Thread(target=lambda: opened.append(_open_or_error(db)), daemon=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        t0 = time.monotonic()
-        store = Store(db)
-        assert time.monotonic() - t0 > 0.5  # it waited for the holder, it did not fail
+        opener.start()
+        # the lock is held for as long as the test wants: an open that fails at once has
+        # failed by now, one that waits is still waiting
+        opener.join(0.5)
+        assert opener.is_alive() and not opened, opened
+        holder.stdin.write("let go\n")
+        holder.stdin.flush()
+        opener.join(120)
+        assert not opener.is_alive() and len(opened) == 1
+        store = opened[0]
+        assert isinstance(store, Store), store  # it waited for the holder, it did not fail
         assert store.names() == []
         with sqlite3.connect(db) as con:
             assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
+        holder.stdin.close()  # lets go (end of input), if the test has not
         holder.wait(timeout=30)

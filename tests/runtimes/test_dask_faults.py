@@ -6,6 +6,7 @@ under the same name, so the engine sees the cluster shrink, then grow back).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -32,9 +33,19 @@ def client():
         yield c
 
 
-def train_steady(config, trial):
+def wait_for_gate(gate: str | None) -> None:
+    """Block until ``gate`` (a path) exists: the test opens it once it has killed a worker,
+    so the trials are still mid-run at the kill however slow the machine."""
+    deadline = time.monotonic() + 1200  # never outlive the test by much
+    while gate is not None and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def train_steady(config, trial, gate=None):
     state = trial.restore() or {"done": []}
     for step in trial.steps():
+        if step > 3:
+            wait_for_gate(gate)
         time.sleep(0.25)
         state["done"].append(step)
         trial.report(step=step, loss=1.0 / step, restored=trial.restore_step or 0.0,
@@ -47,14 +58,17 @@ def test_killed_worker_restarts_trial_from_checkpoint(client, tmp_path):
     eng, seen = watched_engine(algo)
     rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
                      sample_interval=0.5)
-    rt.start(eng, train_steady)
+    gate = tmp_path / "gate"
+    rt.start(eng, functools.partial(train_steady, gate=str(gate)))
     try:
-        wait_for_budget(eng, 1, 3, 90)
+        wait_for_budget(eng, 1, 3, 90)  # and held before step 4 until the gate opens
         victim = rt.inventory.slots[eng.running[1][0][0]].worker
         pid = client.run(os.getpid, workers=[victim])[victim]
         os.kill(pid, signal.SIGKILL)
+        gate.touch()
         assert rt.wait(120)
     finally:
+        gate.touch()
         rt.close()
 
     t = eng.trials[1]
@@ -104,15 +118,18 @@ def test_killed_worker_mid_ddp_trial_kills_the_other_rank_and_restarts(client, t
     eng, seen = watched_engine(algo, Gang())
     rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=("torch",), warm_processes=1,
                      sample_interval=0.5)
-    rt.start(eng, train_ddp)
+    gate = tmp_path / "gate"
+    rt.start(eng, functools.partial(train_ddp, gate=str(gate)))
     try:
-        wait_for_budget(eng, 0, 2, 120)
+        wait_for_budget(eng, 0, 2, 120)  # and held before step 3 until the gate opens
         assert len(eng.running[0]) == 2
         victim = rt.inventory.slots[eng.running[0][1][0]].worker  # rank 1's worker
         pid = client.run(os.getpid, workers=[victim])[victim]
         os.kill(pid, signal.SIGKILL)
+        gate.touch()
         assert rt.wait(180)
     finally:
+        gate.touch()
         rt.close()
     t = eng.trials[0]
     assert t.state is TrialState.COMPLETED, t.error

@@ -9,6 +9,8 @@ with the workers' handlers.
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 import time
 
@@ -34,9 +36,19 @@ def client():
         yield c
 
 
-def train_steady(config, trial):
+def wait_for(path: str | None) -> None:
+    """Block until ``path`` exists (the test creates it once it has done what it must do
+    while the trial is mid-run, however slow the machine); None: at once."""
+    deadline = time.monotonic() + 1200  # never outlive the test by much
+    while path is not None and not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def train_steady(config, trial, gate=None):
     state = trial.restore() or {"n": 0}
     for step in trial.steps():
+        if step > 2:
+            wait_for(gate)
         time.sleep(0.2)
         state["n"] += 1
         trial.report(step=step, loss=1.0 / step, restored=trial.restore_step or 0.0)
@@ -62,9 +74,24 @@ def _active() -> list[str]:
         return [k for k, e in executor._ACTIVE.items() if e.child is not None and e.child.alive()]
 
 
-def _busy_loop() -> None:
-    """On a worker, on its event loop (``client.run`` of a plain function): 3 s of no service."""
-    time.sleep(3.0)
+def _busy_loop(here: str) -> None:
+    """On a worker, on its event loop (``client.run`` of a plain function): no service from
+    before the trial's last report until its process has exited."""
+    import psutil
+
+    open(os.path.join(here, "blocked"), "w").close()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join(here, "pid")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with open(os.path.join(here, "pid")) as f:
+        pid = int(f.read())
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.01)
 
 
 def _break_free_port() -> None:
@@ -100,19 +127,22 @@ def test_broken_stream_requeues_its_runs_and_the_worker_comes_back(client, tmp_p
     eng, seen = watched_engine(algo)
     rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
                      sample_interval=0.5)
-    rt.start(eng, train_steady)
+    gate = tmp_path / "gate"
+    rt.start(eng, functools.partial(train_steady, gate=str(gate)))
     try:
-        wait_for_budget(eng, 0, 2, 60)
+        wait_for_budget(eng, 0, 2, 60)  # and held before step 3 until the gate opens
         victim = rt.inventory.slots[eng.running[0][0][0]].worker
         old_run = f"{rt.runs[0].run_key}/0"
         assert client.run(_end_stream, rt._topic, workers=[victim])[victim]
         # the worker is alive: the old run's process must not train on beside the relaunch
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while old_run in client.run(_active, workers=[victim])[victim]:
             assert time.monotonic() < deadline, "the run cut off by the broken stream lives on"
             time.sleep(0.1)
+        gate.touch()
         assert rt.wait(90)
     finally:
+        gate.touch()
         rt.close()
     t = eng.trials[0]
     assert t.state is TrialState.COMPLETED and t.failures == 0, t.error
@@ -154,18 +184,31 @@ def train_short(config, trial):
         trial.report(step=step, loss=1.0 / step)
 
 
+def train_short_ending_while_blocked(config, trial, here):
+    """train_short whose last report (and exit) wait until its worker's loop is blocked."""
+    for step in trial.steps():
+        time.sleep(0.5)
+        if step >= trial.max_budget:
+            wait_for(os.path.join(here, "blocked"))
+        trial.report(step=step, loss=1.0 / step)
+    with open(os.path.join(here, "pid.tmp"), "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(os.path.join(here, "pid.tmp"), os.path.join(here, "pid"))
+
+
 def test_a_clean_end_while_the_worker_loop_is_busy_is_not_a_crash(client, tmp_path):
-    """The process exits (not reused) while its worker's event loop is blocked for 3 s: its
-    last report and exit must still come through, not "died with exit code 0"."""
+    """The process reports for the last time and exits (not reused) while its worker's event
+    loop is blocked: its last report and exit must still come through, not "died with exit
+    code 0"."""
     algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=3, num_trials=1, seed=0)
     eng, seen = watched_engine(algo)
-    rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ck", preload=(), warm_processes=1,
                      sample_interval=0.5, reuse_processes=False)
-    rt.start(eng, train_short)
+    rt.start(eng, functools.partial(train_short_ending_while_blocked, here=str(tmp_path)))
     try:
         wait_for_budget(eng, 0, 2, 60)
         victim = rt.inventory.slots[eng.running[0][0][0]].worker
-        client.run(_busy_loop, workers=[victim])
+        client.run(_busy_loop, str(tmp_path), workers=[victim])
         assert rt.wait(60)
     finally:
         rt.close()
@@ -197,8 +240,11 @@ def test_an_os_error_in_the_launch_handler_fails_the_trial_instead_of_looping(cl
     assert "Cannot assign requested address" in eng.trials[0].error
 
 
-def train_slow_steps(config, trial):
+def train_slow_steps(config, trial, gate=None):
+    """``gate``: trial 0 does not finish its step 2 before the path exists."""
     for step in trial.steps():
+        if step > 1 and trial.trial_id == 0:
+            wait_for(gate)
         time.sleep(1.5)
         trial.report(step=step, loss=1.0 / step)
 
@@ -259,19 +305,23 @@ def test_a_worker_lost_after_finish_does_not_hang_the_experiment(client, tmp_pat
 
     algo = OneShot({"lr": uniform(0.1, 1.0)}, metric="loss", max_budget=20, num_trials=2, seed=0)
     eng, seen = watched_engine(algo)
-    rt = DaskRuntime(client, checkpoint_dir=tmp_path, preload=(), warm_processes=1,
-                     sample_interval=0.5, shutdown_grace=2.0)
-    rt.start(eng, train_slow_steps)
+    # the grace outlasts the test and trial 0 never finishes its step 2 (the gate stays
+    # shut): only its lost worker can end that run
+    gate = tmp_path / "gate"
+    rt = DaskRuntime(client, checkpoint_dir=tmp_path / "ck", preload=(), warm_processes=1,
+                     sample_interval=0.5, shutdown_grace=600.0)
+    rt.start(eng, functools.partial(train_slow_steps, gate=str(gate)))
     try:
         wait_for_budget(eng, 0, 1, 60)
         victim = rt.inventory.slots[eng.running[0][0][0]].worker
         pid = client.run(os.getpid, workers=[victim])[victim]
         rt.submit(ev.ExperimentStopRequested(rt.clock.now()))
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120
         while not rt.finishing:
             assert time.monotonic() < deadline, "the stop never reached Finish"
             time.sleep(0.02)
         os.kill(pid, signal.SIGKILL)
         assert rt.wait(60), "the runtime waited forever for a run on a dead worker"
     finally:
+        gate.touch()
         rt.close()

@@ -25,12 +25,21 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 DRIVER = textwrap.dedent("""
-    import json, sys, time
+    import json, os, signal, sys, time, uuid
+    # as a kernel does: a KeyboardInterrupt on SIGINT, even when started with SIGINT ignored
+    # (a background job of a non-interactive shell: `make test &` in a script)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import nbtune
     from nbtune import uniform
     from nbtune.runtimes.dask import DaskRuntime
 
+    GATE = sys.argv[1]  # a directory: trials say there that they run, and wait for "go"
+
     def train(config, trial):
+        open(os.path.join(GATE, "running-" + uuid.uuid4().hex), "w").close()
+        deadline = time.monotonic() + 600  # never outlive the test by much
+        while not os.path.exists(os.path.join(GATE, "go")) and time.monotonic() < deadline:
+            time.sleep(0.01)
         for step in trial.steps():
             time.sleep(0.3)
             trial.report(step, loss=config["x"] / step)
@@ -58,17 +67,25 @@ DRIVER = textwrap.dedent("""
 def test_sigint_to_the_process_group_interrupts_only_the_wait(tmp_path):
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
+    gate = tmp_path / "gate"
+    gate.mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, str(script), str(gate)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], 120)
         line = proc.stdout.readline() if ready else ""  # never block past the test's limit
         assert line.strip() == "WAITING", proc.stderr.read() if proc.stderr else ""
-        time.sleep(2.5)  # the trials are running in their processes by now
+        # a trial runs in its process on each of the two workers, held there until "go":
+        # the run cannot have ended before the interrupt
+        deadline = time.monotonic() + 120
+        while len(list(gate.glob("running-*"))) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, "no trials ran"
+            time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)  # what Jupyter's interrupt does
+        (gate / "go").touch()
         out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
@@ -88,10 +105,20 @@ def _sigint_ignored() -> bool:
 def test_workers_of_a_cluster_nbtune_starts_ignore_sigint_also_after_a_restart():
     from nbtune.runtimes.dask.cluster import close_cluster, connect
 
+    # the driver's own handler, whatever pytest inherited (SIGINT is ignored in a background
+    # job of a non-interactive shell); the inherited one is put back at the end
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _workers_ignore_sigint(connect, close_cluster)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+
+
+def _workers_ignore_sigint(connect, close_cluster) -> None:
     client, cluster, _ = connect(None, gpus=False, n_workers=1, threads_per_worker=1,
                                  host="127.0.0.1", dashboard_address=None, memory_limit="1GiB")
     try:
-        assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # the driver's is back
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the driver's is back
         assert all(client.run(_sigint_ignored).values())
         client.restart_workers(list(client.scheduler_info()["workers"]))  # a fresh process
         client.wait_for_workers(1, timeout=60)

@@ -26,7 +26,7 @@ def test_a_message_on_a_running_loop_arrives() -> None:
     try:
         call_soon(loop, got.append, "exit")
         call_soon(loop, loop.stop)
-        t.join(5)
+        t.join(60)
     finally:
         loop.close()
     assert got == ["exit"]

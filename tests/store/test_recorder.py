@@ -118,7 +118,7 @@ def test_the_background_writer_flushes_on_its_own(tmp_path):
     eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(1)))
     eng.handle(ev.TrialReported(1.0, 0, 1.0, {"loss": 0.5}))
     reader = Store(tmp_path / "t.db")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120
     while reader.learning_curves("t").empty and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(reader.learning_curves("t")) == 1

@@ -75,11 +75,14 @@ def test_a_dead_kernel_resumes_from_checkpoints_without_rerunning(client, tmp_pa
                    if type(e).__name__ == "TrialReported"]
         done = {e.trial_id for e in reports if e.budget >= 8}  # its last report completes it
         held = {e.trial_id for e in reports if e.budget >= 3 and e.trial_id != 0}
-        if 0 in done and held:
+        # ... whose step-3 checkpoint is recorded too (it is written after the report)
+        saved = {t for t in held if st.checkpoint("dead", t) != st.checkpoint("dead", t, 2)}
+        if 0 in done and saved:
             break
         time.sleep(0.1)
     else:
-        pytest.fail("the store never held trial 0's completion and a held trial's step 3 in 120 s")
+        pytest.fail("the store never held trial 0's completion and a held trial's step 3 "
+                    "(report and checkpoint) in 120 s")
     exp.recorder.abandon()  # the kernel dies: whatever was not committed is gone
     rt.close()
 

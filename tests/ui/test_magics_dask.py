@@ -42,7 +42,7 @@ for step in trial.steps():
     dash = Dashboard(exp, period=0.1)  # what display(exp) builds, updating on its thread
     assert exp.wait(120).done
     if dash._thread is not None:  # a run that ended before the dashboard started has none
-        dash._thread.join(20)
+        dash._thread.join(120)
     assert dash.finished and len(dash.figures.table_src.data["trial_id"]) == 4
     assert set(exp.results()["state"]) == {"completed"}
     # the body really ran: every trial reported the loss the cell computes
