@@ -8,8 +8,8 @@ trials reached). Like :class:`~nbtune.ui.figures.Figures`, every render sends
 whole column sets, so any browser view converges.
 
 Importance fits a forest: :meth:`AnalysisFigures.render` takes it as an
-argument, so the live dashboard computes it on a background thread once per
-change of the trials or the budget, and shows it when it is ready.
+argument, so a caller decides where and when it is fitted (the report fits it
+once, at the views' budget).
 """
 
 from __future__ import annotations

@@ -35,14 +35,11 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 import ipywidgets as W
 
-from nbtune.ui.analysis import importance
-from nbtune.ui.analysis_figures import AnalysisFigures, analysis_layout
 from nbtune.ui.figures import Figures, progress_parts, state_word, summary_html
 from nbtune.ui.model import DashboardModel
 from nbtune.ui.snapshot import Snapshot, Snapshots
@@ -55,14 +52,6 @@ _DASHBOARDS: weakref.WeakKeyDictionary[Any, Dashboard] = weakref.WeakKeyDictiona
 #: seconds after a display during which every update re-sends everything (the browser
 #: creates its view asynchronously; messages sent before that are not applied to it)
 RESYNC = 10.0
-#: fits the analysis views' importance off the dashboards' threads, one at a time
-_IMPORTANCE = ThreadPoolExecutor(1, thread_name_prefix="nbtune-importance")
-
-
-def _done(value: Any) -> Future[Any]:
-    f: Future[Any] = Future()
-    f.set_result(value)
-    return f
 
 
 def load_bokehjs(force: bool = False) -> None:
@@ -202,11 +191,6 @@ class Dashboard:
         self.model: DashboardModel | None = None
         self.period, self.max_overhead = float(period), float(max_overhead)
         self.figures = Figures(metric, mode, title=name, space=space)
-        self.analysis = AnalysisFigures(metric, mode, space)
-        #: the Bokeh root: the run's views and the analysis views, one tab each
-        self.layout = analysis_layout(self.figures, self.analysis)
-        self._importance: tuple[Any, Future[Any]] | None = None  # (for what, its fit)
-        self.analysis.budget_select.on_change("value", self._on_budget)
         self.updates = 0
         self.update_seconds = 0.0  # CPU time spent in update(), for the overhead budget
         self.last: Snapshot | None = None
@@ -217,7 +201,7 @@ class Dashboard:
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._build_controls()
-        self.plot = _batched_bokeh_model()(self.layout)
+        self.plot = _batched_bokeh_model()(self.figures.layout)
         self.plot.lock = self._lock
         self.widget = W.VBox([W.HBox([self.progress, self.status]), self.controls,
                               self.message, self.plot])
@@ -328,7 +312,6 @@ class Dashboard:
                 self.figures.render(s, force=force)
                 self.figures.set_header(summary_html(self.experiment.name, s, self.dask_link,
                                                      self.dask_page), force)
-                self.analysis.render(s, self._importance_of(s), force=force)
                 self._update_widgets(s)
                 final = s.done and not self.finished
                 self.last = s
@@ -337,42 +320,6 @@ class Dashboard:
                 self.plot.refresh()
         self.update_seconds += time.thread_time() - t0
         return s
-
-    def _importance_of(self, s: Snapshot) -> dict[str, float] | None:
-        """The importance the analysis views show for ``s``: fitted on a background thread
-        once per change of the trials or the budget (shown when ready), at once at the end."""
-        want = self.analysis.wanted(s)
-        fit = lambda: importance(s, self.analysis.space, budget=want[1])  # noqa: E731
-        if s.done:
-            if self._importance is None or self._importance[0] != want:
-                self._importance = (want, _done(fit()))
-        elif self._importance is None or self._importance[0] != want:
-            future = _IMPORTANCE.submit(fit)
-            self._importance = (want, future)
-            future.add_done_callback(lambda f: self._importance_ready(want, f))
-        ready = self._importance[1]
-        return ready.result() if ready.done() and ready.exception() is None else None
-
-    def _importance_ready(self, want: Any, future: Future[Any]) -> None:
-        """A background fit ended: show it, if the views still show what it was fitted on."""
-        if future.exception() is not None:
-            log.warning("nbtune: importance failed: %s", future.exception())
-            return
-        with self._lock:
-            if self._importance is None or self._importance[0] != want or self.model is None:
-                return
-            with self.plot.batch():
-                self.analysis.render_importance(future.result())
-            if self.finished:
-                self.plot.refresh()
-
-    def _on_budget(self, attr: str, old: str, new: str) -> None:
-        """A person picked the budget the analysis views show (the browser's change)."""
-        if new == self.analysis.shown:
-            return  # the views' own render set it
-        self.analysis.chosen = new
-        if self.model is not None:
-            self.update(force=False)
 
     def _update_widgets(self, d: Snapshot) -> None:
         p = d.progress
@@ -430,9 +377,9 @@ class Dashboard:
                   self.pause_button, self.concurrency, self.trial_box, self.stop_trial_button,
                   self.controls, self.widget):
             w.close()
-        doc = self.layout.document
+        doc = self.figures.layout.document
         if doc is not None:  # else BokehModel.__del__ closes again and trips on the document
-            doc.remove_root(self.layout)
+            doc.remove_root(self.figures.layout)
         if self.experiment is not None and _DASHBOARDS.get(self.experiment) is self:
             del _DASHBOARDS[self.experiment]
 

@@ -158,9 +158,14 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
         wait_until(lambda: len(read_docs(page)) >= 3, SLOW,
                    "the dashboards to render after reload")
     except AssertionError as exc:
-        raise AssertionError(f"{exc}: {len(read_docs(page))} rendered, "
-                             f"{saved_dashboards(notebook)} saved; console: {console[-8:]}"
-                             ) from None
+        ids = [o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+               for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"
+               for o in c.get("outputs", []) if "application/vnd.jupyter.widget-view+json"
+               in o.get("data", {})]
+        shown = page.evaluate("() => Array.from(document.querySelectorAll('.jp-OutputArea-output'))"
+                              ".map(e => e.textContent.slice(0, 80))")
+        raise AssertionError(f"{exc}: {len(read_docs(page))} rendered, saved {ids}; "
+                             f"outputs {shown}; console: {console}") from None
     problems = settled_problems(page, truth, 3)
     assert problems == [], "\n".join(problems)
     assert not [m for m in console if "inconsistent lengths" in m], console[:5]
