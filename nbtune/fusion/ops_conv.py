@@ -13,6 +13,19 @@ from .base import FusedOp, as_param, split, stack_from
 _CONV = {1: F.conv1d, 2: F.conv2d}
 
 
+def pad_widths(c: nn.Conv1d | nn.Conv2d) -> tuple[int, ...]:
+    """``F.pad``'s widths for convolution ``c`` when its ``padding_mode`` is not zeros: each
+    spatial dimension's (left, right), the last dimension first, as ``nn.Conv*`` pads;
+    ``padding='same'`` splits ``dilation * (kernel - 1)`` with the odd one on the right."""
+    if isinstance(c.padding, str):  # "same", or "valid" (no padding)
+        out: list[int] = []
+        for d, k in zip(reversed(c.dilation), reversed(c.kernel_size), strict=True):
+            total = d * (k - 1) if c.padding == "same" else 0
+            out += [total // 2, total - total // 2]
+        return tuple(out)
+    return tuple(p for p in reversed(c.padding) for _ in range(2))
+
+
 class FusedConv(FusedOp):
     """F ``nn.Conv1d``/``nn.Conv2d`` layers.
 
@@ -30,7 +43,7 @@ class FusedConv(FusedOp):
         self.dims = 1 if isinstance(c, nn.Conv1d) else 2
         self.stride, self.padding, self.dilation = c.stride, c.padding, c.dilation
         self.groups, self.padding_mode = c.groups, c.padding_mode
-        self.pad_twice = c._reversed_padding_repeated_twice
+        self.pad_twice = pad_widths(c)
         self.weight = as_param(stack_from(layers, "weight"))  # (F, out, in/groups, *k)
         self.bias = as_param(stack_from(layers, "bias"))  # (F, out) or None
 
