@@ -22,7 +22,7 @@ def execute(name: str, *, cwd: Path | None = None, timeout: int = 300) -> Any:
     assert nb.metadata["kernelspec"]["name"] == "python3"
     # self-contained: a notebook copied out of the repository still runs
     assert not any("sys.path" in c.source for c in nb.cells if c.cell_type == "code"), name
-    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    client = nbclient.NotebookClient(nb, timeout=timeout, startup_timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(cwd or NOTEBOOKS)}})
     client.execute()
     failed = [(c.source[:60], o) for c in nb.cells if c.cell_type == "code"

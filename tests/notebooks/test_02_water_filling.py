@@ -24,7 +24,7 @@ def test_notebook_02_executes(tmp_path):
     assert nb.metadata["kernelspec"]["name"] == "python3"
     # self-contained: no sys.path edits, and it runs from a copy outside the repository
     assert not any("sys.path" in c.source for c in nb.cells if c.cell_type == "code")
-    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+    client = nbclient.NotebookClient(nb, timeout=120, startup_timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])

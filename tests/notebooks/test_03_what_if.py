@@ -18,7 +18,7 @@ def outputs(nb, mime: str) -> str:
 def test_notebook_03_executes():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert nb.metadata["kernelspec"]["name"] == "python3"
-    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+    client = nbclient.NotebookClient(nb, timeout=120, startup_timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(NOTEBOOK.parent)}})
     client.execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])

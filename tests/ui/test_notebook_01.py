@@ -19,7 +19,7 @@ def test_notebook_01_executes(tmp_path):
     work = tmp_path / NOTEBOOK.name
     shutil.copy(NOTEBOOK, work)  # the report it writes lands in tmp_path, not the repo
     nb = nbformat.read(work, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+    client = nbclient.NotebookClient(nb, timeout=300, startup_timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
