@@ -16,7 +16,9 @@ reload, a second tab) or made while messages were already flowing (the first
 display, rendered asynchronously) would start from a stale bundle or miss
 messages. So: every update renders the whole snapshot (whole column sets,
 never increments; everything is re-sent for :data:`RESYNC` seconds after a
-display and at the end); a display pushes a fresh render bundle; and a
+display, at the end, and after a message from a view, which a new view sends
+once it has laid itself out, at most once per :data:`RESYNC` seconds); a display
+pushes a fresh render bundle; and a
 frontend asking for the widget's state (reload, second tab) gets a bundle
 made from the current document.
 
@@ -34,7 +36,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -100,11 +102,14 @@ def _batched_bokeh_model() -> type:
         #: not interleave with an update from the dashboard's thread
         lock: Any = None
 
+        #: called (under ``lock``) for every message a browser view sends; see Dashboard
+        view_spoke: Callable[[], None] | None = None
+
         def _sync_model(self, model: Any, content: Any, buffers: Any) -> None:
-            if self.lock is None:
-                return super()._sync_model(model, content, buffers)
-            with self.lock:
-                return super()._sync_model(model, content, buffers)
+            with self.lock or threading.RLock():
+                super()._sync_model(model, content, buffers)
+                if self.view_spoke is not None:
+                    self.view_spoke()
 
         #: document changes so far, and the bundle made at which count (see get_state)
         _changes = 0
@@ -197,12 +202,15 @@ class Dashboard:
         self.dask_link: str | None = None
         self.dask_page: str | None = None
         self._resync_until = 0.0  # re-send everything until then (see RESYNC)
+        self._view_spoke = False  # a browser view sent a message since the last forced update
+        self._forced_at = -float("inf")  # time.monotonic() of the last forced update
         self._lock = threading.RLock()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._build_controls()
         self.plot = _batched_bokeh_model()(self.figures.layout)
         self.plot.lock = self._lock
+        self.plot.view_spoke = self._on_view_message
         self.widget = W.VBox([W.HBox([self.progress, self.status]), self.controls,
                               self.message, self.plot])
         if experiment is not None:
@@ -286,6 +294,17 @@ class Dashboard:
         if new and new[0] < len(ids):
             self.trial_box.value = int(ids[new[0]])
 
+    def _on_view_message(self) -> None:
+        """A browser view sent a message (its first layout, a click): it exists and
+        applies what comes next. A view made from an old render bundle has missed the
+        patches sent before it, and in a steady run (trials in long epochs) no change
+        would reach it; so an update re-sends everything, at once if nothing was forced
+        for :data:`RESYNC` seconds, else when that much time has passed. Open views send
+        messages after every patch (jupyter_bokeh echoes what a patch changed), so this
+        re-sends at most once per :data:`RESYNC` seconds while a page is open, and never
+        without one."""
+        self._view_spoke = True
+
     # --------------------------------------------------------------- update
     @property
     def finished(self) -> bool:
@@ -296,7 +315,8 @@ class Dashboard:
         """Render the model's snapshot into the figures and widgets (thread-safe).
 
         Whole column sets for what changed; everything with ``force``, during
-        :data:`RESYNC` seconds after a display, and for the final state. The
+        :data:`RESYNC` seconds after a display, after a view's message, and for the
+        final state. The
         final state also goes out as a fresh render bundle, after its patch:
         every open view re-renders from it whole, so a view that missed or
         could not apply a patch (one made between the frames of a patch, or
@@ -308,7 +328,11 @@ class Dashboard:
         with self._lock:
             with self.plot.batch():
                 s = self.snapshots.take()
-                force = force or s.done or time.monotonic() < self._resync_until
+                now = time.monotonic()
+                force = (force or s.done or now < self._resync_until
+                         or self._view_spoke and now >= self._forced_at + RESYNC)
+                if force:
+                    self._forced_at, self._view_spoke = now, False
                 self.figures.render(s, force=force)
                 self.figures.set_header(summary_html(self.experiment.name, s, self.dask_link,
                                                      self.dask_page), force)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import ipywidgets as W
 import pytest
@@ -342,4 +343,66 @@ def test_the_widget_state_bundles_the_document_once_per_change(wire, monkeypatch
     assert made == [1] and "renamed" in str(again)
     dash.plot.get_state()
     assert made == [1]
+    dash.close()
+
+
+def columns(data) -> dict[str, list]:
+    """A source's columns, comparable: NaN (a trial still running has no end) as None."""
+    return {k: [None if isinstance(x, float) and math.isnan(x) else x for x in v]
+            for k, v in data.items()}
+
+
+def test_a_view_made_while_the_run_is_steady_catches_up_once_it_speaks(wire, monkeypatch):
+    """The first view of a ``%%tune`` cell is made by the page whenever it gets to it, from
+    the widget's state when the page made its model; the patches sent before are lost to
+    it. If the run is then steady (every trial inside a long epoch), no change would ever
+    reach it: the view's first message (its layout, sent once it exists) brings everything.
+    Seen in a real page under load: a live table that stayed empty while trials ran."""
+    monkeypatch.setattr("nbtune.ui.dashboard.RESYNC", 0.0)  # only what changed, from the start
+    exp = experiment("asha", trials=12, gpus=2, max_budget=9, report_every=0.5)
+    dash = Dashboard(exp, autostart=False)
+    seen: dict[str, object] = {}
+
+    def tick(events, cmds):
+        if dash.model.updates != 40 or seen:
+            return
+        dash.update()
+        sent = len(wire_of(dash.plot))
+        dash.update()  # nothing changed since: nothing is sent
+        assert len(wire_of(dash.plot)) == sent
+        front = Frontend(next(m for m in wire_of(dash.plot) if m[0] == "comm_open"))
+        for m in wire_of(dash.plot):
+            if m[0] == "comm_msg":
+                front.deliver(m, to=[])  # the page's model: any bundle, but no view yet
+        view = front.new_view()
+        table = dash.figures.table_src
+        seen["stale"] = columns(view.data(table.id)) != columns(table.data)
+        # its layout, as BokehJS reports it once the view exists
+        dash.plot._sync_model(dash.plot, {"event": "jsevent", "kind": "ModelChanged",
+                                          "model": {"id": table.id}, "attr": "name",
+                                          "new": "laid out"}, [])
+        dash.update()
+        for m in wire_of(dash.plot)[sent:]:
+            if m[0] == "comm_msg":
+                front.deliver(m)
+        seen["caught up"] = {name: columns(view.data(src.id)) == columns(src.data)
+                             for name in ("table_src", "pts_src", "alloc_src", "util_src")
+                             for src in [getattr(dash.figures, name)]}
+        seen["running"] = "running" in view.divs()
+        # the views echo every patch back; that does not force again within RESYNC
+        monkeypatch.setattr("nbtune.ui.dashboard.RESYNC", 3600.0)
+        dash.plot._sync_model(dash.plot, {"event": "jsevent", "kind": "ModelChanged",
+                                          "model": {"id": table.id}, "attr": "name",
+                                          "new": "echo"}, [])
+        sent = len(wire_of(dash.plot))
+        dash.update()
+        seen["quiet after"] = len(wire_of(dash.plot)) == sent
+
+    exp.engine.subscribe(tick)
+    run(exp)
+    assert seen, "the run never reached the 40th engine step"
+    assert seen["stale"]  # what the view had before it spoke: the state when the page began
+    assert seen["caught up"] == dict.fromkeys(("table_src", "pts_src", "alloc_src", "util_src"),
+                                              True)
+    assert seen["running"] and seen["quiet after"]
     dash.close()
