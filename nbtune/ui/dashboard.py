@@ -14,11 +14,13 @@ builds its own document from the widget's ``render_bundle`` and then applies
 the messages that follow; a view made later (``exp`` shown again, a page
 reload, a second tab) or made while messages were already flowing (the first
 display, rendered asynchronously) would start from a stale bundle or miss
-messages. So: every update renders the whole snapshot (whole column sets,
-never increments; everything is re-sent for :data:`RESYNC` seconds after a
+messages; one made between the messages of a patch reads all later patches
+shifted, and applies none of them. So: every update renders the whole snapshot
+(whole column sets, never increments; everything is re-sent for :data:`RESYNC` seconds after a
 display, at the end, and after a message from a view, which a new view sends
 once it has laid itself out, at most once per :data:`RESYNC` seconds); a display
-pushes a fresh render bundle; and a
+pushes a fresh render bundle, and until the page's first view has sent a message,
+updates are render bundles (one message each) rather than patches; and a
 frontend asking for the widget's state (reload, second tab) gets a bundle
 made from the current document.
 
@@ -54,6 +56,9 @@ _DASHBOARDS: weakref.WeakKeyDictionary[Any, Dashboard] = weakref.WeakKeyDictiona
 #: seconds after a display during which every update re-sends everything (the browser
 #: creates its view asynchronously; messages sent before that are not applied to it)
 RESYNC = 10.0
+#: seconds after a display during which, until a view has sent a message, every update
+#: goes out as a whole render bundle (one message) rather than a patch (several)
+FIRST_VIEW = 60.0
 
 
 def load_bokehjs(force: bool = False) -> None:
@@ -143,14 +148,21 @@ def _batched_bokeh_model() -> type:
             else:
                 super()._document_patched(event)
 
+        @property
+        def changes(self) -> int:
+            """How many times the document changed (a counter: compare two readings)."""
+            return self._changes
+
         @contextmanager
-        def batch(self) -> Iterator[None]:
+        def batch(self, *, send: bool = True) -> Iterator[None]:
+            """Collect the document's events, then send them as one patch (or, with
+            ``send=False``, not at all: a later :meth:`refresh` carries them)."""
             self._batch = []
             try:
                 yield
             finally:
                 events, self._batch = self._batch, None
-                if events:
+                if events and send:
                     self._send_patch(Protocol().create("PATCH-DOC", events))
 
         def _send_patch(self, msg: Any) -> None:  # the same frames as BokehModel's
@@ -204,6 +216,8 @@ class Dashboard:
         self._resync_until = 0.0  # re-send everything until then (see RESYNC)
         self._view_spoke = False  # a browser view sent a message since the last forced update
         self._forced_at = -float("inf")  # time.monotonic() of the last forced update
+        self._view_seen = False  # some browser view has sent a message (see _ipython_display_)
+        self._bundles_until = 0.0  # until then, while no view was seen: bundles, not patches
         self._lock = threading.RLock()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -303,7 +317,7 @@ class Dashboard:
         messages after every patch (jupyter_bokeh echoes what a patch changed), so this
         re-sends at most once per :data:`RESYNC` seconds while a page is open, and never
         without one."""
-        self._view_spoke = True
+        self._view_spoke = self._view_seen = True
 
     # --------------------------------------------------------------- update
     @property
@@ -316,9 +330,12 @@ class Dashboard:
 
         Whole column sets for what changed; everything with ``force``, during
         :data:`RESYNC` seconds after a display, after a view's message, and for the
-        final state. The
-        final state also goes out as a fresh render bundle, after its patch:
-        every open view re-renders from it whole, so a view that missed or
+        final state. After a display and until a view has sent a message (for at most
+        :data:`FIRST_VIEW` seconds), what changed goes out as a render bundle, one
+        message, instead of a patch: a patch is several messages, and a view the page
+        makes between two of them reads every later patch shifted, so it would show
+        nothing new until the end. The final state also goes out as a fresh render
+        bundle, after its patch: every open view re-renders from it whole, so a view that missed or
         could not apply a patch (one made between the frames of a patch, or
         whose bundle arrived after a later patch) still ends on the final state.
         """
@@ -326,9 +343,11 @@ class Dashboard:
             raise RuntimeError("attach an experiment first: dashboard.attach(exp)")
         t0 = time.thread_time()
         with self._lock:
-            with self.plot.batch():
+            now = time.monotonic()
+            bundles = not self._view_seen and now < self._bundles_until
+            changes = self.plot.changes
+            with self.plot.batch(send=not bundles):
                 s = self.snapshots.take()
-                now = time.monotonic()
                 force = (force or s.done or now < self._resync_until
                          or self._view_spoke and now >= self._forced_at + RESYNC)
                 if force:
@@ -340,7 +359,8 @@ class Dashboard:
                 final = s.done and not self.finished
                 self.last = s
                 self.updates += 1
-            if final:  # after the batch's patch: nothing the views receive comes after it
+            # after the batch's patch: nothing the views receive comes after it
+            if final or bundles and self.plot.changes != changes:
                 self.plot.refresh()
         self.update_seconds += time.thread_time() - t0
         return s
@@ -412,6 +432,8 @@ class Dashboard:
         from IPython.display import display
 
         load_bokehjs(force=True)  # the page showing this output may have no BokehJS yet
+        if not self._view_seen:  # the page makes the first view from the widget's state
+            self._bundles_until = time.monotonic() + FIRST_VIEW
         if self.model is not None and self.updates:
             if not self.finished and self.experiment.done:
                 self.update()  # the run is over: its final state, not the thread's last frame

@@ -406,3 +406,75 @@ def test_a_view_made_while_the_run_is_steady_catches_up_once_it_speaks(wire, mon
                                               True)
     assert seen["running"] and seen["quiet after"]
     dash.close()
+
+
+def test_a_view_the_page_makes_while_the_run_streams_follows_it(wire):
+    """A patch is several messages; a view made between two of them reads every later
+    patch shifted and applies none (seen in a real page: a live table empty for the whole
+    run). After a display and until a view has spoken, updates go out as whole render
+    bundles, one message each, so a view made at any message shows the run; once a view
+    has spoken, patches again, which that view applies."""
+    exp = experiment("asha", trials=12, gpus=2, max_budget=9, report_every=0.5)
+    dash = Dashboard(exp, autostart=False)
+    with capture_output():
+        dash._ipython_display_()  # the page will make the first view whenever it gets to it
+    shown = len(wire_of(dash.plot))
+    marks: list[tuple[int, dict]] = []  # (messages sent so far, the table then)
+
+    def tick(events, cmds):
+        if dash.model.updates % 8 == 0 and len(marks) < 12:
+            dash.update()
+            marks.append((len(wire_of(dash.plot)), columns(dash.figures.table_src.data)))
+
+    exp.engine.subscribe(tick)
+    run(exp)
+    msgs = wire_of(dash.plot)
+    opened = next(m for m in msgs if m[0] == "comm_open")
+    assert len(marks) == 12 and marks[-1][0] > shown
+    table = dash.figures.table_src.id
+    for made in range(shown, marks[-1][0]):  # a view made after any message of the run
+        front = Frontend(opened)
+        for m in msgs[:made]:
+            if m[0] == "comm_msg":
+                front.deliver(m, to=[])
+        view = front.new_view()
+        upto, want = next((n, t) for n, t in marks if n > made)
+        for m in msgs[made:upto]:
+            if m[0] == "comm_msg":
+                front.deliver(m)
+        assert columns(view.data(table)) == want, made
+    assert not [m for m in msgs[shown:marks[-1][0]] if is_patch(m)]  # bundles only
+    dash.close()
+
+
+def test_once_a_view_has_spoken_updates_are_patches_again(wire):
+    exp = experiment("asha", trials=12, gpus=2, max_budget=9, report_every=0.5)
+    dash = Dashboard(exp, autostart=False)
+    with capture_output():
+        dash._ipython_display_()
+    front = Frontend(next(m for m in wire_of(dash.plot) if m[0] == "comm_open"))
+    for m in wire_of(dash.plot):
+        if m[0] == "comm_msg":
+            front.deliver(m, to=[])
+    view = front.new_view()
+    table = dash.figures.table_src
+    dash.plot._sync_model(dash.plot, {"event": "jsevent", "kind": "ModelChanged",
+                                      "model": {"id": table.id}, "attr": "name",
+                                      "new": "laid out"}, [])
+    spoke = len(wire_of(dash.plot))
+    checks: list[bool] = []
+
+    def tick(events, cmds):
+        if dash.model.updates % 8 == 0 and len(checks) < 6:
+            before = len(wire_of(dash.plot))
+            dash.update()
+            for m in wire_of(dash.plot)[before:]:
+                if m[0] == "comm_msg":
+                    front.deliver(m)
+            checks.append(columns(view.data(table.id)) == columns(table.data))
+
+    exp.engine.subscribe(tick)
+    run(exp)
+    assert [m for m in wire_of(dash.plot)[spoke:] if is_patch(m)]
+    assert checks == [True] * 6
+    dash.close()
