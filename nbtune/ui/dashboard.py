@@ -39,7 +39,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import ipywidgets as W
@@ -111,7 +111,7 @@ def _batched_bokeh_model() -> type:
         view_spoke: Callable[[], None] | None = None
 
         def _sync_model(self, model: Any, content: Any, buffers: Any) -> None:
-            with self.lock or threading.RLock():
+            with self.lock or nullcontext():
                 super()._sync_model(model, content, buffers)
                 if self.view_spoke is not None:
                     self.view_spoke()
@@ -129,7 +129,7 @@ def _batched_bokeh_model() -> type:
             not wait on serializing the whole document again."""
             if key is not None and key != "render_bundle" and "render_bundle" not in key:
                 return super().get_state(key, drop_defaults)
-            with self.lock or threading.RLock():  # no update half-applied meanwhile
+            with self.lock or nullcontext():  # no update half-applied meanwhile
                 if self._bundled_at != self._changes:
                     # stored silently: a trait change would re-render every open view
                     self._trait_values["render_bundle"] = self._model_to_traits(self._model)
