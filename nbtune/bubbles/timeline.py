@@ -10,11 +10,12 @@ is only the formula it is compared with.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Iterable, Sequence
 
 __all__ = ["Interval", "now", "merge", "total", "clip", "overlap", "subtract", "idle_windows",
-           "bubble_ratio", "one_f_one_b_bubble"]
+           "step_shares", "bubble_ratio", "one_f_one_b_bubble"]
 
 #: ``(kind, start, end)`` in seconds of :func:`now`; kind is e.g. "F", "B", "L", "O", "run"
 Interval = tuple[str, float, float]
@@ -94,6 +95,58 @@ def idle_windows(busy: Iterable[Interval], lo: float, hi: float) -> list[tuple[f
         cursor = max(cursor, e)
     if hi > cursor:
         out.append((cursor, hi))
+    return out
+
+
+def _within(spans: list[tuple[float, float]], ends: list[float], lo: float,
+            hi: float) -> list[tuple[float, float]]:
+    """:func:`clip` for sorted disjoint ``spans`` (``ends``: their ends), by bisection."""
+    out = []
+    i = bisect.bisect_right(ends, lo)
+    while i < len(spans) and spans[i][0] < hi:
+        s, e = spans[i]
+        if min(e, hi) > max(s, lo):
+            out.append((max(s, lo), min(e, hi)))
+        i += 1
+    return out
+
+
+def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Seconds in both of two sorted disjoint span lists."""
+    i = j = 0
+    out = 0.0
+    while i < len(a) and j < len(b):
+        out += max(min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]), 0.0)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def step_shares(started: float, step_ends: Sequence[float], running: Iterable[Interval],
+                windows: Iterable[tuple[float, float]]) -> list[float]:
+    """Per finished step of a guest, the fraction of its compute that ran inside ``windows``.
+
+    Step i spans from the previous step's end (``started`` for the first) to its own
+    end; its compute is the guest's ``running`` time in that span. A gated guest pauses
+    mid-step, so one step can run across several bubbles, some of them outside the
+    windows being measured; crediting a step whole because it *ended* inside a window
+    would count compute done elsewhere. ``solo step time × share`` is the step's progress
+    made inside the windows. A step with no running time in its span gets 0.
+    """
+    runs = merge(running)
+    run_ends = [e for _, e in runs]
+    wins = merge(("w", lo, hi) for lo, hi in windows)
+    win_ends = [e for _, e in wins]
+    out = []
+    prev = started
+    for end in step_ends:
+        mine = _within(runs, run_ends, prev, end)
+        compute = total(mine)
+        inside = _intersection(mine, _within(wins, win_ends, prev, end)) if compute > 0 else 0.0
+        out.append(min(inside / compute, 1.0) if compute > 0 else 0.0)
+        prev = max(prev, end)
     return out
 
 
