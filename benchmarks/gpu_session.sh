@@ -61,7 +61,7 @@ if [ "$DRY" != 0 ]; then  # CPU stand-ins, sizes that only exercise the code; no
   PACK_ROUNDS=1 PACK_TRIALS=2
   PACK_ENV=(NBTUNE_BENCH_MAX_EPOCHS=3) PACK_ARGS=(--cpu)
   FUSION_ARGS=(--device cpu --members 2 --rounds 1 --blocks 1 --threads 1)
-  BUB_ARGS=(--device cpu --reps 1 --iterations 14 --width 128 --depth 4 --batch 32
+  BUB_ARGS=(--device cpu --reps 1 --iterations 40 --width 128 --depth 4 --batch 32
             --guest-width 32 --guest-batch 16)
 else
   # each benchmark's record lands in $OUT, which comes back: append it to
