@@ -51,6 +51,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -332,6 +333,7 @@ def main() -> None:
     finally:
         client.close()
         cluster.close()
+        shutil.rmtree(tmp, ignore_errors=True)  # the store every run read and wrote
 
 
 def finish(runs: dict[str, list[dict[str, Any]]], first: dict[str, Any], interrupted: bool,
