@@ -89,6 +89,20 @@ def test_demo_report_holds_the_figures_offline(demo) -> None:
     assert "cdn.bokeh.org" not in html  # BokehJS inlined: opens without network
 
 
+def test_reports_the_engine_handled_together_carry_one_time(demo) -> None:
+    """The runtime stamps what it hands the engine at once with one time, so a replay on the
+    simulator (which hands the engine simultaneous events together) decides as the run did."""
+    from nbtune.core import events as ev
+    from nbtune.store import Store
+
+    text, db, _ = demo
+    name = re.search(r"experiment '([^']+)'", text).group(1)  # type: ignore[union-attr]
+    log = Store(str(db)).event_log(name)
+    assert sum(isinstance(e, ev.TrialReported) for events, _ in log for e in events) >= 6
+    for events, _ in log:
+        assert len({e.time for e in events if isinstance(e, ev.TrialReported)}) <= 1, events
+
+
 def test_simulator_replaying_the_real_run_makes_the_same_decisions(demo) -> None:
     from nbtune.replay import decisions, replay_in_simulator
     from nbtune.workloads import TraceWorkload

@@ -6,7 +6,10 @@ guest sleeps), so both see the same load of a shared machine. :func:`phase`
 reads, for any stretch of those iterations, what each stage measured: the
 iteration windows (a stage's start to its next start: the gap between
 iterations is idle time too), the compute seconds in each, the idle seconds
-of the gated ones and the guest's steps finished in them. From a short first
+of the gated ones and the guest's progress in them: each guest step credited
+the share of its running time that fell inside them (a gated guest pauses
+mid-step, so a step can run in one gated iteration and end in the held one
+after it). From a short first
 stretch :meth:`Phase.colocation` gives the
 :class:`~nbtune.allocators.bubble_model.CoLocation` (slowdown, fill, compute
 stretch) the simulator's model is calibrated with; a later stretch is what
@@ -26,7 +29,7 @@ from nbtune.allocators.bubble_model import CoLocation, resumptions
 from nbtune.allocators.bubbles import PipelineHost as BubbleModel
 from nbtune.bubbles.guest import GuestSpec
 from nbtune.bubbles.host import HostRun
-from nbtune.bubbles.timeline import clip, idle_windows, merge, total
+from nbtune.bubbles.timeline import clip, idle_windows, merge, step_shares, total
 
 __all__ = ["Phase", "phase", "iteration_window", "forecast", "model", "what_if"]
 
@@ -49,7 +52,7 @@ class Phase:
     gated_busy_s: list[list[float]] = field(default_factory=list)
     held_idle_s: list[float] = field(default_factory=list)  # summed over held iterations
     bubble_s: list[float] = field(default_factory=list)  # idle, summed over gated iterations
-    steps: list[int] = field(default_factory=list)  # guest steps finished in gated iterations
+    steps: list[float] = field(default_factory=list)  # guest steps' shares run in gated iterations
     progress_s: list[float] = field(default_factory=list)  # steps × the guest's solo step time
     held_resumptions: list[list[int]] = field(default_factory=list)  # per held iteration
     held_k: list[int] = field(default_factory=list)  # the held iterations' indices, in order
@@ -99,9 +102,10 @@ class Phase:
         return statistics.median(self.held_resumptions[s])
 
     def fill(self, stages: Iterable[int] | None = None) -> float:
-        """Guest progress seconds per bubble second over the gated iterations."""
+        """Guest progress seconds per bubble second over the gated iterations (0 without any)."""
         ss = self.stages if stages is None else list(stages)
-        return sum(self.progress_s[s] for s in ss) / sum(self.bubble_s[s] for s in ss)
+        bubble = sum(self.bubble_s[s] for s in ss)
+        return sum(self.progress_s[s] for s in ss) / bubble if bubble > 0 else 0.0
 
     def colocation(self, s: int) -> CoLocation:
         """The probe's numbers for stage ``s`` (σ and the delay shared: the host's iteration
@@ -127,9 +131,8 @@ def phase(run: HostRun, its: Iterable[int], guests: Mapping[int, GuestSpec],
         stage = [iv for it in run.iterations for iv in it[s]]
         held, gated, hb, gb, res = [], [], [], [], []
         held_idle = bubble = 0.0
-        steps = 0
+        windows: list[tuple[float, float]] = []
         g = guests.get(s)
-        ends = run.guests[g.name].step_ends if g is not None else []
         for k in its:
             lo, hi = iteration_window(run, k, s)
             idle = total(idle_windows(stage, lo, hi))
@@ -137,7 +140,7 @@ def phase(run: HostRun, its: Iterable[int], guests: Mapping[int, GuestSpec],
                 gated.append(hi - lo)
                 gb.append(hi - lo - idle)
                 bubble += idle
-                steps += sum(lo <= e < hi for e in ends)
+                windows.append((lo, hi))
             else:
                 held.append(hi - lo)
                 hb.append(hi - lo - idle)
@@ -147,6 +150,10 @@ def phase(run: HostRun, its: Iterable[int], guests: Mapping[int, GuestSpec],
         out.gated_s.append(gated)
         out.held_busy_s.append(hb)
         out.gated_busy_s.append(gb)
+        steps = 0.0
+        if g is not None:
+            ran = run.guests[g.name]
+            steps = sum(step_shares(ran.started, ran.step_ends, run.guest_ran(s, g.name), windows))
         out.held_idle_s.append(held_idle)
         out.bubble_s.append(bubble)
         out.steps.append(steps)
@@ -164,7 +171,8 @@ def forecast(model: BubbleModel, gated: int) -> dict[str, float]:
     bubble = [sum(w.gpu_seconds for w in model.windows(s, horizon)) for s in range(model.stages)]
     progress = [model.guest_speed(s) * horizon for s in range(model.stages)]
     return {"slowdown": model.gated_iteration_time / model.iteration_time - 1.0,
-            "fill": sum(progress) / sum(bubble), "bubble_s": sum(bubble)}
+            "fill": sum(progress) / sum(bubble) if sum(bubble) > 0 else 0.0,
+            "bubble_s": sum(bubble)}
 
 
 def model(probe: Phase, microbatches: int, *, feed: Phase | None = None) -> BubbleModel:

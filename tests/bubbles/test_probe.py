@@ -26,11 +26,13 @@ def built_run(microbatches: int, iterations: int, *, chunks: int, chunk: float, 
               delay: float, drift: float = 0.0):
     """2 stages, ``chunks`` compute chunks per iteration each, separated by ``gap``; gated
     (odd) iterations pay ``delay`` before each chunk; iteration k runs (1 + drift·k) slower
-    (a machine whose load grows). The guest finishes one step in every gated gap."""
+    (a machine whose load grows). The guest runs in the first half of every gated gap of
+    stage 0 and finishes a step there."""
     spec = HostSpec(stages=2, microbatches=microbatches, iterations=iterations, warmup=0,
                     ab_block=1)
     run = empty_run(spec)
     ends: list[float] = []
+    ran: list = []
     t = 0.0
     for k in range(iterations):
         f = 1.0 + drift * k
@@ -42,6 +44,7 @@ def built_run(microbatches: int, iterations: int, *, chunks: int, chunk: float, 
                 c += pause
                 if s == 0 and spec.gated(k):
                     ends.append(c - pause / 2)
+                    ran.append(("run", c - pause, c - pause / 2))
                 ivs.append(("F", c, c + chunk * f))
                 c += chunk * f
             run.iterations[k][s] = ivs
@@ -49,7 +52,7 @@ def built_run(microbatches: int, iterations: int, *, chunks: int, chunk: float, 
             t = c
         run.iter_spans[k] = run.stage_spans[k][0]
     for g in GUESTS.values():
-        run.guests[g.name] = GuestResult(g, {}, step_ends=ends)
+        run.guests[g.name] = GuestResult(g, {}, step_ends=list(ends), intervals=list(ran))
     return run
 
 
@@ -82,3 +85,26 @@ def test_a_probe_at_4_microbatches_predicts_the_slowdown_at_8():
     # σ as a ratio (0.01 / 0.012 at 4 microbatches) misses it by 42 %
     assert w["ratio_error"]["slowdown"] == pytest.approx(0.01 / 0.012 / (0.01 / 0.007) - 1)
     assert w["old_error"]["slowdown"] == -1.0
+
+
+def test_fill_credits_the_compute_run_in_gated_iterations_wherever_the_step_ends():
+    """A gated guest pauses mid-step: a step that ran inside a gated iteration but ended
+    after it (in the held one) is progress made in the bubbles all the same."""
+    run = built_run(4, 12, chunks=3, chunk=0.01, gap=0.002, delay=0.001)
+    p = phase(run, range(2, 12), GUESTS, SOLO)
+    assert p.steps == [pytest.approx(5 * 3)] * 2  # 5 gated iterations, a step per gap
+    assert p.fill() == pytest.approx(2 * 15 * 0.001 / sum(p.bubble_s))
+    for g in GUESTS.values():  # each gated iteration's last step now ends in the held one
+        res = run.guests[g.name]
+        last = {k: run.stage_spans[k][0][1] for k in range(12) if run.spec.gated(k)}
+        ends = res.step_ends
+        for k, hi in last.items():
+            i = max(j for j, e in enumerate(ends) if e < hi)
+            ends[i] = hi + 0.0001
+    moved = phase(run, range(2, 12), GUESTS, SOLO)
+    assert moved.steps == p.steps and moved.fill() == pytest.approx(p.fill())
+    # compute done outside the measured windows counts for nothing
+    for g in GUESTS.values():
+        run.guests[g.name].intervals = [("run", b + 1e3, e + 1e3)
+                                        for _, b, e in run.guests[g.name].intervals]
+    assert phase(run, range(2, 12), GUESTS, SOLO).steps == [0.0, 0.0]

@@ -12,7 +12,11 @@ Each item is ``(kind, payload)``. Who puts what:
 The runtime's loop takes a batch (:meth:`Inbox.batch`) and routes each item
 (:func:`route`): ``event`` to the engine as it is, membership's kinds
 (:data:`.membership.ITEMS`) to :class:`~.membership.Membership`, ``msgs`` and
-``launch_failed`` to the experiment's :class:`~.driver.RunDriver`.
+``launch_failed`` to the experiment's :class:`~.driver.RunDriver`. A batch is
+stamped with one time (:func:`route_batch`): the engine learns everything in it at
+once, in one ``handle`` call, and a replay of the run (the simulator, fed its
+timings) hands the engine simultaneous events together; per-item times would make
+events the engine decided on together look apart.
 """
 
 from __future__ import annotations
@@ -27,18 +31,29 @@ if TYPE_CHECKING:
     from nbtune.runtimes.dask.driver import RunDriver
     from nbtune.runtimes.dask.runs import WallClock
 
-__all__ = ["Inbox", "route"]
+__all__ = ["Inbox", "route", "route_batch"]
 
 
 def route(kind: str, payload: Any, members: Membership, driver: RunDriver,
-          clock: WallClock) -> list[ev.Event]:
-    """Engine events for one inbox item: a person's as it is, else membership's or the driver's."""
+          now: float) -> list[ev.Event]:
+    """Engine events for one inbox item: a person's as it is, else membership's or the
+    driver's, stamped ``now``."""
     if kind == "event":
         return [payload]
-    now = clock.now()
     if kind in ITEMS:
         return members.on(kind, payload, now, finishing=driver.finishing)
     return driver.translate(kind, payload, now)
+
+
+def route_batch(items: list[tuple[str, Any]], members: Membership, driver: RunDriver,
+                clock: WallClock) -> list[ev.Event]:
+    """Engine events for one batch of inbox items, in order, all stamped with one reading
+    of ``clock`` (the moment the engine learns of them)."""
+    now = clock.now()
+    out: list[ev.Event] = []
+    for kind, payload in items:
+        out.extend(route(kind, payload, members, driver, now))
+    return out
 
 
 class Inbox(queue.SimpleQueue):  # type: ignore[type-arg]

@@ -41,7 +41,7 @@ from nbtune.runtimes.dask.driver import RunDriver
 from nbtune.runtimes.dask.execution import check_execution, check_thread_limits, for_experiment
 from nbtune.runtimes.dask.forkserver import DEFAULT_PRELOAD, ForkServer
 from nbtune.runtimes.dask.fused_job import FusedUnits
-from nbtune.runtimes.dask.inbox import Inbox, route
+from nbtune.runtimes.dask.inbox import Inbox, route_batch
 from nbtune.runtimes.dask.jobs import RunSettings, resize_restarts
 from nbtune.runtimes.dask.links import WorkerLinks
 from nbtune.runtimes.dask.membership import Membership
@@ -329,8 +329,8 @@ class DaskRuntime:
                 events = driver.take_pending()
                 if items and log.isEnabledFor(logging.DEBUG):
                     log.debug("t=%.3f inbox %s", self._clock.now(), [k for k, _ in items])
-                for kind, payload in items:  # to membership or the run driver (.inbox)
-                    events.extend(route(kind, payload, members, driver, self._clock))
+                # to membership or the run driver (.inbox), stamped with one time
+                events.extend(route_batch(items, members, driver, self._clock))
                 driver.enforce_deadlines()
                 if events:
                     driver.execute(engine.handle(*events))
