@@ -4,7 +4,8 @@
 machine's ``python3``, standard library only) to write, in its output folder:
 
 * ``session.json``: the plan (each step's name and budget, in order), then each step's
-  ``rc``, seconds, budget and whether its JSON came out, written after every step, so a
+  ``rc``, seconds, budget, time limit (the budget; more in a dry run) and whether its JSON
+  came out, written after every step, so a
   call cut short still brings back what ran;
 * ``<step>.json``: the last JSON line the step's benchmark printed (its ``record`` line),
   taken from ``<step>.log``; the ``gpu_tests`` step's JSON is written by pytest itself
@@ -13,7 +14,7 @@ machine's ``python3``, standard library only) to write, in its output folder:
 Commands::
 
     python3 benchmarks/_gpu_session.py plan OUT DRY_RUN SESSION_BUDGET NAME=BUDGET...
-    python3 benchmarks/_gpu_session.py step OUT NAME BUDGET RC START END
+    python3 benchmarks/_gpu_session.py step OUT NAME BUDGET RC START END [LIMIT]
     python3 benchmarks/_gpu_session.py check OUT
 
 ``check`` prints one line per step and exits 1 unless every planned step ran with rc 0 and
@@ -80,7 +81,8 @@ def plan(out: Path, dry_run: str, budget: str, steps: list[str]) -> None:
         "plan": planned, "steps": []})
 
 
-def step(out: Path, name: str, budget: str, rc: str, start: str, end: str) -> None:
+def step(out: Path, name: str, budget: str, rc: str, start: str, end: str,
+         limit: str | None = None) -> None:
     path = out / f"{name}.json"
     if name != "gpu_tests":  # pytest writes its own (_pytest_json); the others print theirs
         found = last_json(out / f"{name}.log", STEPS[name])
@@ -90,7 +92,8 @@ def step(out: Path, name: str, budget: str, rc: str, start: str, end: str) -> No
     session = read_json(out / "session.json") or {"plan": [], "steps": []}
     code = int(rc)
     session["steps"].append({
-        "name": name, "budget_s": int(budget), "rc": code,
+        "name": name, "budget_s": int(budget),
+        "limit_s": int(budget) if limit is None else int(limit), "rc": code,
         "seconds": round(float(end) - float(start), 1),
         # timeout's status: 124 after its first signal, 137 after its KILL
         "timed_out": code in (124, 137),
@@ -130,7 +133,7 @@ def main(argv: list[str]) -> int:
     if len(argv) >= 4 and argv[0] == "plan":
         plan(Path(argv[1]), argv[2], argv[3], argv[4:])
         return 0
-    if len(argv) == 7 and argv[0] == "step":
+    if len(argv) in (7, 8) and argv[0] == "step":
         step(Path(argv[1]), *argv[2:])
         return 0
     if len(argv) == 2 and argv[0] == "check":
