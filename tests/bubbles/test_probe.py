@@ -96,9 +96,8 @@ def test_fill_credits_the_compute_run_in_gated_iterations_wherever_the_step_ends
     assert p.fill() == pytest.approx(2 * 15 * 0.001 / sum(p.bubble_s))
     for g in GUESTS.values():  # each gated iteration's last step now ends in the held one
         res = run.guests[g.name]
-        last = {k: run.stage_spans[k][0][1] for k in range(12) if run.spec.gated(k)}
         ends = res.step_ends
-        for k, hi in last.items():
+        for hi in (run.stage_spans[k][0][1] for k in range(12) if run.spec.gated(k)):
             i = max(j for j, e in enumerate(ends) if e < hi)
             ends[i] = hi + 0.0001
     moved = phase(run, range(2, 12), GUESTS, SOLO)
