@@ -24,7 +24,8 @@ __all__ = [
 
 
 class _NotebookUI:
-    """The dashboard and the HTML report for :class:`Experiment`, imported on first use.
+    """The dashboard, the HTML report and the what-if for :class:`Experiment`, imported on
+    first use.
 
     The facade is the top layer: it may reach the UI, the experiment may not.
     """
@@ -43,6 +44,11 @@ class _NotebookUI:
         from nbtune.ui.dashboard import show
 
         show(exp)
+
+    def what_if(self, exp: Experiment, **options: object) -> object:
+        from nbtune.replay import what_if
+
+        return what_if(exp, **options)  # type: ignore[arg-type]
 
 
 set_frontend(_NotebookUI())

@@ -13,7 +13,7 @@ from nbtune.core.code_names import names_used
 from nbtune.core.space import validate_space
 from nbtune.engine import fusion_units
 from nbtune.engine.engine import Engine
-from nbtune.experiment import Experiment
+from nbtune.experiment import Experiment, Recipe
 from nbtune.runtimes.base import Runtime, check_trainable
 from nbtune.workloads.base import WorkloadModel
 
@@ -197,9 +197,9 @@ def tune(
     f_max, keys = _check_fusion(fusion, shape_keys, trainable, space)
     if f_max and scaling is not None:  # surrogates (width / S) and targets never share a unit
         keys = (*keys, "scaling")
-    if seed is None and store is not None and store is not False and isinstance(algorithm,
-                                                                              str | type):
-        seed = secrets.randbelow(2**31)  # resume replays the same draws: fix the seed now
+    if seed is None and isinstance(algorithm, str | type):
+        # resume and exp.what_if replay the same draws: fix the seed now
+        seed = secrets.randbelow(2**31)
     from nbtune.algorithms import make_algorithm
 
     algorithm_options = _auto_type(algorithm, trainable, algorithm_options)
@@ -272,8 +272,12 @@ def tune(
                 fusion=None if engine.fusion is None else engine.fusion.settings(),
             )
     hooks = {} if executor is None else _executor_hooks(executor)
+    recipe = None
+    if isinstance(algorithm, str | type) and scaling is None and plan is None and not f_max:
+        recipe = Recipe(algorithm, dict(algorithm_options), seed, num_trials, min_budget,
+                        max_budget, allocator, dict(allocator_options or {}))
     return build_experiment(name, engine, rt, trainable, store=st, record=record, created=True,
-                            **hooks)
+                            recipe=recipe, **hooks)
 
 
 def _fixed_request(gpus: float, allocator: Any, options: Mapping[str, Any] | None,

@@ -15,7 +15,7 @@ from typing import Any
 
 from nbtune import kernels
 from nbtune.engine.engine import Engine
-from nbtune.experiment import Experiment
+from nbtune.experiment import Experiment, Recipe
 from nbtune.runtimes.base import Runtime, check_trainable
 from nbtune.runtimes.sim import SimRuntime
 
@@ -106,6 +106,7 @@ def build_experiment(
     start: bool = True,
     before_start: Callable[[Experiment], None] | None = None,
     after_start: Callable[[Experiment], None] | None = None,
+    recipe: Recipe | None = None,
 ) -> Experiment:
     """Start ``engine`` on ``runtime`` with ``trainable``; return the running :class:`Experiment`.
 
@@ -120,13 +121,15 @@ def build_experiment(
     whole experiment inside ``start``. ``before_start(exp)`` and
     ``after_start(exp)`` run just before and after ``runtime.start`` (a plan's
     executor readies the cluster, then follows the run); if either fails the
-    start counts as failed, as above.
+    start counts as failed, as above. ``recipe`` says how the algorithm and the
+    allocator were made (what ``exp.what_if`` rebuilds them from).
     """
     rt = make_runtime(runtime, trainable=trainable)
     check_trainable(trainable, rt)
     if engine.started and rt.virtual_clock and rt.clock.now() < engine.time:
         rt.clock.advance_to(engine.time)  # type: ignore[attr-defined]
     exp = Experiment(name, engine, rt, trainable)
+    exp.recipe = recipe
     if record is not None:
         exp.store, exp.recorder = store, record(rt)
     kernels.track(exp)  # in a notebook kernel: listed in the JupyterLab sidebar

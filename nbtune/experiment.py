@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pandas as pd
@@ -16,17 +17,36 @@ from nbtune.core.trial import TrialState
 from nbtune.engine.engine import Engine
 from nbtune.runtimes.base import Runtime
 
-__all__ = ["Experiment", "Frontend", "TrialsFailed", "set_frontend", "error_line"]
+__all__ = ["Experiment", "Frontend", "Recipe", "TrialsFailed", "set_frontend", "error_line"]
 
 
 class Frontend(Protocol):
-    """What an :class:`Experiment` asks of the notebook UI (:mod:`nbtune.ui`)."""
+    """What an :class:`Experiment` asks of the layers above it: the notebook UI
+    (:mod:`nbtune.ui`) and the simulator's what-if (:mod:`nbtune.replay`)."""
 
     def report(self, exp: Experiment, path: Any) -> Any: ...
 
     def dashboard(self, exp: Experiment, **options: Any) -> Any: ...
 
     def show(self, exp: Experiment) -> None: ...
+
+    def what_if(self, exp: Experiment, **options: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How ``tune`` made an experiment's algorithm and allocator (registry names or classes,
+    options, the seed it fixed): what a what-if builds fresh copies from, so the simulated
+    run draws the same configs in the same order as the real one."""
+
+    algorithm: Any
+    algorithm_options: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+    num_trials: int | None = None
+    min_budget: float = 1.0
+    max_budget: float = 1.0
+    allocator: Any = "auto"
+    allocator_options: dict[str, Any] = field(default_factory=dict)
 
 
 def set_frontend(frontend: Frontend | None) -> None:
@@ -71,6 +91,26 @@ class Experiment:
     recorder: Any = None
     #: the :class:`nbtune.planner.executor.PlanExecutor` following a plan (``tune(plan=...)``)
     plan_executor: Any = None
+    #: how ``tune`` made the algorithm and allocator (None: given as instances, or a run
+    #: with surrogates, fusion or a plan, which a what-if does not rebuild)
+    recipe: Recipe | None = None
+
+    def what_if(self, *, gpus: int | None = None, allocator: Any = None,
+                allocator_options: dict[str, Any] | None = None, cloud: Any = None) -> Any:
+        """This run again on the simulator, at another scale or with another allocator.
+
+        Every trial replays its own measured seconds per epoch, launch costs and metrics
+        (:meth:`nbtune.workloads.TraceWorkload.from_experiment`); the algorithm is built
+        afresh with the run's seed, so it draws the same configs. ``gpus``: how many GPUs
+        (default: the run's); ``allocator``: a registry name (default: the run's);
+        ``cloud``: a price profile (``nbtune.planner.profiles.CLOUDS`` name or a
+        ``CloudProfile``) to price both runs. Returns a
+        :class:`nbtune.replay.WhatIf`: the real and the simulated makespan, utilization,
+        best result (and cost) side by side, and the simulated experiment. A trial the
+        simulated run trains further than the real one did keeps its last measured metrics.
+        """
+        return _front().what_if(self, gpus=gpus, allocator=allocator,
+                                allocator_options=allocator_options, cloud=cloud)
 
     def plan(self, **planning: Any) -> Any:
         """RubberBand, after a run that followed a plan: predicted vs measured JCT and cost.

@@ -14,6 +14,11 @@ ended, the winner), so two runs can be compared with ``==``.
 The simulated engine gets no workload hint: the real engine had none, and an
 allocator that read the trace's unit times up front would place trials
 differently from the real run, which learnt them from reports.
+
+:func:`what_if` (``exp.what_if``) asks the same replay another question: the
+run on more or fewer GPUs, or under another allocator, with the real and the
+simulated makespan, utilization, best result and (with a price profile) cost
+side by side.
 """
 
 from __future__ import annotations
@@ -22,13 +27,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+
 from nbtune.algorithms import make_algorithm
 from nbtune.allocators import make_allocator
 from nbtune.build import build_experiment, make_runtime
 from nbtune.engine.engine import Engine
 from nbtune.workloads.trace import TraceWorkload, config_key
 
-__all__ = ["Decisions", "decisions", "replay_in_simulator"]
+__all__ = ["Decisions", "WhatIf", "decisions", "replay_in_simulator", "what_if"]
 
 
 @dataclass(frozen=True)
@@ -97,3 +104,83 @@ def replay_in_simulator(
     alloc = make_allocator(allocator, **dict(allocator_options or {}))
     rt = make_runtime("sim", cluster=exp.engine.cluster, launch_overhead=trace.launch_overhead)
     return build_experiment(f"{exp.name}-sim", Engine(algo, alloc), rt, trace)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """A what-if's answer: ``table`` (rows ``real`` and ``what-if``; columns gpus,
+    allocator, trials, makespan_s, mean_utilization, best and, priced, cost) and the
+    simulated :class:`~nbtune.experiment.Experiment` to look into."""
+
+    table: pd.DataFrame
+    experiment: Any
+
+    @property
+    def speedup(self) -> float:
+        """The real makespan over the simulated one (> 1: the what-if is faster)."""
+        real, sim = self.table["makespan_s"]
+        return float(real / sim) if sim > 0 else float("inf")
+
+    def __repr__(self) -> str:
+        return f"WhatIf (speed-up {self.speedup:.2f}x)\n{self.table.to_string()}"
+
+    def _repr_html_(self) -> str:
+        return (f"<b>what-if</b>: speed-up {self.speedup:.2f}x"
+                + self.table.to_html(float_format=lambda v: f"{v:.4g}"))
+
+
+def what_if(exp: Any, *, gpus: int | None = None, allocator: Any = None,
+            allocator_options: Mapping[str, Any] | None = None, cloud: Any = None) -> WhatIf:
+    """``exp`` replayed on the simulator with ``gpus`` GPUs and ``allocator`` (default: the
+    run's own); see :meth:`nbtune.experiment.Experiment.what_if`."""
+    from nbtune.planner.profiles import cloud as cloud_profile
+
+    recipe = exp.recipe
+    if recipe is None:
+        raise ValueError(
+            f"experiment {exp.name!r} has no recipe to rebuild its algorithm from: a what-if "
+            "needs a run started by nbtune.tune with the algorithm and allocator given by "
+            "name (not instances) and without scaling=, fusion= or plan=")
+    if gpus is not None and (isinstance(gpus, bool) or int(gpus) != gpus or gpus < 1):
+        raise ValueError(f"gpus must be a whole number >= 1, got {gpus!r}")
+    price = None if cloud is None else cloud_profile(cloud)
+    if allocator is None:
+        allocator = recipe.allocator
+        options = dict(recipe.allocator_options if allocator_options is None
+                       else allocator_options)
+    else:
+        options = dict(allocator_options or {})
+    trace = TraceWorkload.from_experiment(exp)
+    algo = make_algorithm(recipe.algorithm, trace.space, metric=exp.metric, mode=exp.mode,
+                          max_budget=recipe.max_budget, num_trials=recipe.num_trials,
+                          seed=recipe.seed, min_budget=recipe.min_budget,
+                          **recipe.algorithm_options)
+    alloc = make_allocator(allocator, **options)
+    real_gpus = len(exp.engine.cluster.gpus)
+    cluster = exp.engine.cluster if gpus is None else int(gpus)
+    rt = make_runtime("sim", cluster=cluster, launch_overhead=trace.launch_overhead)
+    try:
+        sim = build_experiment(f"{exp.name}-what-if", Engine(algo, alloc), rt, trace)
+    except KeyError as exc:  # a config the real run never trained
+        raise ValueError(f"the what-if drew a config the real run has no measurements of "
+                         f"({exc.args[0]}); ask again once {exp.name!r} has finished") from None
+    rows = {"real": _figures(exp, real_gpus, recipe.allocator, price),
+            "what-if": _figures(sim, real_gpus if gpus is None else int(gpus), allocator,
+                                price)}
+    return WhatIf(pd.DataFrame.from_dict(rows, orient="index"), sim)
+
+
+def _figures(exp: Any, gpus: int, allocator: Any, price: Any) -> dict[str, Any]:
+    best = exp.best
+    out = {"gpus": gpus, "allocator": getattr(allocator, "name", allocator),
+           "trials": len(exp.engine.trials), "makespan_s": float(exp.makespan),
+           # a run rebuilt from its store has no runtime that sampled it
+           "mean_utilization": None if exp.runtime is None else float(exp.mean_utilization()),
+           "best": None if best is None else best.get(exp.metric)}
+    if price is not None:
+        if price.billing == "function":  # the GPU-seconds used
+            out["cost"] = (None if exp.runtime is None else
+                           sum(exp.busy_seconds().values()) * price.price_per_gpu_second)
+        else:  # every instance held for the whole run
+            out["cost"] = price.instances_for(gpus) * price.instance_cost(float(exp.makespan))
+    return out

@@ -18,7 +18,7 @@ from nbtune.allocators.base import BaseAllocator
 from nbtune.build import build_experiment
 from nbtune.engine import fusion_units
 from nbtune.engine.restart import RestartableEngine
-from nbtune.experiment import Experiment
+from nbtune.experiment import Experiment, Recipe
 from nbtune.runtimes.base import Runtime
 from nbtune.runtimes.profiler import Profiler
 from nbtune.store.profiles import SqlProfileStore
@@ -32,9 +32,10 @@ from nbtune.store.resume import (
     replay,
 )
 from nbtune.store.schema import ExperimentRow
+from nbtune.store.serialize import from_jsonable, import_ref
 from nbtune.store.store import Store, open_store
 
-__all__ = ["resume", "prepare_resume", "Resumption"]
+__all__ = ["resume", "prepare_resume", "recipe_of", "Resumption"]
 
 
 @dataclasses.dataclass
@@ -67,7 +68,19 @@ class Resumption:
                             checkpoints=runtime_checkpoints(st, name, rt))
 
         return build_experiment(name, self.engine, runtime, self.trainable, store=st,
-                                record=record)
+                                record=record, recipe=recipe_of(self.row))
+
+
+def recipe_of(row: ExperimentRow) -> Recipe | None:
+    """How the stored experiment's algorithm and allocator were made (None where an instance
+    was given, or the run had surrogates or fusion: nothing a what-if rebuilds)."""
+    if (row.algorithm_options is None or row.allocator_options is None or row.fusion
+            or (row.run_options or {}).get("scaling") is not None):
+        return None
+    algorithm: Any = import_ref(row.algorithm) if ":" in row.algorithm else row.algorithm
+    return Recipe(algorithm, dict(from_jsonable(row.algorithm_options)), row.seed,
+                  row.num_trials, row.min_budget, row.max_budget, row.allocator,
+                  dict(from_jsonable(row.allocator_options)))
 
 
 def prepare_resume(

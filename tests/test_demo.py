@@ -137,3 +137,34 @@ def test_trace_from_experiment_rejects_a_config_it_never_ran(demo) -> None:
     cfg["lr"] = cfg["lr"] * 1.5
     with pytest.raises(KeyError, match="same algorithm, space and seed"):
         trace.unit_time(0, cfg)
+
+
+def test_what_if_replays_the_real_run_at_another_scale(demo) -> None:
+    """``exp.what_if``: the real run on the simulator from its own measurements, at its own
+    scale (the same decisions) and at twice the GPUs, priced, side by side with the run."""
+    from nbtune.replay import decisions
+    from nbtune.resumption import recipe_of
+
+    text, db, _ = demo
+    name = re.search(r"experiment '([^']+)'", text).group(1)  # type: ignore[union-attr]
+    real, st = stored_experiment(db, name)
+    with pytest.raises(ValueError, match="no recipe"):
+        real.what_if(gpus=4)
+    real.recipe = recipe_of(st.experiment(name))
+    assert real.recipe is not None and real.recipe.allocator == "waterfill"
+    same = real.what_if()
+    assert not decisions(real).differences(decisions(same.experiment))
+    bigger = real.what_if(gpus=4, cloud="aws-p3.2xlarge")
+    t = bigger.table
+    assert list(t.index) == ["real", "what-if"] and list(t["gpus"]) == [2, 4]
+    assert list(t["trials"]) == [6, 6] and list(t["allocator"]) == ["waterfill"] * 2
+    assert t.loc["real", "makespan_s"] == pytest.approx(real.makespan)
+    assert t.loc["what-if", "makespan_s"] == pytest.approx(bigger.experiment.makespan)
+    assert t.loc["what-if", "makespan_s"] > 0
+    assert bigger.experiment.engine.cluster.gpus and len(bigger.experiment.engine.cluster.gpus) == 4
+    # instances held for the whole run, at least a minute each (the profile's billing)
+    assert t.loc["what-if", "cost"] == pytest.approx(4 * max(t.loc["what-if", "makespan_s"], 60)
+                                                     * 3.06 / 3600)
+    assert "what-if" in bigger._repr_html_()
+    with pytest.raises(ValueError, match="whole number"):
+        real.what_if(gpus=0)

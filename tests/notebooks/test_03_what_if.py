@@ -33,5 +33,9 @@ def test_notebook_03_executes():
     text = "".join(str(o.get("text", "")) for c in nb.cells if c.cell_type == "code"
                    for o in c.get("outputs", []))
     assert "interrupted:" in text and "resumed" in html and "uninterrupted" in html
+    # exp.what_if on a real LocalCluster run: the real and the simulated run side by side
+    assert "real run: 6 trials" in text and "<b>what-if</b>" in html and "aws" not in text
+    for needle in ("makespan_s", "mean_utilization", "cost", "waterfill"):
+        assert needle in html, needle
     # one Bokeh figure, rendered with inline resources
     assert "application/vnd.bokehjs_exec.v0+json" in str([c.get("outputs") for c in nb.cells])
