@@ -422,7 +422,7 @@ def test_a_view_the_page_makes_while_the_run_streams_follows_it(wire):
     marks: list[tuple[int, dict]] = []  # (messages sent so far, the table then)
 
     def tick(events, cmds):
-        if dash.model.updates % 8 == 0 and len(marks) < 12:
+        if dash.model.updates % 6 == 0 and len(marks) < 12:
             dash.update()
             marks.append((len(wire_of(dash.plot)), columns(dash.figures.table_src.data)))
 
