@@ -85,6 +85,31 @@ def lrs(f: int) -> list[float]:
     return [0.01 * (1 + k % 4) for k in range(f)]
 
 
+def train_flops_per_sample(make) -> float:
+    """Floating-point operations one training sample costs the model: 3x its forward's
+    multiply-adds in Linear and Conv2d layers (forward, gradient of the input, gradient of
+    the weight; norms, activations and the optimizer are left out). What the samples/s
+    figures are worth in GFLOP/s: a side that reaches the machine's matmul rate cannot be
+    made faster by fusing, only one that pays per-operation overhead."""
+    model, flops = make(), [0.0]
+
+    def count(mod, inp, out) -> None:
+        if isinstance(mod, nn.Linear):
+            flops[0] += 2.0 * mod.in_features * mod.out_features
+        elif isinstance(mod, nn.Conv2d):
+            kh, kw = mod.kernel_size
+            flops[0] += (2.0 * out.shape[1] * out.shape[2] * out.shape[3]
+                         * mod.in_channels // mod.groups * kh * kw)
+
+    hooks = [m.register_forward_hook(count) for m in model.modules()
+             if isinstance(m, nn.Linear | nn.Conv2d)]
+    with torch.no_grad():
+        model(torch.zeros(1, 1, 8, 8))
+    for h in hooks:
+        h.remove()
+    return 3.0 * flops[0]
+
+
 def throughput(make, f: int, bs: int, rounds: int, blocks: int) -> dict:
     """Samples/s of fused vs sequential training, alternating blocks of ``rounds`` rounds."""
     x, y, _, _ = load_data()
@@ -124,8 +149,11 @@ def throughput(make, f: int, bs: int, rounds: int, blocks: int) -> dict:
             acc.append((time.perf_counter() - t0) / rounds)
     ratio = statistics.median(s / fu for s, fu in zip(seq_t, fused_t, strict=True))
     samples = f * bs
+    gflop = train_flops_per_sample(make) / 1e9
     return {"fused_samples_per_s": samples / statistics.median(fused_t),
             "sequential_samples_per_s": samples / statistics.median(seq_t),
+            "fused_gflops": gflop * samples / statistics.median(fused_t),
+            "sequential_gflops": gflop * samples / statistics.median(seq_t),
             "speedup": ratio,
             "impls": sorted({v for _, op in fm.fused_ops() for v in op.chosen.values()})}
 
@@ -180,7 +208,8 @@ def main() -> None:
     adam_loop = equivalence(torch.optim.Adam, f, 50, impl="loop")
     for name, r in (("MLP 64-256-256-10", res_mlp), ("CNN + BatchNorm", res_cnn)):
         print(f"{name}: fused {r['fused_samples_per_s']:,.0f} samples/s, sequential "
-              f"{r['sequential_samples_per_s']:,.0f} samples/s, speedup {r['speedup']:.2f}x "
+              f"{r['sequential_samples_per_s']:,.0f} samples/s ({r['fused_gflops']:.1f} / "
+              f"{r['sequential_gflops']:.1f} GFLOP/s), speedup {r['speedup']:.2f}x "
               f"(implementations chosen: {', '.join(r['impls'])})")
     print(f"50 steps, max |fused - separate| over all parameters: SGD-momentum {sgd:.2e}, "
           f"Adam {adam:.2e} (per-member loop implementation: {adam_loop:.2e})")
@@ -197,6 +226,12 @@ def main() -> None:
                "mlp_sequential_samples_per_s": round(res_mlp["sequential_samples_per_s"]),
                "cnn_fused_samples_per_s": round(res_cnn["fused_samples_per_s"]),
                "cnn_sequential_samples_per_s": round(res_cnn["sequential_samples_per_s"]),
+               # 3x the forward's Linear/Conv2d multiply-adds per sample (see
+               # train_flops_per_sample): how near each side is to the machine's matmul rate
+               "mlp_fused_gflops": round(res_mlp["fused_gflops"], 2),
+               "mlp_sequential_gflops": round(res_mlp["sequential_gflops"], 2),
+               "cnn_fused_gflops": round(res_cnn["fused_gflops"], 2),
+               "cnn_sequential_gflops": round(res_cnn["sequential_gflops"], 2),
                "sgd_max_param_diff": sgd, "adam_max_param_diff": adam,
                "adam_max_param_diff_loop": adam_loop,
                "members": f, "batch": args.batch, "threads": args.threads,
