@@ -110,3 +110,28 @@ def test_batched_and_loop_agree_on_every_family():
         x = inputs(family, 4, torch.Generator().manual_seed(2))
         a, b = fuse(models, impl="batched"), fuse(models, impl="loop")
         torch.testing.assert_close(a(x), b(x), atol=1e-6, rtol=1e-5)
+
+
+def test_the_batched_linear_has_nn_linears_gradients_in_the_parameters_layout():
+    """The fused Linear's own backward: its gradients are the exact ones (gradcheck, in
+    float64) and the weight's arrives contiguous in the (F, out, in) layout of the
+    parameter, so accumulating it copies nothing."""
+    from nbtune.fusion.ops_linear import FusedLinear
+
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(5, 3).double() for _ in range(4)]
+    fused = FusedLinear(layers, impl="batched")
+    x = torch.randn(4 * 6, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: fused.forward_batched(x), (x, fused.weight, fused.bias))
+    fused.forward_batched(x).square().sum().backward()
+    assert fused.weight.grad.shape == (4, 3, 5) and fused.weight.grad.is_contiguous()
+    for k, lin in enumerate(layers):  # member k's gradient is its own layer's
+        xk = x.detach()[6 * k:6 * (k + 1)]
+        lin(xk).square().sum().backward()
+        assert torch.allclose(fused.weight.grad[k], lin.weight.grad)
+        assert torch.allclose(fused.bias.grad[k], lin.bias.grad)
+    bare = FusedLinear([torch.nn.Linear(5, 3, bias=False).double() for _ in range(2)],
+                       impl="batched")
+    assert torch.autograd.gradcheck(lambda x, w: bare.forward_batched(x),
+                                    (x[:12].detach().requires_grad_(), bare.weight))
