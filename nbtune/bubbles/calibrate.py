@@ -73,9 +73,20 @@ class LiveProbe:
         self.phase: Phase | None = None
 
     def start(self) -> None:
-        """Spawn the probe guests (before the host starts, so they wait at its gates)."""
+        """Spawn the probe guests and wait (bounded) until each has built its model and
+        waits at its gate, so the host starts, and its probe iterations run, with them
+        there: a guest still importing torch on a loaded machine would make no progress in
+        the probe and leave nothing to measure. Other messages, and the ``ready`` ones,
+        stay in the host's :attr:`~LiveHost.early` for their reader."""
         for p in self.procs:
             p.start()
+        want = {g.name for g in self.guests.values()}
+        deadline = now() + self.host.spec.timeout
+        while want:
+            msg = self.host.next_message(deadline)
+            if msg[0] == "ready":
+                want.discard(msg[1])
+            self.host.early.append(msg)
 
     def finish(self) -> tuple[CoLocation, ...]:
         """Wait (bounded) for the probe's iterations, stop the probe guests, and read them."""
