@@ -86,6 +86,7 @@ def replay_in_simulator(
     allocator_options: Mapping[str, Any] | None = None,
     min_budget: float = 1.0,
     trace: TraceWorkload | None = None,
+    cluster: Any = None,
     **algorithm_options: Any,
 ) -> Any:
     """Run ``exp``'s job again on the simulator with its measured timings; return that Experiment.
@@ -93,6 +94,7 @@ def replay_in_simulator(
     Pass the options the real run was started with (algorithm, seed,
     budgets, allocator): the trace looks simulated trials up by config, so a
     different seed or space fails loudly instead of comparing unrelated runs.
+    ``cluster``: where to replay it (a GPU count or a ClusterSpec; default: the run's).
     """
     trace = trace if trace is not None else TraceWorkload.from_experiment(exp)
     kind = getattr(exp.engine.algorithm, "type", None)  # ASHA's variant: the run's, not a default
@@ -102,7 +104,8 @@ def replay_in_simulator(
                           max_budget=max_budget, num_trials=num_trials, seed=seed,
                           min_budget=min_budget, **algorithm_options)
     alloc = make_allocator(allocator, **dict(allocator_options or {}))
-    rt = make_runtime("sim", cluster=exp.engine.cluster, launch_overhead=trace.launch_overhead)
+    rt = make_runtime("sim", cluster=exp.engine.cluster if cluster is None else cluster,
+                      launch_overhead=trace.launch_overhead)
     return build_experiment(f"{exp.name}-sim", Engine(algo, alloc), rt, trace)
 
 
@@ -150,28 +153,22 @@ def what_if(exp: Any, *, gpus: int | None = None, allocator: Any = None,
                        else allocator_options)
     else:
         options = dict(allocator_options or {})
-    trace = TraceWorkload.from_experiment(exp)
-    algo = make_algorithm(recipe.algorithm, trace.space, metric=exp.metric, mode=exp.mode,
-                          max_budget=recipe.max_budget, num_trials=recipe.num_trials,
-                          seed=recipe.seed, min_budget=recipe.min_budget,
-                          **recipe.algorithm_options)
-    alloc = make_allocator(allocator, **options)
-    real_gpus = len(exp.engine.cluster.gpus)
-    cluster = exp.engine.cluster if gpus is None else int(gpus)
-    rt = make_runtime("sim", cluster=cluster, launch_overhead=trace.launch_overhead)
     try:
-        sim = build_experiment(f"{exp.name}-what-if", Engine(algo, alloc), rt, trace)
+        sim = replay_in_simulator(exp, algorithm=recipe.algorithm, seed=recipe.seed,
+                                  max_budget=recipe.max_budget, num_trials=recipe.num_trials,
+                                  allocator=allocator, allocator_options=options,
+                                  min_budget=recipe.min_budget, cluster=gpus,
+                                  **recipe.algorithm_options)
     except KeyError as exc:  # a config the real run never trained
         raise ValueError(f"the what-if drew a config the real run has no measurements of "
                          f"({exc.args[0]}); ask again once {exp.name!r} has finished") from None
-    rows = {"real": _figures(exp, real_gpus, recipe.allocator, price),
-            "what-if": _figures(sim, real_gpus if gpus is None else int(gpus), allocator,
-                                price)}
+    rows = {"real": _figures(exp, recipe.allocator, price),
+            "what-if": _figures(sim, allocator, price)}
     return WhatIf(pd.DataFrame.from_dict(rows, orient="index"), sim)
 
 
-def _figures(exp: Any, gpus: int, allocator: Any, price: Any) -> dict[str, Any]:
-    best = exp.best
+def _figures(exp: Any, allocator: Any, price: Any) -> dict[str, Any]:
+    best, gpus = exp.best, len(exp.engine.cluster.gpus)
     out = {"gpus": gpus, "allocator": getattr(allocator, "name", allocator),
            "trials": len(exp.engine.trials), "makespan_s": float(exp.makespan),
            # a run rebuilt from its store has no runtime that sampled it
