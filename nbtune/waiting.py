@@ -23,14 +23,15 @@ __all__ = ["wait_with_progress", "status_line", "progress_default"]
 
 
 def progress_default() -> bool:
-    """Print progress by default in a terminal, never in a notebook (it has the dashboard)."""
-    try:
-        from IPython import get_ipython
+    """Print progress by default in a terminal, never in a notebook (it has the dashboard).
 
-        if getattr(get_ipython(), "kernel", None) is not None:
-            return False
-    except ImportError:
-        pass
+    A kernel has IPython loaded; a script that has not is not in one, and is
+    not made to import it here: ``exp.wait()`` blocks at once, so that a
+    Ctrl-C finds it waiting instead of inside an import.
+    """
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    if get_ipython is not None and getattr(get_ipython(), "kernel", None) is not None:
+        return False
     return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 DRIVER = textwrap.dedent("""
-    import json, os, signal, sys, time, uuid
+    import json, os, signal, sys, threading, time, uuid
     # as a kernel does: a KeyboardInterrupt on SIGINT, even when started with SIGINT ignored
     # (a background job of a non-interactive shell: `make test &` in a script)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -49,13 +49,17 @@ DRIVER = textwrap.dedent("""
         exp = nbtune.tune(train, {"x": uniform(0.0, 1.0)}, algorithm="random", metric="loss",
                           max_budget=8, num_trials=4, runtime=rt)
         interrupted = False
+        t0 = time.monotonic()
         try:
             print("WAITING", flush=True)
             exp.wait(120)
         except KeyboardInterrupt:
             interrupted = True
+        waited = time.monotonic() - t0
+        handler = repr(signal.getsignal(signal.SIGINT))  # said when the wait was not interrupted
         exp.wait(120)
-        print(json.dumps({"interrupted": interrupted, "done": exp.done,
+        print(json.dumps({"interrupted": interrupted, "done": exp.done, "waited": waited,
+                          "handler": handler, "threads": [t.name for t in threading.enumerate()],
                           "states": sorted(exp.results()["state"])}), flush=True)
         rt.close()
 
@@ -84,6 +88,13 @@ def test_sigint_to_the_process_group_interrupts_only_the_wait(tmp_path):
         while len(list(gate.glob("running-*"))) < 2:
             assert time.monotonic() < deadline and proc.poll() is None, "no trials ran"
             time.sleep(0.05)
+        # and the driver's main thread blocks in the wait (a signal handled while it still ran
+        # Python code could land in a gc callback, where an exception is only printed)
+        blocked = 0
+        while blocked < 3:
+            assert time.monotonic() < deadline and proc.poll() is None, "the wait never blocked"
+            blocked = blocked + 1 if main_thread_blocked(proc.pid) else 0
+            time.sleep(0.02)
         os.killpg(proc.pid, signal.SIGINT)  # what Jupyter's interrupt does
         (gate / "go").touch()
         out, err = proc.communicate(timeout=240)
@@ -93,9 +104,19 @@ def test_sigint_to_the_process_group_interrupts_only_the_wait(tmp_path):
             proc.wait()
     assert proc.returncode == 0, err[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["interrupted"], "the wait was not interrupted"
+    assert result["interrupted"], ("the wait was not interrupted", result, err[-3000:])
     assert result["done"] and result["states"] == ["completed"] * 4, (result, err[-3000:])
     assert "KeyboardInterrupt" not in err.replace("except KeyboardInterrupt", ""), err[-3000:]
+
+
+def main_thread_blocked(pid: int) -> bool:
+    """Whether process ``pid``'s main thread sleeps in a futex (a lock or event wait); True
+    where the kernel does not say (no ``/proc/<pid>/wchan``)."""
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text().strip()
+    except OSError:
+        return True
+    return wchan in ("", "0") or "futex" in wchan
 
 
 def _sigint_ignored() -> bool:
