@@ -1,7 +1,9 @@
 /**
  * nbtune's JupyterLab plugin: a left-sidebar experiment list (the stores and
  * running kernels the server knows) and a status-bar summary, both fed by the
- * nbtune server extension (GET /nbtune/api/experiments).
+ * nbtune server extension (GET /nbtune/api/experiments); and a plugin that
+ * renders again widget outputs the widget manager gave up on too early
+ * (widgetrecovery.ts).
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { IStatusBar } from '@jupyterlab/statusbar';
@@ -11,6 +13,7 @@ import { ExperimentsModel } from './model';
 import { ExperimentPanel } from './panel';
 import { ExperimentsPanel } from './sidebar';
 import { StatusItem } from './statusbar';
+import { widgetRecoveryPlugin } from './widgetrecovery';
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'nbtune:plugin',
@@ -54,4 +57,4 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+export default [plugin, widgetRecoveryPlugin];
