@@ -179,15 +179,14 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
         second.goto(lab_server.url(f"lab/tree/{notebook.name}"))
         second.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
         try:
-            # at least one: JupyterLab's widget manager in a second tab sometimes renders an
-            # output before it restored the kernel's models ("widget model not found"), a race
-            # of its own; every dashboard that renders must be right
-            wait_until(lambda: len(read_docs(second)) >= 1, 90, "a dashboard in a second tab")
+            # all three: an output the widget manager gave up on before its restore ended
+            # ("model not found") is rendered again by nbtune's lab extension
+            wait_until(lambda: len(read_docs(second)) >= 3, 90, "three dashboards in a second tab")
         except AssertionError:
             raise AssertionError(f"{len(read_docs(second))} dashboards in a second tab; "
                                  f"Bokeh: {second.evaluate('() => !!window.Bokeh')}; "
                                  f"console: {errors[-8:]}") from None
-        problems = settled_problems(second, truth, 1)
+        problems = settled_problems(second, truth, 3)
         assert problems == [], "\n".join(problems)
         assert not [m for m in errors if "Failed to create view" in m or
                     "inconsistent lengths" in m], errors[:5]
