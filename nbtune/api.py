@@ -14,8 +14,8 @@ from nbtune.core.space import validate_space
 from nbtune.engine import fusion_units
 from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment, Recipe
-from nbtune.runtimes.base import Runtime, check_trainable
-from nbtune.workloads.base import WorkloadModel
+from nbtune.runtimes.runtime_protocol import Runtime, check_trainable
+from nbtune.workloads.workload_protocol import WorkloadModel
 
 __all__ = ["tune"]
 

@@ -15,7 +15,7 @@ from nbtune.core.listing import error_line
 from nbtune.core.roles import role
 from nbtune.core.trial import TrialState
 from nbtune.engine.engine import Engine
-from nbtune.runtimes.base import Runtime
+from nbtune.runtimes.runtime_protocol import Runtime
 
 __all__ = ["Experiment", "Frontend", "Recipe", "TrialsFailed", "set_frontend", "error_line"]
 

@@ -141,11 +141,11 @@ def test_the_walker_sees_lazy_imports_and_cycles(tmp_path):
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from nbtune.ui.model import Delta\n"
         "def f():\n    from nbtune.engine.engine import Engine\n    import nbtune.api\n"
-        "from . import base\n"
+        "from . import allocator_protocol\n"
     )
     found = imports_of(src, "nbtune.allocators.probe")
     assert found == {"nbtune.ui.model", "nbtune.engine.engine", "nbtune.api",
-                     "nbtune.allocators.base"}
+                     "nbtune.allocators.allocator_protocol"}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
 

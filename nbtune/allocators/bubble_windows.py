@@ -57,7 +57,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.bubbles import IdleWindow, straggler_gaps
 from nbtune.allocators.profiling import profile_for
 from nbtune.allocators.stall_packing import stall_launches, stall_max_share, stall_slots

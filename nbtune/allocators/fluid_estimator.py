@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from nbtune.allocators.base import SchedulingView
+from nbtune.allocators.allocator_protocol import SchedulingView
 from nbtune.allocators.profiling import Profile, ProfileStore, is_profile_store, profile_for
 from nbtune.core.overhead import OverheadModel
 from nbtune.core.resources import Placement, width

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbtune.allocators.base import Allocation
+from nbtune.allocators.allocator_protocol import Allocation
 from nbtune.core import events as ev
 from nbtune.core.resources import Placement
 from nbtune.core.roles import is_target

@@ -23,7 +23,7 @@ from nbtune.allocators import (
     FluidKnapsackAllocator,
     StaticFluidAllocator,
 )
-from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.demand import DemandLookup
 from nbtune.allocators.held_book import HeldBook
 from nbtune.allocators.knapsack import cluster_room
