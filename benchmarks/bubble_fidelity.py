@@ -6,7 +6,7 @@ measured". The model is :class:`nbtune.allocators.bubbles.PipelineHost` with a
 compute stretch κ). Nothing it is given is read off the phase it predicts,
 except what the host publishes without a guest (its held iterations'
 iteration time and idle shares, the same figures
-:class:`~nbtune.bubbles.runtime.BubbleRuntime` publishes before it places a trial).
+:class:`~nbtune.bubbles.bubble_runtime.BubbleRuntime` publishes before it places a trial).
 
 Each repetition:
 

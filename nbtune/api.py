@@ -240,7 +240,7 @@ def tune(
         run_options = {"scaling": scaling, "eager_fraction": eager_fraction}  # for resume
     executor = None
     if plan is not None:  # RubberBand: the plan's allocator and cluster executor
-        from nbtune.planner.executor import PlanExecutor, check_plan_fits  # on demand
+        from nbtune.planner.plan_executor import PlanExecutor, check_plan_fits  # on demand
 
         check_plan_fits(plan, algo)
         executor = PlanExecutor(plan, rt)

@@ -5,7 +5,7 @@ digits, no download) with ASHA and the water-filling allocator on a
 ``LocalCluster`` whose workers stand for GPUs, prints one line per trial event
 while it runs, records everything in the SQLite store and writes the Bokeh
 report (utilization, learning curves, allocation strips) as one offline HTML
-file. The simulated job (``nbtune demo --sim``) stays in :mod:`nbtune.cli.demo`.
+file. The simulated job (``nbtune demo --sim``) stays in :mod:`nbtune.cli.demo_command`.
 """
 
 from __future__ import annotations

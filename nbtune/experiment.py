@@ -89,7 +89,7 @@ class Experiment:
     store: Any = None
     #: the :class:`nbtune.store.Recorder` writing into it
     recorder: Any = None
-    #: the :class:`nbtune.planner.executor.PlanExecutor` following a plan (``tune(plan=...)``)
+    #: the :class:`nbtune.planner.plan_executor.PlanExecutor` following a plan (``tune(plan=...)``)
     plan_executor: Any = None
     #: how ``tune`` made the algorithm and allocator (None: given as instances, or a run
     #: with surrogates, fusion or a plan, which a what-if does not rebuild)

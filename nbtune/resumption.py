@@ -21,7 +21,7 @@ from nbtune.engine.restart import RestartableEngine
 from nbtune.experiment import Experiment, Recipe
 from nbtune.runtimes.profiler import Profiler
 from nbtune.runtimes.runtime_protocol import Runtime
-from nbtune.store.profiles import SqlProfileStore
+from nbtune.store.profile_store import SqlProfileStore
 from nbtune.store.recorder import Recorder
 from nbtune.store.registration import runtime_checkpoints
 from nbtune.store.resume import (

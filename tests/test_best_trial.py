@@ -21,7 +21,7 @@ from nbtune.core.best import best_index
 from nbtune.core.space import uniform
 from nbtune.server.summary import summarize
 from nbtune.store import Store
-from nbtune.ui.model import DashboardModel
+from nbtune.ui.dashboard_model import DashboardModel
 from nbtune.workloads.workload_protocol import WorkloadModel
 
 SPACE = {"x": uniform(0.0, 1.0)}

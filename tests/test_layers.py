@@ -139,12 +139,12 @@ def test_the_walker_sees_lazy_imports_and_cycles(tmp_path):
     src = tmp_path / "probe.py"
     src.write_text(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from nbtune.ui.model import Delta\n"
+        "if TYPE_CHECKING:\n    from nbtune.ui.dashboard_model import Delta\n"
         "def f():\n    from nbtune.engine.engine import Engine\n    import nbtune.api\n"
         "from . import allocator_protocol\n"
     )
     found = imports_of(src, "nbtune.allocators.probe")
-    assert found == {"nbtune.ui.model", "nbtune.engine.engine", "nbtune.api",
+    assert found == {"nbtune.ui.dashboard_model", "nbtune.engine.engine", "nbtune.api",
                      "nbtune.allocators.allocator_protocol"}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []

@@ -2,7 +2,7 @@
 
 :mod:`.probe` reads a probe off a finished :class:`~nbtune.bubbles.host.HostRun`;
 ``benchmarks/bubble_fidelity.py`` runs one on purpose. A user of
-:class:`~nbtune.bubbles.runtime.BubbleRuntime` should not need that script:
+:class:`~nbtune.bubbles.bubble_runtime.BubbleRuntime` should not need that script:
 with ``BubbleRuntime(host, probe=GuestSpec(...))`` the live host's first
 ``probe_iterations`` after warm-up alternate gated / held (``HostSpec.ab_block = 1``,
 ``ab_until``) with a probe guest beside each stage (pinned to the stage's

@@ -28,7 +28,7 @@ from nbtune.allocators.demand import DemandLookup
 from nbtune.allocators.held_book import HeldBook
 from nbtune.allocators.knapsack import cluster_room
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
-from nbtune.core.overhead import OverheadModel
+from nbtune.core.overhead_model import OverheadModel
 from nbtune.core.resources import GPU, ClusterSpec, Demand, Placement
 from nbtune.core.space import uniform
 from nbtune.core.trial import TrialRecord, TrialSpec, TrialState

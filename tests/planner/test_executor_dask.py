@@ -221,7 +221,7 @@ def test_a_process_the_engine_no_longer_runs_keeps_its_worker_busy(tmp_path):
     read-only view of the run driver's state) and must still count that worker as busy."""
     from nbtune.core import events as ev
     from nbtune.core.space import uniform
-    from nbtune.planner.executor import PlanExecutor
+    from nbtune.planner.plan_executor import PlanExecutor
     from nbtune.runtimes.dask import DaskRuntime
     from tests.dask_cluster import wait_for_budget, watched_engine
     from tests.engine.toy import OneShot
@@ -260,7 +260,7 @@ def test_shrinking_past_a_busy_worker_closes_only_the_idle_ones(tmp_path):
     GPUs' workers, retires the idle third, and the cluster's rescale must not close the busy
     fourth (scaled down, a SpecCluster closes its newest workers by name: CI lost a held SHA
     trial's worker so)."""
-    from nbtune.planner.executor import PlanExecutor
+    from nbtune.planner.plan_executor import PlanExecutor
     from nbtune.runtimes.dask import DaskRuntime
 
     cluster = local_cluster()
