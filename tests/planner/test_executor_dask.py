@@ -28,11 +28,11 @@ def make_plan(instances=(4, 2, 1)):
     from nbtune.algorithms import SuccessiveHalving
     from nbtune.core.space import uniform
     from nbtune.planner import (
-        Allocation,
         CloudProfile,
         Latency,
         Plan,
         ScalingProfile,
+        StageAllocation,
         simulate,
         spec_from,
         static_allocation,
@@ -44,7 +44,7 @@ def make_plan(instances=(4, 2, 1)):
     profile = ScalingProfile({1: 0.45})
     cloud = CloudProfile("local-worker", 3.6, 1, min_billed_s=0.0,
                          provision=Latency(2.0), init=Latency(1.0))
-    alloc = Allocation(tuple(instances), tuple(instances))
+    alloc = StageAllocation(tuple(instances), tuple(instances))
     static = static_allocation(spec, max(instances), cloud)
     plan = Plan(spec, profile, cloud, 600.0, alloc, simulate(spec, alloc, profile, cloud),
                 simulate(spec, static, profile, cloud), None, max(instances))
