@@ -53,8 +53,8 @@ def run_demo(*, trials: int = 48, max_budget: float = 27, workers: int = 2,
     from nbtune.allocators import ALLOCATORS
     from nbtune.api import tune
     from nbtune.build import make_runtime
+    from nbtune.console import ProgressPrinter
     from nbtune.examples.digits import SPACE, train
-    from nbtune.progress import ProgressPrinter
     from nbtune.store import DEFAULT_DIR, DEFAULT_FILE, open_store
 
     # bad options fail here, before a cluster starts

@@ -147,7 +147,7 @@ class Experiment:
         (default: in a terminal yes, in a notebook no: it has the dashboard).
         Raises :class:`TrialsFailed` (with the first error) when every trial failed.
         """
-        from nbtune.waiting import progress_default, wait_with_progress
+        from nbtune.console import progress_default, wait_with_progress
 
         if progress is None:
             progress = progress_default() and not self.engine.done

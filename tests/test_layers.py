@@ -24,7 +24,7 @@ ROOT = Path(nbtune.__file__).parent
 #: lowest first; a unit (``nbtune.<name>``) may import only units of a lower layer, or itself
 LAYERS: list[set[str]] = [
     {"core", "version", "fusion"},
-    {"algorithms", "allocators", "workloads", "progress", "waiting", "examples"},
+    {"algorithms", "allocators", "workloads", "console", "examples"},
     {"engine", "surrogate"},
     {"runtimes"},
     {"bubbles"},
