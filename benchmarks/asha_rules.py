@@ -44,7 +44,7 @@ WORKERS = 2
 
 # what this benchmark measures: summary.py marks its figure stale when these change
 MEASURES = (
-    "nbtune/algorithms/asha.py", "nbtune/algorithms/base.py", "nbtune/algorithms/_common.py",
+    "nbtune/algorithms/asha.py", "nbtune/algorithms/algorithm_protocol.py", "nbtune/algorithms/_common.py",
     "nbtune/core/trial.py", "benchmarks/vs_peers.py",
 )
 WALL_CLOCK = False  # its goal figures do not depend on the machine or its load

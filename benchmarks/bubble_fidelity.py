@@ -1,12 +1,12 @@
 """Bubble fidelity: the simulator's bubble model, calibrated by a short probe, against a real host.
 
 The goal: "predicted bubble fill and host slowdown within 10 % of
-measured". The model is :class:`nbtune.allocators.bubbles.PipelineHost` with a
+measured". The model is :class:`nbtune.allocators.bubbles.PipelineHostModel` with a
 :class:`~nbtune.allocators.bubble_model.CoLocation` (slowdown σ, fill φ,
 compute stretch κ). Nothing it is given is read off the phase it predicts,
 except what the host publishes without a guest (its held iterations'
 iteration time and idle shares, the same figures
-:class:`~nbtune.bubbles.runtime.BubbleRuntime` publishes before it places a trial).
+:class:`~nbtune.bubbles.bubble_runtime.BubbleRuntime` publishes before it places a trial).
 
 Each repetition:
 

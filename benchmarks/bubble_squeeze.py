@@ -20,7 +20,7 @@ keeps its slot, the guests sleep). It reports:
 * correctness: each guest's final weights equal an ungated run of as many
   steps, and its running intervals never overlap its stage's compute;
 * what-if: the simulator's bubble model
-  (:class:`nbtune.allocators.bubbles.PipelineHost`) calibrated by a
+  (:class:`nbtune.allocators.bubbles.PipelineHostModel`) calibrated by a
   co-location probe (the run's first third of measured iterations: slowdown,
   fill, compute stretch) and fed the later iterations' held figures predicts
   their slowdown, bubble seconds and fill (:func:`nbtune.bubbles.probe.what_if`),

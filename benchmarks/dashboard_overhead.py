@@ -5,7 +5,7 @@ Run: ``python benchmarks/dashboard_overhead.py`` (``--repeats``, ``--period``;
 
 The same experiment runs with and without a dashboard attached, alternating,
 ``--repeats`` times each. "With" is what a browser session costs the kernel:
-the :class:`~nbtune.ui.model.DashboardModel` listens to every engine update,
+the :class:`~nbtune.ui.dashboard_model.DashboardModel` listens to every engine update,
 the dashboard's own thread pulls it on its throttle and pushes the deltas
 through ``jupyter_bokeh``'s ``BokehModel`` into comm messages, which a
 kernel-like comm serializes with ``jupyter_client``'s ``Session`` exactly as

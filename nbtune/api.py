@@ -14,8 +14,8 @@ from nbtune.core.space import validate_space
 from nbtune.engine import fusion_units
 from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment, Recipe
-from nbtune.runtimes.base import Runtime, check_trainable
-from nbtune.workloads.base import WorkloadModel
+from nbtune.runtimes.runtime_protocol import Runtime, check_trainable
+from nbtune.workloads.workload_protocol import WorkloadModel
 
 __all__ = ["tune"]
 
@@ -240,7 +240,7 @@ def tune(
         run_options = {"scaling": scaling, "eager_fraction": eager_fraction}  # for resume
     executor = None
     if plan is not None:  # RubberBand: the plan's allocator and cluster executor
-        from nbtune.planner.executor import PlanExecutor, check_plan_fits  # on demand
+        from nbtune.planner.plan_executor import PlanExecutor, check_plan_fits  # on demand
 
         check_plan_fits(plan, algo)
         executor = PlanExecutor(plan, rt)

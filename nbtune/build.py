@@ -16,7 +16,7 @@ from typing import Any
 from nbtune import kernels
 from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment, Recipe
-from nbtune.runtimes.base import Runtime, check_trainable
+from nbtune.runtimes.runtime_protocol import Runtime, check_trainable
 from nbtune.runtimes.sim import SimRuntime
 
 __all__ = ["build_experiment", "make_runtime", "runtime_class",
@@ -77,7 +77,7 @@ def make_runtime(spec: str | Runtime, *, trainable: Any = None, **options: Any) 
     """
     if isinstance(spec, str):
         if spec == "auto":
-            from nbtune.workloads.base import WorkloadModel  # a lower layer, on demand
+            from nbtune.workloads.workload_protocol import WorkloadModel  # a lower layer, on demand
 
             spec = "sim" if isinstance(trainable, WorkloadModel) else "dask"
         if spec == "dask" and not options:
@@ -88,7 +88,7 @@ def make_runtime(spec: str | Runtime, *, trainable: Any = None, **options: Any) 
     if not isinstance(spec, Runtime):
         missing = [n for n in _PROTOCOL if not hasattr(spec, n)]
         raise TypeError(f"runtime {spec!r} does not implement the Runtime protocol "
-                        f"(it lacks {', '.join(missing)}): see nbtune.runtimes.base.Runtime")
+                        f"(it lacks {', '.join(missing)}): see nbtune.runtimes.runtime_protocol.Runtime")
     if options:
         raise TypeError(f"options {sorted(options)} are for a runtime name, not an instance")
     return spec

@@ -5,7 +5,7 @@ digits, no download) with ASHA and the water-filling allocator on a
 ``LocalCluster`` whose workers stand for GPUs, prints one line per trial event
 while it runs, records everything in the SQLite store and writes the Bokeh
 report (utilization, learning curves, allocation strips) as one offline HTML
-file. The simulated job (``nbtune demo --sim``) stays in :mod:`nbtune.cli.demo`.
+file. The simulated job (``nbtune demo --sim``) stays in :mod:`nbtune.cli.demo_command`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ PRELOAD = ("torch", "sklearn.datasets", "sklearn.model_selection", "nbtune.examp
 
 
 class DemoOptionError(ValueError):
-    """A bad ``run_demo`` argument, named by its parameter (``option``) so that a caller
-    (the command line) can name it as its user wrote it."""
+    """A bad :func:`run_demo` argument: a ValueError naming the parameter (``option``,
+    as :func:`run_demo` spells it) and what is wrong with its value (``problem``)."""
 
     def __init__(self, option: str, problem: str) -> None:
         super().__init__(f"{option} {problem}")
@@ -47,14 +47,16 @@ def run_demo(*, trials: int = 48, max_budget: float = 27, workers: int = 2,
 
     ``store`` defaults to ``./nbtune-store/nbtune.db``; the experiment is named
     ``demo-<k>``, the first free name there. ``report`` defaults to
-    ``<store folder>/<name>.html``.
+    ``<store folder>/<name>.html``. A bad value raises :class:`DemoOptionError` (a
+    ValueError) before a cluster starts; the command line checks its own flags first,
+    so that its messages name them (:mod:`nbtune.cli.demo_command`).
     """
     from nbtune.algorithms import ALGORITHMS
     from nbtune.allocators import ALLOCATORS
     from nbtune.api import tune
     from nbtune.build import make_runtime
+    from nbtune.console import ProgressPrinter
     from nbtune.examples.digits import SPACE, train
-    from nbtune.progress import ProgressPrinter
     from nbtune.store import DEFAULT_DIR, DEFAULT_FILE, open_store
 
     # bad options fail here, before a cluster starts

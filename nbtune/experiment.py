@@ -15,7 +15,7 @@ from nbtune.core.listing import error_line
 from nbtune.core.roles import role
 from nbtune.core.trial import TrialState
 from nbtune.engine.engine import Engine
-from nbtune.runtimes.base import Runtime
+from nbtune.runtimes.runtime_protocol import Runtime
 
 __all__ = ["Experiment", "Frontend", "Recipe", "TrialsFailed", "set_frontend", "error_line"]
 
@@ -89,7 +89,7 @@ class Experiment:
     store: Any = None
     #: the :class:`nbtune.store.Recorder` writing into it
     recorder: Any = None
-    #: the :class:`nbtune.planner.executor.PlanExecutor` following a plan (``tune(plan=...)``)
+    #: the :class:`nbtune.planner.plan_executor.PlanExecutor` following a plan (``tune(plan=...)``)
     plan_executor: Any = None
     #: how ``tune`` made the algorithm and allocator (None: given as instances, or a run
     #: with surrogates, fusion or a plan, which a what-if does not rebuild)
@@ -147,7 +147,7 @@ class Experiment:
         (default: in a terminal yes, in a notebook no: it has the dashboard).
         Raises :class:`TrialsFailed` (with the first error) when every trial failed.
         """
-        from nbtune.waiting import progress_default, wait_with_progress
+        from nbtune.console import progress_default, wait_with_progress
 
         if progress is None:
             progress = progress_default() and not self.engine.done

@@ -13,15 +13,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from nbtune.algorithms.base import BaseAlgorithm
-from nbtune.allocators.base import BaseAllocator
+from nbtune.algorithms.algorithm_protocol import BaseAlgorithm
+from nbtune.allocators.allocator_protocol import BaseAllocator
 from nbtune.build import build_experiment
 from nbtune.engine import fusion_units
 from nbtune.engine.restart import RestartableEngine
 from nbtune.experiment import Experiment, Recipe
-from nbtune.runtimes.base import Runtime
 from nbtune.runtimes.profiler import Profiler
-from nbtune.store.profiles import SqlProfileStore
+from nbtune.runtimes.runtime_protocol import Runtime
+from nbtune.store.profile_store import SqlProfileStore
 from nbtune.store.recorder import Recorder
 from nbtune.store.registration import runtime_checkpoints
 from nbtune.store.resume import (

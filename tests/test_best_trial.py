@@ -21,8 +21,8 @@ from nbtune.core.best import best_index
 from nbtune.core.space import uniform
 from nbtune.server.summary import summarize
 from nbtune.store import Store
-from nbtune.ui.model import DashboardModel
-from nbtune.workloads.base import WorkloadModel
+from nbtune.ui.dashboard_model import DashboardModel
+from nbtune.workloads.workload_protocol import WorkloadModel
 
 SPACE = {"x": uniform(0.0, 1.0)}
 #: loss = a + b·budget per trial id: trial 0 leads at budget 1 (0.1) and overfits (0.3 at 3),

@@ -76,12 +76,15 @@ def test_demo_bad_allocator_is_a_usage_error(capsys: pytest.CaptureFixture[str])
 
 @pytest.mark.parametrize("argv", [["--allocator", "no-such-allocator"],
                                   ["--algorithm", "no-such-algorithm"], ["--trials", "0"],
-                                  ["--gpus", "0"], ["--report", "out.txt"]])
+                                  ["--gpus", "0"], ["--report", "out.txt"], ["--report", " "],
+                                  ["--store", ""]])
 def test_real_demo_bad_option_fails_before_a_cluster_starts(
         argv: list[str], capsys: pytest.CaptureFixture[str], tmp_path) -> None:
-    assert main(["demo", "--store", str(tmp_path), *argv]) == 2
+    store = [] if argv[0] == "--store" else ["--store", str(tmp_path / "store")]
+    assert main(["demo", *store, *argv]) == 2
     captured = capsys.readouterr()
     assert f"error: {argv[0]}" in captured.err and "cluster up" not in captured.out
+    assert not (tmp_path / "store").exists()  # the flags are checked before a store opens
 
 
 def test_run_demo_names_its_own_parameters(tmp_path) -> None:
@@ -91,3 +94,17 @@ def test_run_demo_names_its_own_parameters(tmp_path) -> None:
     with pytest.raises(DemoOptionError, match="^workers must be >= 1") as err:
         run_demo(workers=0, store=tmp_path, out=sys.stdout)
     assert err.value.option == "workers" and "--" not in str(err.value)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"trials": 0}, "^trials must be >= 1, got 0$"),
+    ({"algorithm": "no-such-algorithm"}, "^algorithm 'no-such-algorithm' is unknown"),
+    ({"allocator": "no-such-allocator"}, "^allocator 'no-such-allocator' is unknown"),
+    ({"report": "out.txt"}, "^report must name an .html file, got 'out.txt'$"),
+])
+def test_run_demo_refuses_bad_values_with_a_value_error(kwargs, message, tmp_path) -> None:
+    """The library checks its plain arguments itself, whoever calls it."""
+    from nbtune.demo import run_demo
+
+    with pytest.raises(ValueError, match=message):
+        run_demo(store=tmp_path / "store", out=sys.stdout, **kwargs)

@@ -24,7 +24,7 @@ ROOT = Path(nbtune.__file__).parent
 #: lowest first; a unit (``nbtune.<name>``) may import only units of a lower layer, or itself
 LAYERS: list[set[str]] = [
     {"core", "version", "fusion"},
-    {"algorithms", "allocators", "workloads", "progress", "waiting", "examples"},
+    {"algorithms", "allocators", "workloads", "console", "examples"},
     {"engine", "surrogate"},
     {"runtimes"},
     {"bubbles"},
@@ -139,15 +139,75 @@ def test_the_walker_sees_lazy_imports_and_cycles(tmp_path):
     src = tmp_path / "probe.py"
     src.write_text(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from nbtune.ui.model import Delta\n"
+        "if TYPE_CHECKING:\n    from nbtune.ui.dashboard_model import Delta\n"
         "def f():\n    from nbtune.engine.engine import Engine\n    import nbtune.api\n"
-        "from . import base\n"
+        "from . import allocator_protocol\n"
     )
     found = imports_of(src, "nbtune.allocators.probe")
-    assert found == {"nbtune.ui.model", "nbtune.engine.engine", "nbtune.api",
-                     "nbtune.allocators.base"}
+    assert found == {"nbtune.ui.dashboard_model", "nbtune.engine.engine", "nbtune.api",
+                     "nbtune.allocators.allocator_protocol"}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# ------------------------------------------------------------ one name, one meaning
+# A module's file name and a class's name say what they hold, so the same name in two
+# packages (two ``model.py``, two ``TrialGroup``) would mean two things to a reader who
+# meets it in an import, a traceback or the docs. Dunder files (``__init__``,
+# ``__main__``) are exempt: their name is Python's, not a concept's. An alias kept for
+# an old public name is an assignment, not a class, so it does not count.
+
+
+def basename_clashes(paths: list[Path]) -> dict[str, list[str]]:
+    """Module basenames (dunder files aside) that more than one of ``paths`` has."""
+    where: dict[str, list[str]] = {}
+    for path in paths:
+        if not (path.stem.startswith("__") and path.stem.endswith("__")):
+            where.setdefault(path.stem, []).append(path.as_posix())
+    return {name: sorted(found) for name, found in sorted(where.items()) if len(found) > 1}
+
+
+def class_name_clashes(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Top-level class names that more than one module (``{module: source}``) defines."""
+    where: dict[str, list[str]] = {}
+    for module, source in sources.items():
+        for node in ast.parse(source, module).body:
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(module)
+    return {name: sorted(found) for name, found in sorted(where.items()) if len(found) > 1}
+
+
+def test_module_basenames_are_unique():
+    clashes = basename_clashes([p.relative_to(ROOT.parent) for p in sorted(ROOT.rglob("*.py"))])
+    assert not clashes, (
+        "modules that share a file name (rename one so its name says what it holds):\n"
+        + "\n".join(f"{name}: {', '.join(paths)}" for name, paths in clashes.items()))
+
+
+def test_the_basename_check_can_fail():
+    paths = [Path(p) for p in ("nbtune/ui/model.py", "nbtune/fusion/model.py",
+                               "nbtune/a/__init__.py", "nbtune/b/__init__.py",
+                               "nbtune/__main__.py", "nbtune/c/__main__.py", "nbtune/c/own.py")]
+    assert basename_clashes(paths) == {"model": ["nbtune/fusion/model.py", "nbtune/ui/model.py"]}
+
+
+def test_top_level_class_names_are_unique():
+    clashes = class_name_clashes({module_name(p): p.read_text() for p in sorted(ROOT.rglob("*.py"))})
+    assert not clashes, (
+        "classes that share a name (rename one so its name says what it is; keep a public "
+        "old name as an alias):\n"
+        + "\n".join(f"{name}: {', '.join(mods)}" for name, mods in clashes.items()))
+
+
+def test_the_class_name_check_can_fail():
+    sources = {
+        "nbtune.a": "class Allocation:\n    class Inner: ...\n",
+        "nbtune.b": "class Allocation: ...\nclass Inner: ...\n",
+        "nbtune.c": "from nbtune.b import Allocation\nOld = Allocation\n"
+                    "def f():\n    class Allocation: ...\n",
+    }
+    # top-level classes only: nested ones, imports, aliases and local classes do not count
+    assert class_name_clashes(sources) == {"Allocation": ["nbtune.a", "nbtune.b"]}
 
 
 # ------------------------------------------------------------ private state stays private

@@ -7,9 +7,9 @@ import re
 
 from nbtune.algorithms import make_algorithm
 from nbtune.allocators import make_allocator
+from nbtune.console import ProgressPrinter
 from nbtune.core.space import loguniform
 from nbtune.engine.engine import Engine
-from nbtune.progress import ProgressPrinter
 from nbtune.runtimes.sim import SimRuntime
 from nbtune.workloads import SyntheticWorkload
 

@@ -49,8 +49,8 @@ class Lines(io.StringIO):
 
 def test_wait_prints_status_lines_and_the_last_one_is_final(tmp_path):
     import nbtune
+    from nbtune.console import wait_with_progress
     from nbtune.runtimes.dask import DaskRuntime
-    from nbtune.waiting import wait_with_progress
 
     flag = tmp_path / "go"
     rt = DaskRuntime(n_workers=2, checkpoint_dir=tmp_path, preload=(), warm_processes=1)
@@ -74,8 +74,8 @@ def test_wait_prints_status_lines_and_the_last_one_is_final(tmp_path):
 
 def test_ctrl_c_during_the_wait_says_the_experiment_goes_on(tmp_path):
     import nbtune
+    from nbtune.console import wait_with_progress
     from nbtune.runtimes.dask import DaskRuntime
-    from nbtune.waiting import wait_with_progress
 
     flag = tmp_path / "go"
     rt = DaskRuntime(n_workers=2, checkpoint_dir=tmp_path, preload=(), warm_processes=1)

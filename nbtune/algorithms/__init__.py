@@ -10,8 +10,8 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from nbtune.algorithms.algorithm_protocol import AlgorithmError, BaseAlgorithm
 from nbtune.algorithms.asha import ASHA
-from nbtune.algorithms.base import AlgorithmError, BaseAlgorithm
 from nbtune.algorithms.bohb import BOHB, SyncBOHB
 from nbtune.algorithms.grid import GridSearch
 from nbtune.algorithms.hyperband import Hyperband, hyperband_brackets

@@ -1,6 +1,6 @@
 """Small helpers shared by the rung-based algorithms (SHA, Hyperband, ASHA, BOHB, PBT).
 
-They live apart from :mod:`nbtune.algorithms.base` because they encode choices
+They live apart from :mod:`nbtune.algorithms.algorithm_protocol` because they encode choices
 about *budget arithmetic* (rounding, floating-point guards) rather than the
 engine-facing protocol.
 """
@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from nbtune.algorithms.base import AlgorithmError
+from nbtune.algorithms.algorithm_protocol import AlgorithmError
 from nbtune.core.space import Domain
 from nbtune.core.tolerance import EPS  # reports at 9.000000001 still reach budget 9
 

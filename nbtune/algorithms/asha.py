@@ -48,7 +48,7 @@ from nbtune.algorithms._common import (
     rung_budgets,
     validate_eta,
 )
-from nbtune.algorithms.base import AlgorithmError, BaseAlgorithm
+from nbtune.algorithms.algorithm_protocol import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
 from nbtune.core.space import sample_config
 from nbtune.core.trial import Decision, TrialSpec, TrialState

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from nbtune.algorithms._common import EPS, check_fraction, decode, encode
+from nbtune.algorithms.algorithm_protocol import AlgorithmError
 from nbtune.algorithms.asha import ASHA
-from nbtune.algorithms.base import AlgorithmError
 from nbtune.algorithms.hyperband import Hyperband
 from nbtune.core.space import numeric_domains, sample_config
 

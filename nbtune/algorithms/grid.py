@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from nbtune.algorithms.base import AlgorithmError, BaseAlgorithm
+from nbtune.algorithms.algorithm_protocol import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
 from nbtune.core.space import grid_configs, has_grid, sample_config
 

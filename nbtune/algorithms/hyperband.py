@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nbtune.algorithms._common import EPS, ceil_eps, floor_eps, snap_budget, validate_eta
-from nbtune.algorithms.base import AlgorithmError, BaseAlgorithm
+from nbtune.algorithms.algorithm_protocol import AlgorithmError, BaseAlgorithm
 from nbtune.algorithms.successive_halving import BracketAlgorithm
 from nbtune.core.group import TrialGroup
 

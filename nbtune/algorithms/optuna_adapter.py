@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from nbtune.algorithms.base import AlgorithmError, BaseAlgorithm
+from nbtune.algorithms.algorithm_protocol import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
 from nbtune.core.space import (
     Choice,

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nbtune.algorithms._common import EPS, check_fraction, rank_key
-from nbtune.algorithms.base import AlgorithmError, BaseAlgorithm
+from nbtune.algorithms.algorithm_protocol import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
 from nbtune.core.space import Choice, Domain, RandInt, sample_config
 from nbtune.core.trial import Decision, TrialSpec, TrialState

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.auto import AutoAllocator
-from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.bubble_windows import BubblesAllocator, bubbles_over, use_registry
 from nbtune.allocators.fifo import FifoAllocator
 from nbtune.allocators.fluid import DynamicFluidAllocator, StaticFluidAllocator

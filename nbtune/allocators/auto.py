@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.fifo import FifoAllocator
 from nbtune.allocators.fluid_knapsack import FluidKnapsackAllocator
 from nbtune.allocators.profiling import Profile, profile_for

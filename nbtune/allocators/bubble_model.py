@@ -1,6 +1,6 @@
 """What a guest in a pipeline host's bubbles costs the host and gets from it: measured, not assumed.
 
-:class:`~nbtune.allocators.bubbles.PipelineHost` turns a host's idle shares
+:class:`~nbtune.allocators.bubbles.PipelineHostModel` turns a host's idle shares
 into ephemeral GPUs. Two numbers decide what those GPUs are worth, and neither
 follows from the host's own timeline:
 

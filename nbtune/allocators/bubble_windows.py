@@ -15,7 +15,7 @@ Two kinds are known to a real run, and only those are used (no oracle):
   of its windows has the window's idle seconds left, ``(end − now) × capacity``
   (a pipeline stage idle a measured fraction of every iteration until the host
   ends publishes one window to the host's predicted end with that fraction,
-  :class:`nbtune.bubbles.runtime.BubbleRuntime`); one outside every window is busy.
+  :class:`nbtune.bubbles.bubble_runtime.BubbleRuntime`); one outside every window is busy.
 
 **Memory.** A window may say how much memory the host leaves beside it
 (``room_gb``: its measured limit less the stage's measured peak). A trial
@@ -57,7 +57,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.bubbles import IdleWindow, straggler_gaps
 from nbtune.allocators.profiling import profile_for
 from nbtune.allocators.stall_packing import stall_launches, stall_max_share, stall_slots

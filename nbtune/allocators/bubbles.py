@@ -18,7 +18,7 @@ with the model that sizes it and the policy that fills it:
     ``nbtune.allocators.oversubscription``).
 (c) *pipeline bubbles* of a co-located large 1F1B job (Hydro §5.1): with p
     stages and m micro-batches a stage idles (p−1)/(m+p−1) of each iteration.
-    :class:`PipelineHost` models the host job (bubble windows per stage, memory
+    :class:`PipelineHostModel` models the host job (bubble windows per stage, memory
     left per stage) and exposes its GPUs as *ephemeral* GPUs whose ``speed``
     is the fraction of a GPU a squeezed-in trial gets; :class:`BubbleSqueezer`
     wraps any allocator and gives those GPUs only to pausable trials that fit
@@ -35,14 +35,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.bubble_model import CoLocation
 from nbtune.allocators.fluid import FluidEstimator
 from nbtune.allocators.profiling import profile_for
 from nbtune.core.resources import GPU, ClusterSpec, Placement
 from nbtune.core.tolerance import EPS
 
-__all__ = ["IdleWindow", "straggler_gaps", "stall_oversubscription", "PipelineHost",
+__all__ = ["IdleWindow", "straggler_gaps", "stall_oversubscription", "PipelineHostModel", "PipelineHost",
            "BubbleSqueezer"]
 
 
@@ -101,8 +101,8 @@ def stall_oversubscription(busy_fractions: Sequence[float], *, max_ratio: float 
 
 
 @dataclass(frozen=True)
-class PipelineHost:
-    """A large 1F1B pipeline-parallel job whose bubbles tuning trials may squeeze into.
+class PipelineHostModel:
+    """A model of a 1F1B pipeline-parallel host job whose bubbles tuning trials may squeeze into.
 
     ``stages`` p, ``micro_batches`` m, ``iteration_time`` seconds per
     iteration, ``gpus_per_stage`` GPUs per stage, ``gpu_memory_gb`` per GPU,
@@ -247,6 +247,11 @@ class PipelineHost:
         return ClusterSpec(cluster.gpus + extra, cpus)
 
 
+#: the model's former name, still importable; the real host job that trains in processes
+#: is :class:`nbtune.bubbles.host.PipelineHost`
+PipelineHost = PipelineHostModel
+
+
 class _Restricted:
     """A view that shows only some GPUs (the exclusive ones) to the wrapped allocator."""
 
@@ -283,7 +288,7 @@ class _Restricted:
 class BubbleSqueezer(BaseAllocator):
     """Hydro's Bubble Squeezer as a policy: exclusive GPUs to ``inner``, bubbles to pausable trials.
 
-    GPUs of kind ``"bubble"`` (see :meth:`PipelineHost.extend`) are never shown
+    GPUs of kind ``"bubble"`` (see :meth:`PipelineHostModel.extend`) are never shown
     to ``inner``. A pending trial goes onto an idle bubble GPU, alone and
     whole (its progress rate is the GPU's speed), only when ``pausable(config)``
     says it can run pause-and-resume at layer boundaries and its memory
@@ -364,7 +369,7 @@ class BubbleSqueezer(BaseAllocator):
         return self.inner.max_share(view, gpu_id)
 
     @staticmethod
-    def speedup_bound(host: PipelineHost, exclusive_gpus: int) -> float:
+    def speedup_bound(host: PipelineHostModel, exclusive_gpus: int) -> float:
         """Capacity with bubbles over capacity without: 1 + g·Σ guest speed / exclusive
         (1 + p·g·ratio·efficiency / exclusive for the formula's host without a probe)."""
         extra = host.gpus_per_stage * sum(host.guest_speed(s) for s in range(host.stages))

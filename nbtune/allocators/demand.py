@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nbtune.allocators.base import SchedulingView
+from nbtune.allocators.allocator_protocol import SchedulingView
 from nbtune.allocators.profiling import Profile, is_profile_store, profile_for
 from nbtune.core.resources import Demand
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.core.tolerance import EPS
 
 __all__ = ["FifoAllocator"]

@@ -33,7 +33,7 @@ import math
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.fluid_estimator import FluidEstimator, with_hints
 from nbtune.allocators.held_book import HeldBook
 from nbtune.allocators.profiling import MeasuredLimits, Profile, ProfileStore

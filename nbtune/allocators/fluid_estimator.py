@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from nbtune.allocators.base import SchedulingView
+from nbtune.allocators.allocator_protocol import SchedulingView
 from nbtune.allocators.profiling import Profile, ProfileStore, is_profile_store, profile_for
-from nbtune.core.overhead import OverheadModel
+from nbtune.core.overhead_model import OverheadModel
 from nbtune.core.resources import Placement, width
 from nbtune.core.tolerance import EPS as _TOL
 from nbtune.core.trial import TrialRecord

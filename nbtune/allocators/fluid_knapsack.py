@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from nbtune.allocators.base import Allocation, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, SchedulingView
 from nbtune.allocators.demand import DEFAULT_DEMAND
 from nbtune.allocators.fluid import DynamicFluidAllocator, FluidEstimator
 from nbtune.allocators.knapsack import ClusterRoom, KnapsackAllocator, cluster_room

@@ -24,7 +24,7 @@ added, so ``HeldBook`` re-adds a GPU's shares in the caller's trial order
 whenever one of them changes, as a rebuild from scratch would).
 
 A book is derived from the engine's ledger, not a second one: it starts from
-the placements the :class:`~nbtune.allocators.base.LedgerView` lists as
+the placements the :class:`~nbtune.allocators.allocator_protocol.LedgerView` lists as
 ``running`` and then holds the what-if placements of one decision, which the
 engine applies to its ledger only if the allocator returns them. It re-adds
 shares instead of copying the view's ``gpu_load``: the ledger adds a share on

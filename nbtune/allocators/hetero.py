@@ -21,7 +21,7 @@ every single-GPU launch (Hydro's "similar action ... to surrogate models").
 
 from __future__ import annotations
 
-from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.demand import trial_demand
 from nbtune.core.roles import is_target
 from nbtune.core.tolerance import EPS

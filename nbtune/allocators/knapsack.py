@@ -8,7 +8,7 @@ ratio r, so the engine's ``validate=True`` check (sum of shares ≤ max_share)
 is exactly HyperSack's constraint (2), Σ c_p ≤ r·C. Memory (3) and node CPU
 cores (4) are checked here from the trials' demands. A trial whose share
 covers its demand runs at full speed in the simulator
-(:meth:`nbtune.workloads.base.WorkloadModel.rate` measures Fluid's packing
+(:meth:`nbtune.workloads.workload_protocol.WorkloadModel.rate` measures Fluid's packing
 overhead against the demand); the slowdown of oversubscription itself is a
 neighbor-sensitive workload's business (``nbtune/workloads/interference.py``).
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.demand import DEFAULT_DEMAND, DemandLookup, expected_runtimes
 from nbtune.allocators.mkp import POLICIES, pack
 from nbtune.allocators.oversubscription import DEFAULT_RATIO

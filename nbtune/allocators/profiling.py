@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from nbtune.core.overhead import OverheadModel
+from nbtune.core.overhead_model import OverheadModel
 from nbtune.core.resources import Demand
 
 __all__ = [

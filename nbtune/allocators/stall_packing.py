@@ -26,7 +26,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nbtune.allocators.base import Allocation, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, SchedulingView
 from nbtune.allocators.bubbles import stall_oversubscription
 from nbtune.allocators.profiling import profile_for
 from nbtune.core.tolerance import EPS

@@ -8,7 +8,7 @@ one process per stage, each stage timing its own compute; :mod:`.gate` keeps a
 co-located guest trial out of the stage's compute (cooperative pause at layer
 or step boundaries, ``SIGSTOP``/``SIGCONT`` as the fallback, timeouts so nobody
 waits forever); :func:`fits` is the memory check a guest passes before it is
-placed beside a stage; :class:`~nbtune.bubbles.runtime.BubbleRuntime` (imported
+placed beside a stage; :class:`~nbtune.bubbles.bubble_runtime.BubbleRuntime` (imported
 on first use) lets ``nbtune.tune`` place its trials there. It runs processes
 and reads clocks, so it sits just above the runtimes; nothing below imports it.
 """
@@ -30,7 +30,7 @@ __all__ = ["BubbleRuntime", "fits", "place", "run_alone", "Gate", "GuestSide", "
 
 def __getattr__(name: str) -> Any:
     if name == "BubbleRuntime":  # pandas and the profiler: only when a run asks for it
-        from nbtune.bubbles.runtime import BubbleRuntime
+        from nbtune.bubbles.bubble_runtime import BubbleRuntime
 
         return BubbleRuntime
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

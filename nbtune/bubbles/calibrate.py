@@ -2,7 +2,7 @@
 
 :mod:`.probe` reads a probe off a finished :class:`~nbtune.bubbles.host.HostRun`;
 ``benchmarks/bubble_fidelity.py`` runs one on purpose. A user of
-:class:`~nbtune.bubbles.runtime.BubbleRuntime` should not need that script:
+:class:`~nbtune.bubbles.bubble_runtime.BubbleRuntime` should not need that script:
 with ``BubbleRuntime(host, probe=GuestSpec(...))`` the live host's first
 ``probe_iterations`` after warm-up alternate gated / held (``HostSpec.ab_block = 1``,
 ``ab_until``) with a probe guest beside each stage (pinned to the stage's
@@ -10,7 +10,7 @@ core, on the stage's own gate); then the probe guests stop at their next step
 boundary, the trials take the stages, and every later iteration is gated.
 :class:`LiveProbe` runs that and turns it into the
 :class:`~nbtune.allocators.bubble_model.CoLocation` per stage and the
-calibrated :class:`~nbtune.allocators.bubbles.PipelineHost` model, fed by the
+calibrated :class:`~nbtune.allocators.bubbles.PipelineHostModel` model, fed by the
 probe's held iterations (the host's no-guest figures).
 
 The price: the host runs half of its probe iterations with a guest that is
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from nbtune.allocators.bubble_model import CoLocation
-from nbtune.allocators.bubbles import PipelineHost as BubbleModel
+from nbtune.allocators.bubbles import PipelineHostModel
 from nbtune.bubbles.guest import GuestSpec, guest_main, train_guest
 from nbtune.bubbles.host import HostSpec, absorb
 from nbtune.bubbles.live import LiveHost
@@ -110,7 +110,7 @@ class LiveProbe:
         self.phase = phase(host.run, range(spec.warmup, spec.ab_until), self.guests, steps)
         return tuple(self.phase.colocation(s) for s in self.phase.stages)
 
-    def model(self) -> BubbleModel:
+    def model(self) -> PipelineHostModel:
         """The calibrated what-if model of this host (after :meth:`finish`)."""
         if self.phase is None:
             raise RuntimeError("the probe has not finished")

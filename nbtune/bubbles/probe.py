@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from nbtune.allocators.bubble_model import CoLocation, resumptions
-from nbtune.allocators.bubbles import PipelineHost as BubbleModel
+from nbtune.allocators.bubbles import PipelineHostModel
 from nbtune.bubbles.guest import GuestSpec
 from nbtune.bubbles.host import HostRun
 from nbtune.bubbles.timeline import clip, idle_windows, merge, step_shares, total
@@ -164,7 +164,7 @@ def phase(run: HostRun, its: Iterable[int], guests: Mapping[int, GuestSpec],
     return out
 
 
-def forecast(model: BubbleModel, gated: int) -> dict[str, float]:
+def forecast(model: PipelineHostModel, gated: int) -> dict[str, float]:
     """What ``model`` says ``gated`` gated iterations measure: the host's slowdown, the
     stages' bubble seconds (from its windows) and the guests' fill of them."""
     horizon = gated * model.gated_iteration_time
@@ -175,12 +175,12 @@ def forecast(model: BubbleModel, gated: int) -> dict[str, float]:
             "bubble_s": sum(bubble)}
 
 
-def model(probe: Phase, microbatches: int, *, feed: Phase | None = None) -> BubbleModel:
+def model(probe: Phase, microbatches: int, *, feed: Phase | None = None) -> PipelineHostModel:
     """The simulator's bubble model calibrated by ``probe`` (σ, φ, κ, δ per stage) and fed
     ``feed``'s held figures (default: the probe's own): the no-guest iteration time, each
     stage's idle share and resumptions per iteration, what a host publishes alone."""
     f = probe if feed is None else feed
-    return BubbleModel(len(f.stages), microbatches, iteration_time=f.held_iteration(),
+    return PipelineHostModel(len(f.stages), microbatches, iteration_time=f.held_iteration(),
                        idle=tuple(min(f.held_idle(s), 0.999) for s in f.stages),
                        colocation=tuple(probe.colocation(s) for s in probe.stages),
                        resumptions=tuple(f.resumptions(s) for s in f.stages))

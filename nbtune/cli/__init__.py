@@ -5,7 +5,7 @@ on scikit-learn's digits, ASHA, water-filling; see :mod:`nbtune.demo`);
 ``nbtune demo --sim`` tunes a simulated job with Hyperband on the
 discrete-event simulator instead; ``nbtune ls``, ``nbtune show`` and
 ``nbtune resume`` read and continue the experiments of a store
-(:mod:`nbtune.cli.store`, :mod:`nbtune.cli.resume`); ``nbtune version`` prints the version.
+(:mod:`nbtune.cli.store_commands`, :mod:`nbtune.cli.resume_command`); ``nbtune version`` prints the version.
 Each command lives in its own module; all of them print through
 :mod:`nbtune.cli.format`. Heavy imports (pandas, the engine) happen inside the
 commands, so ``--help`` and ``version`` stay fast.
@@ -17,9 +17,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from nbtune.cli.demo import cmd_demo
-from nbtune.cli.resume import cmd_resume
-from nbtune.cli.store import cmd_ls, cmd_show
+from nbtune.cli.demo_command import cmd_demo
+from nbtune.cli.resume_command import cmd_resume
+from nbtune.cli.store_commands import cmd_ls, cmd_show
 from nbtune.cli.usage import STORE_HELP, count, guard, number, positive_int
 
 __all__ = ["main", "build_parser"]

@@ -4,7 +4,7 @@ A synchronous algorithm (SHA, Hyperband or SyncBOHB one bracket at a time)
 hands out a rung and waits until its last straggler reports; every worker whose
 trial finished early idles meanwhile (Fluid §2.2, "idle resources at stage
 barriers"). When the algorithm has no work and a GPU is idle, the engine asks
-it for :meth:`~nbtune.algorithms.base.BaseAlgorithm.speculate` — paused trials
+it for :meth:`~nbtune.algorithms.algorithm_protocol.BaseAlgorithm.speculate` — paused trials
 likely to be promoted, at their next rung's budget — and continues them there
 *speculatively*, on the placement they paused on (a process waiting in place
 simply goes on, nothing restarts).

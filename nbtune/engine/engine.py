@@ -20,8 +20,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Set
 from typing import Any
 
-from nbtune.algorithms.base import BaseAlgorithm
-from nbtune.allocators.base import Allocation, BaseAllocator
+from nbtune.algorithms.algorithm_protocol import BaseAlgorithm
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator
 from nbtune.allocators.fifo import FifoAllocator
 from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop

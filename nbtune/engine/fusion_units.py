@@ -1,9 +1,9 @@
 """Fused units in the engine (Hydro §4.2–4.3): pending trials that train as one fused model.
 
 With ``tune(..., fusion=F)`` the engine coalesces pending specs whose shape-changing
-hyperparameters agree (:func:`nbtune.fusion.planner.group_trials`) and that go from the
+hyperparameters agree (:func:`nbtune.fusion.trial_planner.group_trials`) and that go from the
 same budget to the same budget into *units* of up to F members, spread evenly over the
-idle workers (:func:`nbtune.fusion.planner.split_group`). Why the budgets: the members of
+idle workers (:func:`nbtune.fusion.trial_planner.split_group`). Why the budgets: the members of
 one fused model take every step together, so they must start and end their segment at
 the same step (then they also reach each rung together and checkpoint together).
 
@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbtune.allocators.base import Allocation
+from nbtune.allocators.allocator_protocol import Allocation
 from nbtune.core import events as ev
 from nbtune.core.resources import Placement
 from nbtune.core.roles import is_target
@@ -43,7 +43,7 @@ from nbtune.core.trial import TrialSpec
 from nbtune.engine.errors import EngineError
 from nbtune.engine.fusion_memory import PROBES, Key, MemoryFit, shape_key
 from nbtune.engine.state import InvariantError
-from nbtune.fusion.planner import group_trials, split_group
+from nbtune.fusion.trial_planner import group_trials, split_group
 
 #: the :class:`~nbtune.engine.engine.Engine` these functions work on (not imported:
 #: the engine imports this module)

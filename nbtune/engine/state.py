@@ -1,7 +1,7 @@
 """The one resource ledger: placements, per-GPU load and trial count, GPU-seconds, the log.
 
 The engine owns it and is the only writer; allocators read it through the
-read-only :class:`~nbtune.allocators.base.LedgerView` it implements (the
+read-only :class:`~nbtune.allocators.allocator_protocol.LedgerView` it implements (the
 engine's ``SchedulingView`` hands these same mappings on), and the runtimes,
 the store and the UI read its allocation log. Every change of what a trial
 holds goes through :meth:`ResourceLedger.place` and :meth:`ResourceLedger.release`,

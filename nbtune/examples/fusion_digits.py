@@ -1,9 +1,9 @@
 """The fusion example: one training loop that runs one trial or a fused group of trials.
 
 An MLP 64-128-10 on scikit-learn's digits (:func:`nbtune.examples.digits.load_data`). The
-model, optimizer and loss come from the trial (:mod:`nbtune.fusion.trial`), so the same
+model, optimizer and loss come from the trial (:mod:`nbtune.fusion.fusion_trial`), so the same
 ``train`` runs unfused on the Dask runtime (``as_fusion_trial`` wraps its trial) and fused
-through :func:`nbtune.fusion.trial.run_group`, with per-member metrics either way. Config
+through :func:`nbtune.fusion.fusion_trial.run_group`, with per-member metrics either way. Config
 keys: ``lr``, ``momentum``, ``seed`` (init), and optionally ``hidden`` and ``batch_size``
 (shape keys: a fused group shares them).
 """
@@ -48,7 +48,7 @@ def train(config: dict[str, Any], trial: Any) -> None:
 
     from nbtune.examples.digits import load_data
     from nbtune.fusion import member_accuracy
-    from nbtune.fusion.trial import as_fusion_trial
+    from nbtune.fusion.fusion_trial import as_fusion_trial
 
     torch.set_num_threads(1)
     trial = as_fusion_trial(trial)

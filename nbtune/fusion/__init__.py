@@ -12,12 +12,13 @@ import importlib
 from typing import Any
 
 #: where each public name lives; imported on first use (PEP 562), because these need torch
-#: and the engine imports :mod:`nbtune.fusion.planner` (pure): an eager import here would
+#: and the engine imports :mod:`nbtune.fusion.trial_planner` (pure): an eager import here would
 #: make ``import nbtune`` (and every Dask worker, through nbtune's plugins) import torch,
 #: most of a worker's start-up time
 _WHERE = {
     "fused_loss": "loss", "member_accuracy": "loss",
-    "FusedModel": "model", "FusionError": "model", "fuse": "model", "supported_layers": "model",
+    "FusedModel": "fused_model", "FusionError": "fused_model", "fuse": "fused_model",
+    "supported_layers": "fused_model",
     "FusedAdam": "optim", "FusedAdamW": "optim", "FusedOptimizer": "optim", "FusedSGD": "optim",
     "fused_optimizer": "optim",
     "FusedCosineAnnealingLR": "schedulers", "FusedScheduler": "schedulers",

@@ -10,7 +10,7 @@ buffers, Adam moments, step count) and its own hyperparameters.
 
 :func:`member_checkpoint` takes one member out; :func:`restore_members` loads a list of
 them into a freshly fused model and its fused optimizer (built from the members' configs,
-as :class:`~nbtune.fusion.trial.FusionTrial` builds them), slot by slot.
+as :class:`~nbtune.fusion.fusion_trial.FusionTrial` builds them), slot by slot.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .model import FusedModel
+from .fused_model import FusedModel
 from .optim import FusedOptimizer
 
 __all__ = ["member_checkpoint", "restore_members"]

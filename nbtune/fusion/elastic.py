@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
-from .model import FusedModel
+from .fused_model import FusedModel
 from .optim import FusedOptimizer
 from .schedulers import FusedScheduler
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import FusedOp, as_param, split, stack_from
+from .fused_op import FusedOp, as_param, split, stack_from
 
 _CONV = {1: F.conv1d, 2: F.conv2d}
 

@@ -1,6 +1,6 @@
 """Fused SGD / Adam / AdamW whose hyperparameters are per-member vectors.
 
-Every parameter of a :class:`~nbtune.fusion.model.FusedModel` has the member axis first, so
+Every parameter of a :class:`~nbtune.fusion.fused_model.FusedModel` has the member axis first, so
 a hyperparameter vector of length F broadcast over that axis gives each member exactly the
 update torch's own optimizer would give it alone (the single-tensor algorithms of
 ``torch.optim.SGD``/``Adam``/``AdamW``, step by step). Hydro's ``hydro/optim`` does the same;
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 from torch import nn
 
-from .model import FusedModel
+from .fused_model import FusedModel
 
 #: per-member hyperparameters each optimizer takes (vectors of length F, or one scalar)
 HPARAMS = {

@@ -12,7 +12,15 @@ imported by lower layers.
 
 from __future__ import annotations
 
-from nbtune.planner.dag import Allocation, Dag, NodeKind, Prediction, simulate, to_dag
+from nbtune.planner.dag import (
+    Allocation,
+    Dag,
+    NodeKind,
+    Prediction,
+    StageAllocation,
+    simulate,
+    to_dag,
+)
 from nbtune.planner.plan import Plan
 from nbtune.planner.plan_for import plan_for
 from nbtune.planner.planner import (
@@ -42,6 +50,7 @@ __all__ = [
     "ScalingProfile",
     "SpecError",
     "Stage",
+    "StageAllocation",
     "cheapest_static",
     "naive_elastic",
     "optimize_plan",

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from nbtune.allocators.base import Allocation as Placements
-from nbtune.allocators.base import BaseAllocator, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation as Placements
+from nbtune.allocators.allocator_protocol import BaseAllocator, SchedulingView
 from nbtune.planner.dag import stage_layout
 from nbtune.planner.placement import co_located, hosts_of, min_hosts, try_make_space
 from nbtune.planner.plan import Plan

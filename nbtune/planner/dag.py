@@ -27,6 +27,7 @@ __all__ = [
     "Node",
     "NodeKind",
     "Prediction",
+    "StageAllocation",
     "simulate",
     "stage_layout",
     "to_dag",
@@ -96,7 +97,7 @@ class Dag:
 
 
 @dataclass(frozen=True)
-class Allocation:
+class StageAllocation:
     """GPUs the job uses in each stage and instances held meanwhile (billed).
 
     Elastic plans hold just enough instances for the stage's GPUs; a static
@@ -107,9 +108,14 @@ class Allocation:
     instances: tuple[int, ...]
 
     @classmethod
-    def elastic(cls, gpus: tuple[int, ...] | list[int], cloud: CloudProfile) -> Allocation:
+    def elastic(cls, gpus: tuple[int, ...] | list[int], cloud: CloudProfile) -> StageAllocation:
         g = tuple(int(x) for x in gpus)
         return cls(g, tuple(cloud.instances_for(x) for x in g))
+
+
+#: the plan's former name, still importable (``nbtune.planner.Allocation``); not to be
+#: confused with :class:`nbtune.allocators.Allocation`, one scheduling decision's placements
+Allocation = StageAllocation
 
 
 def stage_layout(trials: int, gpus: int) -> tuple[int, int]:
@@ -126,7 +132,7 @@ def stage_layout(trials: int, gpus: int) -> tuple[int, int]:
 
 
 def to_dag(
-    spec: ExperimentSpec, alloc: Allocation, profile: ScalingProfile, cloud: CloudProfile
+    spec: ExperimentSpec, alloc: StageAllocation, profile: ScalingProfile, cloud: CloudProfile
 ) -> tuple[Dag, list[tuple[int, int, int]]]:
     """Build the DAG stage by stage; also return per stage ``(entry, scale, sync)`` node ids.
 
@@ -194,7 +200,7 @@ class Prediction:
 
 
 def _instance_cost(
-    marks: list[tuple[int, int, int]], alloc: Allocation, fin: np.ndarray, cloud: CloudProfile
+    marks: list[tuple[int, int, int]], alloc: StageAllocation, fin: np.ndarray, cloud: CloudProfile
 ) -> np.ndarray:
     """Per-instance billing: each instance from provisioned to released, min charge each.
 
@@ -213,7 +219,7 @@ def _instance_cost(
     return cost
 
 
-def simulate(spec: ExperimentSpec, alloc: Allocation, profile: ScalingProfile,
+def simulate(spec: ExperimentSpec, alloc: StageAllocation, profile: ScalingProfile,
              cloud: CloudProfile, *, samples: int = 16, seed: int = 0) -> Prediction:
     """Alg. 1: mean JCT (longest path) and cost over ``samples`` seeded draws."""
     dag, marks = to_dag(spec, alloc, profile, cloud)

@@ -13,7 +13,7 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
-from nbtune.planner.dag import Allocation, Prediction, stage_layout
+from nbtune.planner.dag import Prediction, StageAllocation, stage_layout
 from nbtune.planner.profiles import CloudProfile, ScalingProfile
 from nbtune.planner.spec import ExperimentSpec
 
@@ -36,7 +36,7 @@ class Plan:
     profile: ScalingProfile
     cloud: CloudProfile
     deadline: float
-    allocation: Allocation
+    allocation: StageAllocation
     planned: Prediction
     static: Prediction
     naive: Prediction | None

@@ -6,7 +6,7 @@ the algorithm they are about to run, not with a hand-written stage list.
 (same registry, same options) and plans it, so the plan then fits
 ``tune(..., plan=p)`` by construction. After the run, ``exp.plan()`` shows
 predicted vs measured (:meth:`PlanExecutor.predicted_vs_actual
-<nbtune.planner.executor.PlanExecutor.predicted_vs_actual>`).
+<nbtune.planner.plan_executor.PlanExecutor.predicted_vs_actual>`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from nbtune.planner.dag import Allocation, Prediction, simulate
+from nbtune.planner.dag import Prediction, StageAllocation, simulate
 from nbtune.planner.plan import Plan
 from nbtune.planner.profiles import CloudProfile, ScalingProfile
 from nbtune.planner.profiles import cloud as cloud_named
@@ -41,7 +41,7 @@ class InfeasibleDeadline(ValueError):
     """No allocation considered finishes by the deadline; the message gives the fastest."""
 
 
-Evaluate = Callable[[Allocation], Prediction]
+Evaluate = Callable[[StageAllocation], Prediction]
 
 
 def step_down(gpus: int, trials: int) -> int | None:
@@ -80,13 +80,13 @@ def fair_values(trials: int, limit: int) -> list[int]:
     return sorted(vals)
 
 
-def static_allocation(spec: ExperimentSpec, instances: int, cloud: CloudProfile) -> Allocation:
+def static_allocation(spec: ExperimentSpec, instances: int, cloud: CloudProfile) -> StageAllocation:
     """A fixed cluster of ``instances``: each stage uses what divides fairly (§3.2)."""
     total = instances * cloud.gpus_per_instance
     gpus = tuple(
         s.trials * (total // s.trials) if total >= s.trials else total for s in spec.stages
     )
-    return Allocation(gpus, (instances,) * spec.num_stages())
+    return StageAllocation(gpus, (instances,) * spec.num_stages())
 
 
 def cheapest_static(
@@ -124,7 +124,7 @@ def naive_elastic(
     best = None
     widest = max(s.trials for s in spec.stages)
     for g in range(1, max(1, max_gpus // widest) + 1):
-        p = evaluate(Allocation.elastic([s.trials * g for s in spec.stages], cloud))
+        p = evaluate(StageAllocation.elastic([s.trials * g for s in spec.stages], cloud))
         if p.jct <= deadline and (best is None or p.cost < best.cost):
             best = p
     return best
@@ -133,20 +133,20 @@ def naive_elastic(
 def optimize_plan(
     spec: ExperimentSpec, evaluate: Evaluate, cloud: CloudProfile, deadline: float,
     warm: Sequence[int], *, delta: float = 1e-9,
-) -> tuple[Allocation, Prediction, int]:
+) -> tuple[StageAllocation, Prediction, int]:
     """Alg. 2 from the warm-start GPUs per stage; returns the plan, its prediction, steps."""
-    cur = Allocation.elastic(list(warm), cloud)
+    cur = StageAllocation.elastic(list(warm), cloud)
     cur_p = evaluate(cur)
     steps = 0
     while True:
-        best: tuple[float, Allocation, Prediction] | None = None
+        best: tuple[float, StageAllocation, Prediction] | None = None
         for i, stage in enumerate(spec.stages):
             lower = _candidate_step(cur.gpus[i], stage.trials, cloud)
             if lower is None:
                 continue
             gpus = list(cur.gpus)
             gpus[i] = lower
-            cand = Allocation.elastic(gpus, cloud)
+            cand = StageAllocation.elastic(gpus, cloud)
             p = evaluate(cand)
             saved = cur_p.cost - p.cost
             if p.jct > deadline or saved <= delta:
@@ -196,9 +196,9 @@ def plan(
     if not (isinstance(deadline, int | float) and math.isfinite(deadline) and deadline > 0):
         raise ValueError(f"deadline must be a positive number of seconds, got {deadline!r}")
     t0 = time.perf_counter()
-    cache: dict[Allocation, Prediction] = {}
+    cache: dict[StageAllocation, Prediction] = {}
 
-    def evaluate(a: Allocation) -> Prediction:
+    def evaluate(a: StageAllocation) -> Prediction:
         if a not in cache:
             cache[a] = simulate(spec, a, profile, cloud, samples=samples, seed=seed)
         return cache[a]
@@ -216,7 +216,7 @@ def plan(
     steps_total = 0
     for mult in warm_multiples:
         warm = static_allocation(spec, k * mult, cloud)
-        if evaluate(Allocation.elastic(list(warm.gpus), cloud)).jct > deadline:
+        if evaluate(StageAllocation.elastic(list(warm.gpus), cloud)).jct > deadline:
             continue
         alloc, p, steps = optimize_plan(spec, evaluate, cloud, deadline, warm.gpus)
         steps_total += steps

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbtune.runtimes.base import Runtime
+from nbtune.runtimes.runtime_protocol import Runtime
 
 __all__ = ["Runtime", "SimRuntime", "SimulationError", "DaskRuntime"]
 

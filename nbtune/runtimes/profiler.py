@@ -237,7 +237,9 @@ class Profiler:
         packed p = 2, 3, 4 and at 1, 2, 4 GPUs, reads utilization and memory as NVML
         would, and puts the results in the job history. Call after :meth:`attach`.
         """
-        from nbtune.workloads.base import Neighbor  # the simulated models' package, on first use
+        from nbtune.workloads.workload_protocol import (
+            Neighbor,  # the simulated models' package, on first use
+        )
 
         if not self.model:
             self.model = model_key(workload)

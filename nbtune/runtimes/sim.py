@@ -26,7 +26,7 @@ from nbtune.core.resources import ClusterSpec, Placement
 from nbtune.core.tolerance import EPS
 from nbtune.engine.engine import Engine
 from nbtune.runtimes.profiler import Profiler, attach_profiler
-from nbtune.workloads.base import Neighbor, WorkloadModel
+from nbtune.workloads.workload_protocol import Neighbor, WorkloadModel
 
 __all__ = ["SimRuntime", "SimulationError"]
 

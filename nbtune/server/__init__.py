@@ -28,7 +28,7 @@ from jupyter_server.utils import url_path_join
 from traitlets import Unicode, default
 from traitlets.config import LoggingConfigurable
 
-from nbtune.server.handlers import ExperimentHandler, ExperimentsHandler
+from nbtune.server.rest_handlers import ExperimentHandler, ExperimentsHandler
 from nbtune.server.sources import Sources
 from nbtune.server.summary import display_location, resolve_location
 

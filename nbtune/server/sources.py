@@ -12,7 +12,7 @@
 
 Each source has an ``id`` (``store:<location>``, ``kernel:<pid>``) that every
 experiment of it carries, so two stores may hold the same name. A store is
-read by one cached :class:`~nbtune.server.handlers.StoreReader` per location.
+read by one cached :class:`~nbtune.server.store_reader.StoreReader` per location.
 A store that cannot be read is reported on its own source (``error``), not as
 a failure of the whole list.
 """

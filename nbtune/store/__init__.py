@@ -9,7 +9,7 @@ kernel died; :class:`Store` reads results back without running anything. See
 
 from __future__ import annotations
 
-from nbtune.store.profiles import SqlProfileStore
+from nbtune.store.profile_store import SqlProfileStore
 from nbtune.store.recorder import Recorder
 from nbtune.store.registration import start_recording
 from nbtune.store.resume import (

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbtune.algorithms.base import BaseAlgorithm
-from nbtune.allocators.base import BaseAllocator
+from nbtune.algorithms.algorithm_protocol import BaseAlgorithm
+from nbtune.allocators.allocator_protocol import BaseAllocator
 from nbtune.core import events as ev
 from nbtune.engine.engine import Engine
 from nbtune.engine.restart import RestartableEngine

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from nbtune.algorithms.base import AlgorithmError, BaseAlgorithm
+from nbtune.algorithms.algorithm_protocol import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
 from nbtune.core.roles import SCALING_KEY, TARGET_KEY  # in core: allocators, results read them
 from nbtune.core.trial import Decision, TrialSpec, TrialState

@@ -8,7 +8,7 @@ trained with SGD and a StepLR schedule, over the Hydro artifact's search space: 
 Hydro's 128/256/512 divided by 4, because digits has 1,437 training images, not 50,000).
 
 The model, optimizer and loss come through the fusion trial
-(:mod:`nbtune.fusion.trial`), and the model is built with :func:`nbtune.surrogate.build`,
+(:mod:`nbtune.fusion.fusion_trial`), and the model is built with :func:`nbtune.surrogate.build`,
 so the one ``train`` serves every trial of ``nbtune.tune(train, SPACE, scaling=S,
 fusion=True)``: surrogate members (width / S, µP) fused into units, and the target trial
 (``scaling = 1``, full width) alone. With neither ``scaling`` nor ``fusion`` it trains
@@ -53,13 +53,13 @@ def _member(config: dict[str, Any]) -> Any:
 def train(config: dict[str, Any], trial: Any) -> None:
     """One epoch per budget unit, StepLR stepping once per epoch.
 
-    A fused unit (``tune(fusion=F)``: a :class:`~nbtune.fusion.trial.FusionTrial`, one
+    A fused unit (``tune(fusion=F)``: a :class:`~nbtune.fusion.fusion_trial.FusionTrial`, one
     member or more) trains through the fusion trial API; an ordinary trial (no fusion:
     the plain baseline) trains the ordinary way, with torch's own optimizer and StepLR,
     so the baseline pays nothing for fusion. Both give the same numbers
     (``tests/surrogate/test_fused_surrogate.py``).
     """
-    from nbtune.fusion.trial import FusionTrial
+    from nbtune.fusion.fusion_trial import FusionTrial
 
     if isinstance(trial, FusionTrial):
         _train_fused(config, trial)

@@ -8,8 +8,8 @@ runtimes, algorithms and allocators stay UI-free); :class:`Experiment` and
 from __future__ import annotations
 
 from nbtune.ui.dashboard import Dashboard, dashboard_for, load_bokehjs, show
+from nbtune.ui.dashboard_model import DashboardModel, Delta
 from nbtune.ui.export import export_html, report_html
-from nbtune.ui.model import DashboardModel, Delta
 
 __all__ = ["Dashboard", "DashboardModel", "Delta", "dashboard_for", "export_html",
            "load_bokehjs", "report_html", "show"]

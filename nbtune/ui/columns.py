@@ -13,7 +13,7 @@ import numpy as np
 from bokeh.palettes import Category20
 
 from nbtune.core.space import Choice, Domain
-from nbtune.ui.model import Rect, Segment
+from nbtune.ui.dashboard_model import Rect, Segment
 
 __all__ = ["TRIAL_COLORS", "NAN", "num", "arrays", "rect_cols", "seg_cols", "config_columns",
            "cell"]

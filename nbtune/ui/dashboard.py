@@ -1,6 +1,6 @@
 """The live dashboard: ipywidgets controls around the Bokeh figures, fed on a throttle.
 
-A :class:`Dashboard` owns a :class:`~nbtune.ui.model.DashboardModel` and a
+A :class:`Dashboard` owns a :class:`~nbtune.ui.dashboard_model.DashboardModel` and a
 :class:`~nbtune.ui.figures.Figures`; a daemon thread takes an immutable
 snapshot of the model every ``period`` seconds and renders it whole into the
 Bokeh sources, which ``jupyter_bokeh.BokehModel`` forwards to the browser as
@@ -44,8 +44,8 @@ from typing import Any
 
 import ipywidgets as W
 
+from nbtune.ui.dashboard_model import DashboardModel
 from nbtune.ui.figures import Figures, progress_parts, state_word, summary_html
-from nbtune.ui.model import DashboardModel
 from nbtune.ui.snapshot import Snapshot, Snapshots
 
 __all__ = ["Dashboard", "dashboard_for", "load_bokehjs", "show"]

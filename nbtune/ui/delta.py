@@ -1,6 +1,6 @@
 """What the dashboard model hands a view: a :class:`Delta` per pull, its curve points and progress.
 
-Plain data, no behaviour: kept apart from :mod:`nbtune.ui.model` (which makes
+Plain data, no behaviour: kept apart from :mod:`nbtune.ui.dashboard_model` (which makes
 them from the engine) so the snapshot fold and the figures can name them.
 """
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from nbtune.ui.analysis import importance
 from nbtune.ui.analysis_figures import AnalysisFigures, analysis_layout
+from nbtune.ui.dashboard_model import DashboardModel
 from nbtune.ui.figures import Figures, summary_html
-from nbtune.ui.model import DashboardModel
 from nbtune.ui.snapshot import Snapshots
 
 __all__ = ["export_html", "report_html"]

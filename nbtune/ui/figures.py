@@ -47,7 +47,7 @@ from nbtune.ui.columns import (
     rect_cols,
     seg_cols,
 )
-from nbtune.ui.model import DISPLAY_STATES, Delta
+from nbtune.ui.dashboard_model import DISPLAY_STATES, Delta
 from nbtune.ui.snapshot import Snapshot
 
 __all__ = ["Figures", "STATE_COLORS", "config_columns", "summary_html", "format_duration"]

@@ -1,6 +1,6 @@
 """GPU lanes for the dashboard: allocation rectangles and utilization segments over time.
 
-Part of :class:`~nbtune.ui.model.DashboardModel`, kept apart because it is
+Part of :class:`~nbtune.ui.dashboard_model.DashboardModel`, kept apart because it is
 its own small state machine: it replays the engine's allocation ledger into
 rectangles stacked inside one lane per GPU (packed trials sit on top of each
 other, a multi-GPU trial has one rectangle per lane) and steps each GPU's

@@ -1,6 +1,6 @@
 """Immutable snapshots of a dashboard: everything an experiment shows, at one instant.
 
-:class:`Snapshots` pulls a :class:`~nbtune.ui.model.DashboardModel` and
+:class:`Snapshots` pulls a :class:`~nbtune.ui.dashboard_model.DashboardModel` and
 folds its deltas (:class:`SnapshotFold`) into whole state; each
 :meth:`Snapshots.take` returns a :class:`Snapshot` that shares nothing
 mutable with the model (tuples and read-only mappings). A view renders a
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from nbtune.ui.model import DashboardModel, Delta, Points, Progress, Rect, Segment
+from nbtune.ui.dashboard_model import DashboardModel, Delta, Points, Progress, Rect, Segment
 
 __all__ = ["Snapshot", "SnapshotFold", "Snapshots"]
 
@@ -57,7 +57,7 @@ def _frozen(p: Points) -> Points:
 
 
 class SnapshotFold:
-    """Whole state from successive deltas of one :class:`~nbtune.ui.model.DashboardModel`."""
+    """Whole state from successive deltas of one :class:`~nbtune.ui.dashboard_model.DashboardModel`."""
 
     def __init__(self, metric: str, mode: str) -> None:
         self.metric, self.mode = metric, mode

@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nbtune.core.resources import GPU, Placement
-from nbtune.workloads.base import Neighbor
 from nbtune.workloads.synthetic import SyntheticWorkload
+from nbtune.workloads.workload_protocol import Neighbor
 
 __all__ = ["InterferenceWorkload", "calibrate"]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from nbtune.core.resources import Demand
 from nbtune.core.space import validate_space
-from nbtune.workloads.base import OverheadModel, WorkloadModel
 from nbtune.workloads.curves import PowerLawCurve, QualityLandscape, hashed_uniform
+from nbtune.workloads.workload_protocol import OverheadModel, WorkloadModel
 
 __all__ = ["SyntheticWorkload"]
 

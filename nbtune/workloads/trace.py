@@ -32,7 +32,7 @@ import pandas as pd
 from nbtune.core.resources import Demand
 from nbtune.core.space import grid
 from nbtune.core.tolerance import EPS
-from nbtune.workloads.base import OverheadModel, WorkloadModel
+from nbtune.workloads.workload_protocol import OverheadModel, WorkloadModel
 
 __all__ = ["TraceTrial", "TraceWorkload"]
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbtune.algorithms.base import BaseAlgorithm
+from nbtune.algorithms.algorithm_protocol import BaseAlgorithm
 from nbtune.core.space import (
     Domain,
     choice,

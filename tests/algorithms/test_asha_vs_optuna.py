@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nbtune.algorithms import ASHA
-from nbtune.algorithms.base import AlgorithmError
+from nbtune.algorithms.algorithm_protocol import AlgorithmError
 from nbtune.core.trial import Decision
 from tests.algorithms.test_asha_vs_ray import SPACE, replay, report_sequences
 

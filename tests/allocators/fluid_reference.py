@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 
-from nbtune.allocators.base import SchedulingView
+from nbtune.allocators.allocator_protocol import SchedulingView
 from nbtune.allocators.fluid import DynamicFluidAllocator, FluidEstimator, StaticFluidAllocator
 from nbtune.core.resources import Placement, width
 from tests.allocators.waterfill_reference import (

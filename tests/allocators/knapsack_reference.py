@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from nbtune.allocators.base import Allocation, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, SchedulingView
 from nbtune.allocators.demand import DemandLookup
 from nbtune.allocators.fluid import FluidEstimator
 from nbtune.allocators.fluid_knapsack import FluidKnapsackAllocator, colocate

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nbtune.allocators.bubble_model import CoLocation, resumptions
-from nbtune.allocators.bubbles import PipelineHost
+from nbtune.allocators.bubbles import PipelineHostModel
 
 times = st.floats(0.01, 5.0)
 counts = st.integers(1, 64)
@@ -49,7 +49,7 @@ def test_the_model_paces_the_pipeline_by_its_most_delayed_stage(p, m, T, data):
     ds = [data.draw(delays) for _ in range(p)]
     ns = [float(data.draw(counts)) for _ in range(p)]
     probes = tuple(CoLocation(fill=0.5, chunk_delay=d) for d in ds)
-    host = PipelineHost(p, m, iteration_time=T, activation_gb=1.0, idle=(0.3,) * p,
+    host = PipelineHostModel(p, m, iteration_time=T, activation_gb=1.0, idle=(0.3,) * p,
                         colocation=probes, resumptions=tuple(ns))
     assert host.gated_iteration_time == pytest.approx(T + max(d * n for d, n in zip(ds, ns, strict=True)),
                                                       rel=1e-9)
@@ -61,9 +61,9 @@ def test_the_model_paces_the_pipeline_by_its_most_delayed_stage(p, m, T, data):
 def test_without_a_measured_delay_or_resumptions_the_ratio_stands():
     ratio = CoLocation(slowdown=0.4, fill=0.5)
     assert ratio.at(1.0, 99) is ratio
-    a = PipelineHost(2, 4, iteration_time=2.0, activation_gb=1.0, colocation=ratio,
+    a = PipelineHostModel(2, 4, iteration_time=2.0, activation_gb=1.0, colocation=ratio,
                      resumptions=(9.0, 13.0))
-    b = PipelineHost(2, 4, iteration_time=2.0, activation_gb=1.0,
+    b = PipelineHostModel(2, 4, iteration_time=2.0, activation_gb=1.0,
                      colocation=CoLocation(slowdown=0.4, fill=0.5, chunk_delay=0.01))
     assert a.gated_iteration_time == pytest.approx(2.8) == b.gated_iteration_time
 
@@ -94,9 +94,9 @@ def test_resumptions_count_starts_after_idling():
 
 def test_bad_resumptions_are_refused():
     with pytest.raises(ValueError, match="resumptions"):
-        PipelineHost(2, 4, resumptions=(1.0,))
+        PipelineHostModel(2, 4, resumptions=(1.0,))
     with pytest.raises(ValueError, match="resumptions"):
-        PipelineHost(2, 4, resumptions=(1.0, -1.0))
+        PipelineHostModel(2, 4, resumptions=(1.0, -1.0))
     with pytest.raises(ValueError, match="chunk_delay"):
         CoLocation(chunk_delay=math.nan)
     with pytest.raises(ValueError, match="held > 0"):

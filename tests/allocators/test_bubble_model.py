@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nbtune.allocators.bubble_model import CoLocation, gated_idle
-from nbtune.allocators.bubbles import BubbleSqueezer, PipelineHost
+from nbtune.allocators.bubbles import BubbleSqueezer, PipelineHostModel
 
 idle_shares = st.floats(0.0, 0.95)
 slowdowns = st.floats(0.0, 3.0)
@@ -19,8 +19,8 @@ stretches = st.floats(0.5, 2.0)
        st.integers(1, 4), st.data())
 def test_no_slowdown_and_fill_equal_to_efficiency_is_the_old_model(p, m, T, eff, iters, data):
     idle = tuple(data.draw(idle_shares) for _ in range(p))
-    old = PipelineHost(p, m, iteration_time=T, activation_gb=1.0, efficiency=eff, idle=idle)
-    new = PipelineHost(p, m, iteration_time=T, activation_gb=1.0, efficiency=eff, idle=idle,
+    old = PipelineHostModel(p, m, iteration_time=T, activation_gb=1.0, efficiency=eff, idle=idle)
+    new = PipelineHostModel(p, m, iteration_time=T, activation_gb=1.0, efficiency=eff, idle=idle,
                        colocation=CoLocation(slowdown=0.0, fill=eff))
     assert new.gated_iteration_time == T
     for s in range(p):
@@ -48,7 +48,7 @@ def test_a_guest_never_progresses_faster_than_its_stage_idles(p, T, data):
     idle = tuple(data.draw(idle_shares) for _ in range(p))
     probes = tuple(CoLocation(data.draw(slowdowns), data.draw(fills), data.draw(stretches))
                    for _ in range(p))
-    host = PipelineHost(p, 4, iteration_time=T, activation_gb=1.0, idle=idle, colocation=probes)
+    host = PipelineHostModel(p, 4, iteration_time=T, activation_gb=1.0, idle=idle, colocation=probes)
     assert host.gated_iteration_time == pytest.approx(T * (1 + max(c.slowdown for c in probes)))
     for s in range(p):
         assert 0.0 <= host.guest_speed(s) <= host.gated_stage_idle(s) <= 1.0
@@ -94,4 +94,4 @@ def test_bad_numbers_are_refused():
     with pytest.raises(ValueError, match="held and gated"):
         CoLocation.measure([], [1.0], held_busy_s=[1.0], gated_busy_s=[1.0], bubble_s=1, progress_s=0)
     with pytest.raises(ValueError, match="one probe per stage"):
-        PipelineHost(2, 4, colocation=(CoLocation(),))
+        PipelineHostModel(2, 4, colocation=(CoLocation(),))

@@ -11,7 +11,7 @@ from nbtune import SimRuntime, grid
 from nbtune.allocators import DynamicFluidAllocator, FifoAllocator
 from nbtune.allocators.bubbles import (
     BubbleSqueezer,
-    PipelineHost,
+    PipelineHostModel,
     stall_oversubscription,
     straggler_gaps,
 )
@@ -21,13 +21,13 @@ from tests.allocators.probed import probed_sim
 
 
 def test_bubble_ratio_is_hydro_formula():
-    assert PipelineHost(4, 8).bubble_ratio == pytest.approx(3 / 11)
-    assert PipelineHost(1, 8).bubble_ratio == 0.0
+    assert PipelineHostModel(4, 8).bubble_ratio == pytest.approx(3 / 11)
+    assert PipelineHostModel(1, 8).bubble_ratio == 0.0
 
 
 @given(st.integers(1, 8), st.integers(1, 32), st.floats(0.1, 10.0), st.integers(1, 5))
 def test_every_stage_idles_the_bubble_ratio_of_each_iteration(p, m, T, iters):
-    host = PipelineHost(p, m, iteration_time=T, activation_gb=1.0)
+    host = PipelineHostModel(p, m, iteration_time=T, activation_gb=1.0)
     for s in range(p):
         ws = host.windows(s, iters * T)
         total = sum(w.end - w.start for w in ws)
@@ -39,7 +39,7 @@ def test_every_stage_idles_the_bubble_ratio_of_each_iteration(p, m, T, iters):
 @given(st.integers(2, 6), st.integers(1, 16), st.floats(0.1, 5.0), st.integers(1, 4), st.data())
 def test_a_host_fed_measured_idle_shares_idles_them_not_the_formula(p, m, T, iters, data):
     idle = tuple(data.draw(st.floats(0.0, 0.95)) for _ in range(p))
-    host = PipelineHost(p, m, iteration_time=T, activation_gb=1.0, efficiency=0.5, idle=idle)
+    host = PipelineHostModel(p, m, iteration_time=T, activation_gb=1.0, efficiency=0.5, idle=idle)
     gpus = host.ephemeral_gpus(0)
     for s in range(p):
         total = sum(w.end - w.start for w in host.windows(s, iters * T))
@@ -49,17 +49,17 @@ def test_a_host_fed_measured_idle_shares_idles_them_not_the_formula(p, m, T, ite
 
 def test_measured_idle_shares_must_be_one_per_stage_and_below_one():
     with pytest.raises(ValueError, match="one fraction"):
-        PipelineHost(2, 4, idle=(0.4,))
+        PipelineHostModel(2, 4, idle=(0.4,))
     with pytest.raises(ValueError, match="one fraction"):
-        PipelineHost(2, 4, idle=(0.4, 1.0))
+        PipelineHostModel(2, 4, idle=(0.4, 1.0))
 
 
 def test_early_stages_have_least_memory_left():
-    host = PipelineHost(4, 8, gpu_memory_gb=80, weights_gb=20, activation_gb=5)
+    host = PipelineHostModel(4, 8, gpu_memory_gb=80, weights_gb=20, activation_gb=5)
     left = [host.memory_left(s) for s in range(4)]
     assert left == [40, 45, 50, 55]
     with pytest.raises(ValueError, match="first stage"):
-        PipelineHost(4, 8, gpu_memory_gb=30, weights_gb=20, activation_gb=5)
+        PipelineHostModel(4, 8, gpu_memory_gb=30, weights_gb=20, activation_gb=5)
 
 
 def test_straggler_gaps_measure_the_barrier_wait():
@@ -76,7 +76,7 @@ def test_stall_oversubscription():
 
 
 def _bubble_run(pausable, memory_gb=2.0, exclusive=1, host=None):
-    host = host or PipelineHost(4, 8, gpus_per_stage=2, efficiency=0.6, activation_gb=4.0)
+    host = host or PipelineHostModel(4, 8, gpus_per_stage=2, efficiency=0.6, activation_gb=4.0)
     cluster = host.extend(ClusterSpec.homogeneous(exclusive))
     wl = SyntheticWorkload({"i": grid(list(range(16)))}, unit_time=10.0,
                            demand=Demand(memory_gb=memory_gb))
@@ -117,7 +117,7 @@ def test_bubbles_go_only_to_pausable_trials_that_fit():
 
 
 def test_wrapping_dynamic_fluid_keeps_bubbles_out_of_its_plan():
-    host = PipelineHost(2, 4, gpus_per_stage=1)
+    host = PipelineHostModel(2, 4, gpus_per_stage=1)
     cluster = host.extend(ClusterSpec.homogeneous(2))
     wl = SyntheticWorkload({"i": grid([0, 1, 2])}, unit_time=lambda c: [1.0, 2.0, 8.0][c["i"]])
     alloc = BubbleSqueezer(DynamicFluidAllocator(c=2, d=2))

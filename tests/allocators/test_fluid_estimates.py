@@ -16,8 +16,8 @@ from nbtune.allocators import DynamicFluidAllocator
 from nbtune.core.resources import GPU, ClusterSpec, Demand
 from nbtune.core.trial import TrialRecord, TrialState
 from nbtune.workloads import SyntheticWorkload
-from nbtune.workloads.base import Neighbor
 from nbtune.workloads.interference import InterferenceWorkload, calibrate
+from nbtune.workloads.workload_protocol import Neighbor
 from tests.allocators.fluid_views import View
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "hydro-artifact"

@@ -23,12 +23,12 @@ from nbtune.allocators import (
     FluidKnapsackAllocator,
     StaticFluidAllocator,
 )
-from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.demand import DemandLookup
 from nbtune.allocators.held_book import HeldBook
 from nbtune.allocators.knapsack import cluster_room
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
-from nbtune.core.overhead import OverheadModel
+from nbtune.core.overhead_model import OverheadModel
 from nbtune.core.resources import GPU, ClusterSpec, Demand, Placement
 from nbtune.core.space import uniform
 from nbtune.core.trial import TrialRecord, TrialSpec, TrialState

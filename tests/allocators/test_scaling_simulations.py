@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nbtune.algorithms import make_algorithm
-from nbtune.allocators.base import Allocation, BaseAllocator, SchedulingView
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.core.events import ResourcesChanged
 from nbtune.core.resources import ClusterSpec, Demand
 from nbtune.core.space import loguniform, uniform

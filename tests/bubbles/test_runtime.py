@@ -17,7 +17,7 @@ import pytest
 import nbtune
 from nbtune.allocators import BubblesAllocator
 from nbtune.bubbles import HostSpec, overlap
-from nbtune.bubbles.runtime import BubbleRuntime
+from nbtune.bubbles.bubble_runtime import BubbleRuntime
 from nbtune.bubbles.timeline import subtract
 from nbtune.core.space import choice
 from nbtune.runtimes.dask.trial_api import Trial

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from nbtune.bubbles import GuestSpec, HostSpec
-from nbtune.bubbles.runtime import BubbleRuntime
+from nbtune.bubbles.bubble_runtime import BubbleRuntime
 from tests.bubbles.test_runtime import tune_on
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

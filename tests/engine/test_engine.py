@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nbtune.allocators.base import Allocation, BaseAllocator
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator
 from nbtune.core import events as ev
 from nbtune.core.commands import Finish, Launch, Pause, Stop
 from nbtune.core.resources import ClusterSpec

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbtune.algorithms.base import BaseAlgorithm
+from nbtune.algorithms.algorithm_protocol import BaseAlgorithm
 from nbtune.core.group import TrialGroup
 from nbtune.core.space import sample_config
 

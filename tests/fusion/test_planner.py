@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nbtune.fusion.memory import MemoryProfile, fusion_limit, measure_peak, profile_memory
-from nbtune.fusion.planner import group_trials, plan_fusion, share_workers, split_group
+from nbtune.fusion.trial_planner import group_trials, plan_fusion, share_workers, split_group
 
 from .steps import wide_mlp_step
 

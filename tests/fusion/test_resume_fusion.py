@@ -40,7 +40,7 @@ def gated_train(config, trial):
 def test_a_fused_run_resumes_fused_from_each_members_checkpoint(tmp_path):
     import nbtune
     from nbtune.core.commands import Launch
-    from nbtune.fusion.trial import run_group
+    from nbtune.fusion.fusion_trial import run_group
     from nbtune.resumption import prepare_resume
     from nbtune.runtimes.dask import DaskRuntime
     from nbtune.store import Store

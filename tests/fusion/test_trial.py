@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nbtune.examples.fusion_digits import train
-from nbtune.fusion.trial import FusionTrial, run_group
+from nbtune.fusion.fusion_trial import FusionTrial, run_group
 
 
 class Recorder:
@@ -107,7 +107,7 @@ def ckpt_train(config, trial, before_step=None):
 
     from nbtune.examples.digits import load_data
     from nbtune.examples.fusion_digits import make_model
-    from nbtune.fusion.trial import as_fusion_trial
+    from nbtune.fusion.fusion_trial import as_fusion_trial
 
     torch.set_num_threads(1)
     trial = as_fusion_trial(trial)

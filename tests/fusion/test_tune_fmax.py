@@ -29,7 +29,7 @@ def wide_train(config, trial):
     import torch.nn.functional as F
     from torch import nn
 
-    from nbtune.fusion.trial import as_fusion_trial
+    from nbtune.fusion.fusion_trial import as_fusion_trial
 
     def make(cfg):
         torch.manual_seed(int(cfg["seed"]))

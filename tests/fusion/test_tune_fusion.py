@@ -93,7 +93,7 @@ def test_sha_pauses_members_and_fuses_the_promoted_again_from_their_checkpoints(
     """SHA pauses every member at its rung (each saves its own checkpoint); the promoted
     ones come back as a new unit, restored slot by slot, and end where uninterrupted
     training of the same configs ends."""
-    from nbtune.fusion.trial import run_group
+    from nbtune.fusion.fusion_trial import run_group
     from tests.fusion.test_trial import Recorder, ckpt_train
 
     space = {"seed": choice([0, 1, 2, 3]), "hidden": choice([16]), "lr": choice([0.3, 0.03]),
@@ -118,7 +118,7 @@ def test_an_idle_worker_takes_half_of_a_running_unit_from_its_checkpoints(runtim
     every trial that completes ends where uninterrupted training ends."""
     import nbtune
     from nbtune.core.commands import Launch
-    from nbtune.fusion.trial import run_group
+    from nbtune.fusion.fusion_trial import run_group
     from tests.dask_cluster import wait_for_budget
     from tests.fusion.test_trial import Recorder, ckpt_train
 

@@ -112,7 +112,7 @@ def gpu_train(config, trial):
 
 def test_tune_places_gpu_trials_into_a_cuda_hosts_bubbles(mps):
     import nbtune
-    from nbtune.bubbles.runtime import BubbleRuntime
+    from nbtune.bubbles.bubble_runtime import BubbleRuntime
     from nbtune.bubbles.timeline import subtract
     from nbtune.core.space import choice
 

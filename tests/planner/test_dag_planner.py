@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nbtune.planner import (
-    Allocation,
     CloudProfile,
     Dag,
     ExperimentSpec,
@@ -19,6 +18,7 @@ from nbtune.planner import (
     NodeKind,
     ScalingProfile,
     Stage,
+    StageAllocation,
     plan,
     simulate,
     static_allocation,
@@ -34,11 +34,11 @@ def test_jct_is_the_hand_computed_critical_path():
     spec = ExperimentSpec((Stage(4, 1), Stage(2, 2), Stage(1, 3)))
     # stage 0: 2 GPUs for 4 trials -> 2 waves of 100 s; stage 1: 2 trials x 1 GPU, 200 s;
     # stage 2: 4 GPUs -> 3 iterations x 30 s; scale 0->1 instance at start (10+5 s)
-    alloc = Allocation((2, 2, 4), (1, 1, 1))
+    alloc = StageAllocation((2, 2, 4), (1, 1, 1))
     p = simulate(spec, alloc, PROFILE, CLOUD)
     assert p.jct == pytest.approx(15 + 200 + 200 + 90)
     # a scale-up before stage 2 adds a blocking SCALE + INIT (15 s) there
-    p2 = simulate(spec, Allocation((2, 2, 8), (1, 1, 2)), PROFILE, CLOUD)
+    p2 = simulate(spec, StageAllocation((2, 2, 8), (1, 1, 2)), PROFILE, CLOUD)
     assert p2.jct == pytest.approx(15 + 200 + 200 + 15 + 3 * 20)
     assert p2.stage_start[2] == pytest.approx(415)
 
@@ -47,10 +47,10 @@ def test_cost_bills_instances_idle_at_barriers_and_the_minimum():
     spec = ExperimentSpec((Stage(2, 1), Stage(1, 1)))
     cloud = CLOUD.with_(provision=Latency(0.0), init=Latency(0.0), price_per_hour=3600.0)
     # 2 instances (8 GPUs) held through stage 0 (4 GPUs/trial: 30 s), one released after
-    p = simulate(spec, Allocation((8, 4), (2, 1)), PROFILE, cloud)
+    p = simulate(spec, StageAllocation((8, 4), (2, 1)), PROFILE, cloud)
     # instance A: 0..60 s (30 + 30 s); instance B: 0..30 s billed 60 s minimum
     assert p.cost == pytest.approx(60 + 60)
-    fn = simulate(spec, Allocation((8, 4), (2, 1)), PROFILE, cloud.with_(billing="function"))
+    fn = simulate(spec, StageAllocation((8, 4), (2, 1)), PROFILE, cloud.with_(billing="function"))
     assert fn.cost == pytest.approx((2 * 30 * 4 + 30 * 4) * 3600 / 4 / 3600)
 
 
@@ -151,10 +151,10 @@ def test_cold_start_is_paid_once_per_new_worker():
     cloud = CLOUD.with_(gpus_per_instance=1, provision=Latency(0.0), init=Latency(0.0))
     # stage 0: two new workers, 2 waves: only each worker's first trial pays the cold start;
     # stage 1 keeps one warm worker; stage 2 adds one new worker: one slot pays again
-    p = simulate(spec, Allocation((2, 1, 2), (2, 1, 2)), prof, cloud)
+    p = simulate(spec, StageAllocation((2, 1, 2), (2, 1, 2)), prof, cloud)
     assert p.stage_end[0] == pytest.approx(7 + 2 * 101)
     assert p.stage_end[1] - p.stage_end[0] == pytest.approx(2 * 101)
     assert p.stage_end[2] - p.stage_end[1] == pytest.approx(7 + 2 * 101)
-    warm = simulate(spec, Allocation((2, 1, 2), (2, 1, 2)),
+    warm = simulate(spec, StageAllocation((2, 1, 2), (2, 1, 2)),
                     ScalingProfile({1: 100.0}, startup_s=1.0), cloud)
     assert p.jct - warm.jct == pytest.approx(14.0)

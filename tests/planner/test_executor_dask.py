@@ -28,11 +28,11 @@ def make_plan(instances=(4, 2, 1)):
     from nbtune.algorithms import SuccessiveHalving
     from nbtune.core.space import uniform
     from nbtune.planner import (
-        Allocation,
         CloudProfile,
         Latency,
         Plan,
         ScalingProfile,
+        StageAllocation,
         simulate,
         spec_from,
         static_allocation,
@@ -44,7 +44,7 @@ def make_plan(instances=(4, 2, 1)):
     profile = ScalingProfile({1: 0.45})
     cloud = CloudProfile("local-worker", 3.6, 1, min_billed_s=0.0,
                          provision=Latency(2.0), init=Latency(1.0))
-    alloc = Allocation(tuple(instances), tuple(instances))
+    alloc = StageAllocation(tuple(instances), tuple(instances))
     static = static_allocation(spec, max(instances), cloud)
     plan = Plan(spec, profile, cloud, 600.0, alloc, simulate(spec, alloc, profile, cloud),
                 simulate(spec, static, profile, cloud), None, max(instances))
@@ -221,7 +221,7 @@ def test_a_process_the_engine_no_longer_runs_keeps_its_worker_busy(tmp_path):
     read-only view of the run driver's state) and must still count that worker as busy."""
     from nbtune.core import events as ev
     from nbtune.core.space import uniform
-    from nbtune.planner.executor import PlanExecutor
+    from nbtune.planner.plan_executor import PlanExecutor
     from nbtune.runtimes.dask import DaskRuntime
     from tests.dask_cluster import wait_for_budget, watched_engine
     from tests.engine.toy import OneShot
@@ -260,7 +260,7 @@ def test_shrinking_past_a_busy_worker_closes_only_the_idle_ones(tmp_path):
     GPUs' workers, retires the idle third, and the cluster's rescale must not close the busy
     fourth (scaled down, a SpecCluster closes its newest workers by name: CI lost a held SHA
     trial's worker so)."""
-    from nbtune.planner.executor import PlanExecutor
+    from nbtune.planner.plan_executor import PlanExecutor
     from nbtune.runtimes.dask import DaskRuntime
 
     cluster = local_cluster()

@@ -8,7 +8,7 @@ import nbtune
 from nbtune.algorithms import Hyperband, SuccessiveHalving
 from nbtune.core.space import uniform
 from nbtune.planner import CloudProfile, ScalingProfile, plan, spec_from
-from nbtune.planner.executor import CostMeter, PlanExecutionError, check_plan_fits
+from nbtune.planner.plan_executor import CostMeter, PlanExecutionError, check_plan_fits
 
 SPACE = {"lr": uniform(0.1, 1.0)}
 CLOUD = CloudProfile("w", 3.6, 1, min_billed_s=10.0)

@@ -13,7 +13,7 @@ from nbtune.core.resources import ClusterSpec
 from nbtune.core.space import uniform
 from nbtune.planner import CloudProfile, ScalingProfile, plan, spec_from
 from nbtune.planner.allocator import PlannedAllocator
-from nbtune.planner.dag import Allocation
+from nbtune.planner.dag import StageAllocation
 from nbtune.planner.placement import co_located, hosts_of, min_hosts, try_make_space
 from nbtune.planner.spec import ExperimentSpec, Stage
 
@@ -102,7 +102,7 @@ def _two_stage_plan():
                              max_budget=4, eta=4)
     base = plan(spec_from(algo), ScalingProfile({1: 1.0}), cloud, 1000.0, max_instances=2)
     spec = ExperimentSpec((Stage(8, 1), Stage(2, 3)))
-    return dataclasses.replace(base, spec=spec, allocation=Allocation.elastic((8, 8), cloud))
+    return dataclasses.replace(base, spec=spec, allocation=StageAllocation.elastic((8, 8), cloud))
 
 
 def test_planned_allocator_moves_a_straggler_to_co_locate_the_next_stage():

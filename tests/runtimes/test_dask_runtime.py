@@ -16,7 +16,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from nbtune.allocators.base import Allocation, BaseAllocator
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator
 from nbtune.core import events as ev
 from nbtune.core.space import uniform
 from nbtune.core.trial import TrialState

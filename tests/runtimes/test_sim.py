@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nbtune.allocators.base import Allocation, BaseAllocator
+from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator
 from nbtune.allocators.fifo import FifoAllocator
 from nbtune.core import events as ev
 from nbtune.core.resources import ClusterSpec
@@ -152,7 +152,7 @@ def test_hydro_trace_replay_under_fifo_reproduces_the_measured_makespan():
     """Ray Tune ran these 50 trials one per GPU on 4 GPUs in 3962 s (Hydro artifact)."""
     wl = TraceWorkload.hydro_ray_trials(TRACE, launch_overhead=4.4)
 
-    from nbtune.algorithms.base import BaseAlgorithm
+    from nbtune.algorithms.algorithm_protocol import BaseAlgorithm
     from nbtune.core.space import grid_configs
 
     class InOrder(BaseAlgorithm):

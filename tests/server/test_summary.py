@@ -110,7 +110,7 @@ def test_a_diverged_trial_is_never_best_and_the_reply_is_strict_json(tmp_path: P
 
 def test_trials_are_counted_ended_over_total_as_nbtune_ls_does(tmp_path: Path) -> None:
     """The sidebar once showed running/total ("0/24") where `nbtune ls` shows ended/total."""
-    from nbtune.cli.store import _trial_counts
+    from nbtune.cli.store_commands import _trial_counts
     from nbtune.core.trial import TrialState
 
     finished_run(tmp_path, "done")

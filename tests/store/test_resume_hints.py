@@ -10,7 +10,7 @@ on a run that was fine). In the event, it is stored and replayed like any fact.
 from __future__ import annotations
 
 from nbtune.allocators import FifoAllocator
-from nbtune.allocators.base import Allocation
+from nbtune.allocators.allocator_protocol import Allocation
 from nbtune.core import events as ev
 from nbtune.core.commands import Launch
 from nbtune.core.resources import ClusterSpec

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nbtune.fusion import FusedStepLR, FusionError, fuse
-from nbtune.fusion.trial import FusionTrial
+from nbtune.fusion.fusion_trial import FusionTrial
 from nbtune.surrogate import build, shrink
 
 from .models import MLP, cnn

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from nbtune.core.space import choice, loguniform, uniform
 from nbtune.ui import analysis as an
-from nbtune.ui.model import DashboardModel, Points
+from nbtune.ui.dashboard_model import DashboardModel, Points
 from nbtune.ui.snapshot import Snapshots
 from tests.ui.conftest import SPACE, experiment, run
 

@@ -193,8 +193,8 @@ def test_bad_options_are_refused():
 def test_figures_switch_to_measured_utilization():
     from nbtune.core.resources import ClusterSpec
     from nbtune.engine.engine import Engine
+    from nbtune.ui.dashboard_model import DashboardModel
     from nbtune.ui.figures import Figures
-    from nbtune.ui.model import DashboardModel
     from nbtune.ui.snapshot import Snapshots
     from tests.engine.toy import OneShot
     from tests.ui.conftest import SPACE

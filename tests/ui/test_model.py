@@ -13,7 +13,7 @@ from nbtune.core import events as ev
 from nbtune.core.resources import ClusterSpec
 from nbtune.core.trial import TrialState
 from nbtune.engine.engine import Engine
-from nbtune.ui.model import DISPLAY_STATES, DashboardModel, Delta
+from nbtune.ui.dashboard_model import DISPLAY_STATES, DashboardModel, Delta
 from tests.engine.toy import OneShot
 from tests.ui.conftest import SPACE, experiment, run
 
@@ -241,7 +241,7 @@ def test_close_stops_listening():
 
 def test_a_planned_runs_bill_shows_live_in_the_header():
     from nbtune.planner import CloudProfile
-    from nbtune.planner.executor import CostMeter
+    from nbtune.planner.plan_executor import CostMeter
     from nbtune.ui.figures import summary_html
 
     exp = experiment("random", trials=4, max_budget=3, gpus=2)

@@ -25,8 +25,8 @@ from nbtune.core import events as ev
 from nbtune.core.clock import ManualClock
 from nbtune.core.resources import ClusterSpec
 from nbtune.engine.engine import Engine
+from nbtune.ui.dashboard_model import DashboardModel
 from nbtune.ui.figures import Figures
-from nbtune.ui.model import DashboardModel
 from nbtune.ui.snapshot import Snapshots
 from tests.engine.toy import OneShot
 from tests.ui.conftest import SPACE, experiment
@@ -272,7 +272,7 @@ def test_a_view_never_reads_an_engine_held_inside_handle(attach, monkeypatch):
     """The engine's thread sits inside ``handle`` far longer than any view waits (a slow
     algorithm callback); the view's thread, pulling all the while, must read nothing of
     the engine's state, and once the engine goes on, the view shows it whole."""
-    monkeypatch.setattr("nbtune.ui.model.SYNC_EVERY", 3600.0)  # every copy is one asked for
+    monkeypatch.setattr("nbtune.ui.dashboard_model.SYNC_EVERY", 3600.0)  # every copy is one asked for
     algo = Holding(SPACE, metric="loss", max_budget=5, num_trials=4, seed=0, hold_at=2.0)
     checked = ThreadCheckedEngine(Engine(algo))
     rt = EngineThread(checked)

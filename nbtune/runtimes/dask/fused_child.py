@@ -5,7 +5,7 @@ The job of a fused run (:mod:`.fused_job`) lists its members. Each gets its own
 restore) over a :class:`MemberChannel`: what a member sends carries ``"m"`` (its trial id)
 so the driver files it under that trial, and control messages addressed to one member
 (``"m"``) reach only it (a stop for one member slices it out of the fused model, see
-:meth:`nbtune.fusion.trial.FusionTrial.report`); control without ``"m"`` reaches all.
+:meth:`nbtune.fusion.fusion_trial.FusionTrial.report`); control without ``"m"`` reaches all.
 
 The unit's peak memory rides on its reports (``"mem"``, bytes, sent whenever it grew):
 ``torch.cuda.max_memory_allocated`` on a GPU, the process's peak resident set on a CPU
@@ -85,7 +85,7 @@ class MemberChannel:
 
 def run_fused(fn: Any, job: dict[str, Any], channel: Any) -> Any:
     """Run ``fn(config, FusionTrial)`` for the job's members; returns the FusionTrial."""
-    from nbtune.fusion.trial import FusionTrial, resume_step
+    from nbtune.fusion.fusion_trial import FusionTrial, resume_step
     from nbtune.runtimes.dask.trial_api import Trial
 
     members = job["members"]

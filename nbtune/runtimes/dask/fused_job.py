@@ -5,7 +5,7 @@ as one Launch per member, all with the same ``unit`` in one batch. Here they bec
 run: one job whose ``members`` list holds each member's trial id, config and checkpoint
 to resume from; the trial process (:mod:`.fused_child`) builds one
 :class:`~nbtune.runtimes.dask.trial_api.Trial` per member and hands the user's
-``train(config, trial)`` a :class:`nbtune.fusion.trial.FusionTrial` over them.
+``train(config, trial)`` a :class:`nbtune.fusion.fusion_trial.FusionTrial` over them.
 
 Each member reports as its own trial (its messages carry ``"m"``: its trial id), so the
 engine and the algorithm decide per member. A Stop or Pause for one member becomes a

@@ -97,7 +97,7 @@ class Run:
 def job_hints(engine: Any) -> dict[str, Any]:
     """What a trial process is told of its algorithm: may it wait at a rung (``hold``), and
     after reporting which budgets it waits for the verdict (``verdicts``, see
-    :attr:`~nbtune.algorithms.base.BaseAlgorithm.stop_budgets`)."""
+    :attr:`~nbtune.algorithms.algorithm_protocol.BaseAlgorithm.stop_budgets`)."""
     algo = getattr(engine, "algorithm", None)
     return {"hold": bool(algo and algo.waits_at_rungs),
             "verdicts": [float(b) for b in getattr(algo, "stop_budgets", ())]}

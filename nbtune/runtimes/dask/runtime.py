@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from nbtune.core import events as ev
-from nbtune.runtimes.base import check_trainable
 from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask import worker_setup as ws
 from nbtune.runtimes.dask.cluster import Inventory, close_cluster, connect, listen_all, unlisten_all
@@ -48,6 +47,7 @@ from nbtune.runtimes.dask.membership import Membership
 from nbtune.runtimes.dask.runs import Run, WallClock, check_memory_limit, check_timeout
 from nbtune.runtimes.dask.trainable import check_signature, pickled
 from nbtune.runtimes.dask.worker_setup import tolerate_lost_workers as tolerant
+from nbtune.runtimes.runtime_protocol import check_trainable
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine

@@ -1,7 +1,10 @@
 """``nbtune demo``: a real tuning job on a local Dask cluster, or (``--sim``) a simulated one.
 
 The real job is :func:`nbtune.demo.run_demo`; the simulated one tunes
-:func:`demo_workload` with Hyperband on the discrete-event simulator.
+:func:`demo_workload` with Hyperband on the discrete-event simulator. The real job's
+flags are checked here, before anything starts, so that an error names the flag as the
+user typed it; the library function takes plain arguments and checks them by their own
+names.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import argparse
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from nbtune.cli.format import cluster_text, outcome_rows, table, utilization_row
@@ -54,33 +58,59 @@ def cmd_demo(args: argparse.Namespace) -> int:
         args.allocator = args.allocator or "fifo"
         args.max_budget = 27 if args.max_budget is None else args.max_budget
         return _cmd_demo_sim(args)
-    for opt in ("store", "report"):
-        if getattr(args, opt) is not None and not str(getattr(args, opt)).strip():
-            print(f"nbtune demo: error: --{opt} must not be empty", file=sys.stderr)
-            return 2
     return _cmd_demo_real(args)
 
 
-#: the command line's flag for each ``run_demo`` parameter an error can name
-_FLAGS = {"workers": "--gpus (local workers)", "trials": "--trials", "algorithm": "--algorithm",
-          "allocator": "--allocator", "report": "--report"}
+def _real_demo_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``run_demo``'s arguments from the command line's flags, with the real demo's defaults."""
+    return {
+        "trials": 48 if args.trials is None else args.trials,
+        "max_budget": 27 if args.max_budget is None else args.max_budget,
+        "workers": 2 if args.gpus is None else args.gpus,
+        "algorithm": args.algorithm or "asha", "allocator": args.allocator or "waterfill",
+        "seed": args.seed, "store": args.store, "report": args.report,
+    }
+
+
+def _real_demo_flag_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the real demo's flags, named as the user wrote them, or None.
+
+    Checked before anything starts (no store is opened, no cluster started), so a typo
+    costs nothing; :func:`nbtune.demo.run_demo` checks the same values again by its
+    own parameter names, for callers that are not the command line.
+    """
+    from nbtune.algorithms import ALGORITHMS
+    from nbtune.allocators import ALLOCATORS
+
+    for flag in ("store", "report"):
+        value = getattr(args, flag)
+        if value is not None and not str(value).strip():
+            return f"--{flag} must not be empty"
+    opts = _real_demo_options(args)
+    if opts["workers"] < 1:
+        return f"--gpus (local workers) must be >= 1, got {opts['workers']}"
+    if opts["trials"] < 1:
+        return f"--trials must be >= 1, got {opts['trials']}"
+    if opts["algorithm"] not in ALGORITHMS:
+        return (f"--algorithm {opts['algorithm']!r} is unknown; choose one of "
+                f"{sorted(ALGORITHMS)}")
+    if opts["allocator"] not in ALLOCATORS:
+        return (f"--allocator {opts['allocator']!r} is unknown; choose one of "
+                f"{sorted(ALLOCATORS)}")
+    if args.report is not None and Path(args.report).suffix.lower() not in (".html", ".htm"):
+        return f"--report must name an .html file, got {str(Path(args.report))!r}"
+    return None
 
 
 def _cmd_demo_real(args: argparse.Namespace) -> int:
-    from nbtune.demo import DemoOptionError, run_demo  # lazy: Dask and torch when it runs
+    problem = _real_demo_flag_error(args)
+    if problem is not None:
+        print(f"nbtune demo: error: {problem}", file=sys.stderr)
+        return 2
+    from nbtune.demo import run_demo  # lazy: Dask and torch when it runs
 
     try:
-        res = run_demo(
-            trials=48 if args.trials is None else args.trials,
-            max_budget=27 if args.max_budget is None else args.max_budget,
-            workers=2 if args.gpus is None else args.gpus,
-            algorithm=args.algorithm or "asha", allocator=args.allocator or "waterfill",
-            seed=args.seed, store=args.store, report=args.report, out=sys.stdout,
-        )
-    except DemoOptionError as exc:  # named as the user wrote it
-        print(f"nbtune demo: error: {_FLAGS.get(exc.option, exc.option)} {exc.problem}",
-              file=sys.stderr)
-        return 2
+        res = run_demo(**_real_demo_options(args), out=sys.stdout)
     except ValueError as exc:  # a bad option tune() refuses (a bad budget)
         print(f"nbtune demo: error: {exc}", file=sys.stderr)
         return 2

@@ -44,7 +44,7 @@ from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.roles import is_target
 from nbtune.core.trial import TrialRecord, TrialState, ended_of_total
 from nbtune.experiment import error_line
-from nbtune.runtimes.base import Runtime
+from nbtune.runtimes.runtime_protocol import Runtime
 from nbtune.ui.delta import Delta, Points, Progress
 from nbtune.ui.lanes import Lanes, Rect, Segment
 

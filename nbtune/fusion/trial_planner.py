@@ -25,8 +25,12 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class TrialGroup:
-    """Trials that can fuse: same shape-changing hyperparameters."""
+class ShapeGroup:
+    """Trials that can fuse: same shape-changing hyperparameters (a shape group).
+
+    Not an algorithm's :class:`nbtune.core.group.TrialGroup`: this one only says which
+    of the configs given to :func:`group_trials` may share one fused model.
+    """
 
     key: tuple[tuple[str, Hashable], ...]
     trials: tuple[int, ...]  # indices into the configs given to group_trials
@@ -47,13 +51,13 @@ class FusedUnit:
 
 @dataclass
 class FusionPlan:
-    groups: list[TrialGroup]
+    groups: list[ShapeGroup]
     workers: list[int]  # workers per group
     units: list[FusedUnit] = field(default_factory=list)
 
 
 def group_trials(configs: Sequence[Mapping[str, Any]], shape_keys: Sequence[str],
-                 batch_key: str | None = "batch_size") -> list[TrialGroup]:
+                 batch_key: str | None = "batch_size") -> list[ShapeGroup]:
     """Split configs into fusible groups by the values of ``shape_keys`` (first-seen order)."""
     if batch_key is not None and batch_key not in shape_keys:
         shape_keys = [*shape_keys, batch_key]
@@ -67,7 +71,7 @@ def group_trials(configs: Sequence[Mapping[str, Any]], shape_keys: Sequence[str]
     out = []
     for key, trials in groups.items():
         bs = int(dict(key)[batch_key]) if batch_key is not None else 1
-        out.append(TrialGroup(key, tuple(trials), bs))
+        out.append(ShapeGroup(key, tuple(trials), bs))
     return out
 
 
@@ -75,7 +79,7 @@ def _hashable(v: Any) -> Hashable:
     return tuple(v) if isinstance(v, list) else v
 
 
-def share_workers(groups: Sequence[TrialGroup], workers: int,
+def share_workers(groups: Sequence[ShapeGroup], workers: int,
                   weighting: str = "paper") -> list[int]:
     """Workers per group, proportional to weight (largest remainder), each group >= 1 when
     there are enough workers; when there are fewer workers than groups, the heaviest groups

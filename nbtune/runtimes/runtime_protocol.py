@@ -68,7 +68,7 @@ def check_trainable(trainable: Any, runtime: Runtime | type) -> None:
     A runtime with a virtual clock runs workload models (it has no code to
     run); the others run training functions ``train(config, trial)``.
     """
-    from nbtune.workloads.base import WorkloadModel  # a lower layer, on demand
+    from nbtune.workloads.workload_protocol import WorkloadModel  # a lower layer, on demand
 
     model = isinstance(trainable, WorkloadModel)
     what = type(trainable).__name__

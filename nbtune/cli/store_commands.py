@@ -1,6 +1,6 @@
 """``nbtune ls`` and ``nbtune show``: a store's experiments from the command line.
 
-``resume`` runs in :mod:`nbtune.cli.resume`; the parsers are built in
+``resume`` runs in :mod:`nbtune.cli.resume_command`; the parsers are built in
 :mod:`nbtune.cli`, the printing done by :mod:`nbtune.cli.format`.
 
 What ``optuna studies``/``optuna trials``/``optuna best-trial`` give Optuna users

@@ -3,7 +3,7 @@
 :func:`nbtune.resumption.prepare_resume` rebuilds and replays the experiment first,
 so every mistake (a finished experiment, a trainable that cannot be imported or
 does not fit the runtime, an algorithm that replays differently) is reported
-before a cluster starts; then a :class:`nbtune.progress.ProgressPrinter`
+before a cluster starts; then a :class:`nbtune.console.ProgressPrinter`
 subscribes to the replayed engine *before* the runtime starts, since the
 simulator runs the whole rest of the experiment inside ``start``.
 """
@@ -79,8 +79,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace, st: Any) -> int:
     from nbtune.build import check_trainable, runtime_class
+    from nbtune.console import ProgressPrinter
     from nbtune.core.trial import TrialState
-    from nbtune.progress import ProgressPrinter
     from nbtune.resumption import prepare_resume
     from nbtune.store import ExperimentFinishedError, ResumeError
 

@@ -1,10 +1,21 @@
-"""Plain-text live progress for scripts and CI logs: one line per trial event.
+"""The console printers: what a script or a CI log sees of a run, in plain text.
 
-No curses, no carriage returns: every line stands alone, so the output reads
-the same in a terminal, a pipe and a CI log. :class:`ProgressPrinter` is an
-engine subscriber (``engine.subscribe``); it runs on the runtime's driver
-thread right after each ``Engine.handle`` call, when the engine's state is
-consistent, and only reads it.
+Two printers, for the two ways a script watches an experiment; neither uses curses
+or carriage returns, so every line stands alone and reads the same in a terminal,
+a pipe and a CI log.
+
+* :class:`ProgressPrinter`, one line per trial event (``nbtune demo``, ``nbtune
+  resume``). It is an engine subscriber (``engine.subscribe``); it runs on the
+  runtime's driver thread right after each ``Engine.handle`` call, when the
+  engine's state is consistent, and only reads it.
+* :func:`wait_with_progress`, ``Experiment.wait`` in a script: a status line every
+  few seconds, and what Ctrl-C leaves. A notebook shows the dashboard; a terminal
+  shows nothing unless asked, and a long ``exp.wait()`` that prints nothing looks
+  hung (Ray Tune prints a status table, Optuna a progress bar). It prints one
+  self-contained line at most every ``every`` seconds from a read-only look at the
+  engine, and on Ctrl-C says what happens next before the interrupt goes on: the
+  experiment keeps running in the background (``exp.stop()`` ends it), and a stored
+  run that dies with its process continues with ``nbtune resume``.
 """
 
 from __future__ import annotations
@@ -16,11 +27,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from nbtune.core import events as ev
+from nbtune.core.best import best_index
 from nbtune.core.commands import Command, Launch, Stop
 from nbtune.core.tolerance import EPS
-from nbtune.core.trial import TrialState
+from nbtune.core.trial import TrialState, ended_of_total
 
-__all__ = ["ProgressPrinter"]
+__all__ = ["ProgressPrinter", "wait_with_progress", "status_line", "progress_default"]
 
 
 class ProgressPrinter:
@@ -133,3 +145,61 @@ class ProgressPrinter:
             b = pick(scored, key=lambda t: t.best)
             best = f", best {b.best:.4f} (trial {b.trial_id})"
         return f"running {running}, started {started}{total}, done {done}{best}"
+
+
+def progress_default() -> bool:
+    """Print progress by default in a terminal, never in a notebook (it has the dashboard).
+
+    A kernel has IPython loaded; a script that has not is not in one, and is
+    not made to import it here: ``exp.wait()`` blocks at once, so that a
+    Ctrl-C finds it waiting instead of inside an import.
+    """
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    if get_ipython is not None and getattr(get_ipython(), "kernel", None) is not None:
+        return False
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+def status_line(exp: Any, elapsed: float) -> str:
+    """``[  12s] name: running, 14/64 ended, 2 running, 1 in error, best loss 0.123 (trial 7)``."""
+    eng = exp.engine
+    trials = list(eng.trials.values())  # a copy: the driver thread may add trials meanwhile
+    states = [t.state for t in trials]
+    total = getattr(eng.algorithm, "num_trials", None)
+    parts = [f"[{elapsed:6.0f}s] {exp.name}: {exp.state}",
+             f"{ended_of_total(states, total, eng.done)} ended",
+             f"{sum(s is TrialState.RUNNING for s in states)} running"]
+    errors = sum(s is TrialState.ERROR for s in states)
+    if errors:
+        parts.append(f"{errors} in error")
+    i = best_index([(t.best, t.budget_used) for t in trials], eng.mode)
+    if i is not None:
+        parts.append(f"best {eng.metric} {trials[i].best:.4g} (trial {trials[i].trial_id})")
+    return ", ".join(parts)
+
+
+def wait_with_progress(exp: Any, timeout: float | None, every: float,
+                       out: TextIO | None = None) -> bool:
+    """Wait for ``exp`` (or ``timeout`` s), printing :func:`status_line` every ``every`` s.
+
+    Returns whether the runtime finished. A KeyboardInterrupt is passed on
+    after one line saying that the experiment goes on.
+    """
+    out = out or sys.stderr
+    t0 = time.monotonic()
+    deadline = None if timeout is None else t0 + timeout
+    try:
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            step = every if left is None else max(min(every, left), 0.0)
+            if exp.runtime.wait(step):
+                print(status_line(exp, time.monotonic() - t0), file=out, flush=True)
+                return True
+            if left is not None and left <= step:
+                return False
+            print(status_line(exp, time.monotonic() - t0), file=out, flush=True)
+    except KeyboardInterrupt:
+        print(f"nbtune: interrupted the wait; {exp.name!r} goes on in the background "
+              "(exp.stop() stops it; a stored run whose process ends continues with "
+              "`nbtune resume`)", file=out, flush=True)
+        raise

@@ -31,8 +31,8 @@ import torch
 from torch import nn
 
 from .checkpoint import member_checkpoint, restore_members
+from .fused_model import FusedModel, fuse
 from .loss import fused_loss
-from .model import FusedModel, fuse
 from .optim import FusedOptimizer, fused_optimizer
 
 

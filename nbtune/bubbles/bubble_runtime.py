@@ -47,8 +47,7 @@ from typing import Any, ClassVar
 import pandas as pd
 
 from nbtune.allocators.bubble_model import CoLocation
-from nbtune.allocators.bubbles import IdleWindow
-from nbtune.allocators.bubbles import PipelineHost as BubbleModel
+from nbtune.allocators.bubbles import IdleWindow, PipelineHostModel
 from nbtune.bubbles.calibrate import LiveProbe, probe_spec
 from nbtune.bubbles.guest import GuestSpec
 from nbtune.bubbles.guest_trial import trial_worker
@@ -192,7 +191,7 @@ class BubbleRuntime:
         return self.host.run
 
     # ------------------------------------------------------------ measurements
-    def what_if(self) -> BubbleModel:
+    def what_if(self) -> PipelineHostModel:
         """The simulator's model of this host, calibrated by the start-up probe: its
         ``gated_iteration_time`` (slowdown), ``guest_speed`` (fill of the bubbles),
         ``windows``; ``dataclasses.replace`` it with another configuration's no-guest

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nbtune.core.overhead import OverheadModel
+from nbtune.core.overhead_model import OverheadModel
 from nbtune.core.resources import GPU, Demand, Placement
 
 __all__ = ["WorkloadModel", "OverheadModel", "Neighbor"]

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import fx, nn
 
-from .base import FusedOp
+from .fused_op import FusedOp
 from .ops_conv import FusedConv
 from .ops_linear import FusedEmbedding, FusedLinear
 from .ops_norm import FusedBatchNorm, FusedLayerNorm
