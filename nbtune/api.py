@@ -274,8 +274,11 @@ def tune(
     hooks = {} if executor is None else _executor_hooks(executor)
     recipe = None
     if isinstance(algorithm, str | type) and scaling is None and plan is None and not f_max:
-        recipe = Recipe(algorithm, dict(algorithm_options), seed, num_trials, min_budget,
-                        max_budget, allocator, dict(allocator_options or {}))
+        from nbtune.store.registration import effective_algorithm_options
+
+        recipe = Recipe(algorithm, effective_algorithm_options(engine.algorithm, algorithm_options),
+                        seed, num_trials, min_budget, max_budget, allocator,
+                        dict(allocator_options or {}))
     return build_experiment(name, engine, rt, trainable, store=st, record=record, created=True,
                             recipe=recipe, **hooks)
 

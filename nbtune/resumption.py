@@ -26,6 +26,7 @@ from nbtune.store.recorder import Recorder
 from nbtune.store.registration import runtime_checkpoints
 from nbtune.store.resume import (
     ExperimentFinishedError,
+    algorithm_options,
     rebuild_algorithm,
     rebuild_allocator,
     rebuild_trainable,
@@ -78,7 +79,7 @@ def recipe_of(row: ExperimentRow) -> Recipe | None:
             or (row.run_options or {}).get("scaling") is not None):
         return None
     algorithm: Any = import_ref(row.algorithm) if ":" in row.algorithm else row.algorithm
-    return Recipe(algorithm, dict(from_jsonable(row.algorithm_options)), row.seed,
+    return Recipe(algorithm, algorithm_options(row), row.seed,
                   row.num_trials, row.min_budget, row.max_budget, row.allocator,
                   dict(from_jsonable(row.allocator_options)))
 

@@ -3,22 +3,27 @@
 Rungs sit at ``min_budget * eta**k`` (then ``max_budget``). Two variants, as
 in Syne Tune (``type=``):
 
-* ``"stopping"`` (the default, Ray Tune's ``ASHAScheduler``): every trial is
-  launched for ``max_budget`` and trains on past the rungs; when it reaches
-  rung ``k`` it is stopped unless it is in the top ``1/eta`` of what that
-  rung has seen so far (Ray's rule: stop when its loss is above the
-  ``100/eta`` percentile of the losses recorded there before it, so the
-  first trial at a rung always goes on), then its result joins the rung's.
-  Nothing is paused or relaunched, so a training loop needs no checkpoint.
-  The rungs below ``max_budget`` are :attr:`ASHA.stop_budgets`: a runtime
-  lets the trial wait there for the verdict, so a stopped trial trains no
-  unit past its rung (Ray's function trainables block in ``report`` alike).
-  ``stop_rule="rank"`` judges by Li et al.'s promotion rule instead: the
-  trial goes on when it is in the top ``floor(n/eta)`` of the ``n`` results
-  at the rung, its own included, and while ``n < eta`` only when it is the
-  best so far (Optuna's ``SuccessiveHalvingPruner``, decision for decision).
-  Stricter at small ``n``, so it trains fewer epochs than Ray's rule (the
-  comparison is in benchmarks/RESULTS.md, "asha_rules").
+* ``"stopping"`` (the default, as Ray Tune's ``ASHAScheduler`` and Optuna's
+  pruners run): every trial is launched for ``max_budget`` and trains on
+  past the rungs; at rung ``k`` a stop rule judges it, then its result joins
+  the rung's. Nothing is paused or relaunched, so a training loop needs no
+  checkpoint. The rungs below ``max_budget`` are :attr:`ASHA.stop_budgets`:
+  a runtime lets the trial wait there for the verdict, so a stopped trial
+  trains no unit past its rung (Ray's function trainables block in
+  ``report`` alike). Two stop rules:
+
+  - ``stop_rule="rank"`` (the default): Li et al.'s promotion rule applied
+    as each trial arrives: the trial goes on when it is in the top
+    ``floor(n/eta)`` of the ``n`` results at the rung, its own included, and
+    while ``n < eta`` only when it is the best so far (Optuna's
+    ``SuccessiveHalvingPruner``, decision for decision);
+  - ``stop_rule="ray"``: Ray Tune's rule, decision for decision: stop when
+    its loss is above the ``100/eta`` percentile of the losses recorded at
+    the rung before it, so the first trial at a rung always goes on.
+
+  ``rank`` is stricter at small ``n``: on three workloads it trained fewer
+  epochs for a final best within 0.005 of ``ray``'s, which is why it is the
+  default (benchmarks/asha_rules.py measures it).
 * ``"promotion"`` (Li et al.'s Algorithm 2): every trial trains to its
   rung's budget and pauses. Whenever a slot frees up, :meth:`ASHA.ask`
   first looks for a promotion — from the highest rung down, a paused trial
@@ -166,7 +171,7 @@ class ASHA(BaseAlgorithm):
     ``eta=3`` and ``max_budget=27``: 27), so a plain ``tune(...)`` call runs.
 
     See the module docstring for the two variants and ``stop_rule`` (stopping
-    mode's verdict at a rung: ``"ray"``, the default, or ``"rank"``). When ``num_trials``
+    mode's verdict at a rung: ``"rank"``, the default, or ``"ray"``). When ``num_trials``
     configs exist and nothing runs any more (and, with promotions, nothing
     can be promoted), the paused leftovers are retired (see
     :meth:`pop_retired`) and :attr:`finished` becomes True, so the experiment
@@ -177,7 +182,7 @@ class ASHA(BaseAlgorithm):
     waits_at_rungs = True
 
     def __init__(self, space: Mapping[str, Any], *, eta: float = 3, type: str = "stopping",
-                 stop_rule: str = "ray", **kwargs: Any) -> None:
+                 stop_rule: str = "rank", **kwargs: Any) -> None:
         super().__init__(space, **kwargs)
         if type not in ASHA_TYPES:
             raise AlgorithmError(

@@ -16,7 +16,7 @@ from nbtune.store.recorder import Recorder
 from nbtune.store.serialize import SerializationError, dump_space, import_ref, to_jsonable
 from nbtune.store.store import Store
 
-__all__ = ["start_recording", "runtime_checkpoints", "trainable_ref"]
+__all__ = ["start_recording", "runtime_checkpoints", "trainable_ref", "effective_algorithm_options"]
 
 _COMMON = ("space", "metric", "mode", "max_budget", "min_budget", "num_trials", "seed")
 
@@ -33,6 +33,16 @@ def _describe(spec: Any, options: Mapping[str, Any] | None) -> tuple[str, Any]:
         return name, to_jsonable(dict(options or {}))
     except SerializationError:
         return name, None
+
+
+def effective_algorithm_options(algorithm: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` plus what ``algorithm`` took by default where a later default may differ
+    (ASHA's ``stop_rule``), so that a run rebuilt from them decides as this one did."""
+    out = dict(options)
+    rule = getattr(getattr(algorithm, "inner", algorithm), "stop_rule", None)
+    if rule is not None:
+        out.setdefault("stop_rule", rule)
+    return out
 
 
 def trainable_ref(trainable: Any) -> str | None:
@@ -76,7 +86,8 @@ def start_recording(
     # a wrapper (tune(scaling=S)'s EagerTransfer, in run_options) records what it wraps
     algo = getattr(engine.algorithm, "inner", engine.algorithm)
     # the common options are stored as columns, taken from the algorithm itself
-    alg_name, alg_opts = _describe(algorithm, {k: v for k, v in (algorithm_options or {}).items()
+    options = effective_algorithm_options(algo, algorithm_options or {})
+    alg_name, alg_opts = _describe(algorithm, {k: v for k, v in options.items()
                                                if k not in _COMMON})
     alloc_name, alloc_opts = _describe(allocator, allocator_options)
     store.create_experiment(

@@ -30,6 +30,7 @@ from nbtune.store.serialize import from_jsonable, import_ref, load_space
 from nbtune.store.store import command_payload
 
 __all__ = ["RestartableEngine", "replay", "rebuild_algorithm", "rebuild_allocator",
+           "algorithm_options",
            "rebuild_trainable", "ResumeError", "ExperimentFinishedError"]
 
 
@@ -87,7 +88,24 @@ def rebuild_algorithm(row: ExperimentRow, given: Any = None) -> BaseAlgorithm:
         )
     spec: Any = import_ref(row.algorithm) if ":" in row.algorithm else row.algorithm
     return make_algorithm(spec, space, **base, min_budget=row.min_budget,
-                          **from_jsonable(row.algorithm_options))
+                          **algorithm_options(row))
+
+
+#: stop rules of runs recorded before the effective one was stored: ASHA's default then
+_RECORDED_WITHOUT_STOP_RULE = "ray"
+
+
+def algorithm_options(row: ExperimentRow) -> dict[str, Any]:
+    """The stored options that rebuild ``row``'s algorithm as it ran.
+
+    Runs record ASHA's effective ``stop_rule``; a run of ASHA or BOHB recorded
+    before they did ran under ``"ray"``, the default then, and is rebuilt so,
+    not under today's default.
+    """
+    options = dict(from_jsonable(row.algorithm_options or {}))
+    if row.algorithm in ("asha", "bohb") and "stop_rule" not in options:
+        options["stop_rule"] = _RECORDED_WITHOUT_STOP_RULE
+    return options
 
 
 def rebuild_allocator(row: ExperimentRow, given: Any = None) -> BaseAllocator:

@@ -1,4 +1,4 @@
-"""ASHA in stopping mode decides as Ray Tune's ``ASHAScheduler`` on any sequence of reports.
+"""ASHA's ``stop_rule="ray"`` decides as Ray Tune's ``ASHAScheduler`` on any sequence of reports.
 
 A rule that counts the trial's own result in the rung's percentile keeps one
 rank more at every rung, and so trains more epochs than the peers for the
@@ -109,14 +109,14 @@ def replay(eta: int, max_t: int, curves: list[list[float]], picks: list[int],
 def test_every_stop_decision_is_rays(seq, mode) -> None:
     eta, max_t, curves, picks = seq
     for tid, step, ours, theirs in replay(eta, max_t, curves, picks, RayRule(1, max_t, eta),
-                                          mode):
+                                          mode, stop_rule="ray"):
         assert ours == theirs, (tid, step, ours, theirs)
 
 
 def test_a_trial_is_judged_against_the_rung_before_its_own_result() -> None:
     """Three trials at rung 1 scored 1, 2, 3 (loss): a fourth at 1.8 is above Ray's cutoff
     (1 + 2/3) and stops; counting its own result made 1.8 the cutoff, and it went on."""
-    algo = ASHA(SPACE, metric="loss", max_budget=9, num_trials=4, eta=3, seed=0)
+    algo = ASHA(SPACE, metric="loss", max_budget=9, num_trials=4, eta=3, seed=0, stop_rule="ray")
     algo.ask(4)
     assert [algo.on_report(t, 1.0, {"loss": v}) for t, v in enumerate([1.0, 2.0, 3.0])] == [
         Decision.CONTINUE, Decision.STOP, Decision.STOP]
@@ -147,8 +147,9 @@ def test_every_stop_decision_is_ray_tunes_own(seq, mode) -> None:
 
     eta, max_t, curves, picks = seq
     exact = RayRule(1, max_t, eta)  # replayed alongside: which decisions were exact ties
-    replay(eta, max_t, curves, picks, exact, mode)
-    for tid, step, ours, theirs in replay(eta, max_t, curves, picks, Bracket(max_t, eta), mode):
+    replay(eta, max_t, curves, picks, exact, mode, stop_rule="ray")
+    for tid, step, ours, theirs in replay(eta, max_t, curves, picks, Bracket(max_t, eta), mode,
+                                          stop_rule="ray"):
         assert ours == theirs or (tid, step) in exact.ties, (tid, step, ours, theirs)
 
 

@@ -13,7 +13,7 @@ bookkeeping spread over the allocators; a changed decision, a share off by one
 ulp, or a different accrual order changes a hash.
 
 Re-recorded on purpose (the commits that did say why): ASHA/BOHB for Ray's
-stopping rule; the knapsack runs, as the profiler counts a busy GPU before a
+stopping rule, and again when ASHA's default became the ``rank`` rule; the knapsack runs, as the profiler counts a busy GPU before a
 trial's first report as its demand but skips a CPU stand-in's start-up (the refine
 run is at oversubscription 1.3, where its swaps still change a decision); two knapsack
 runs when the simulator began handing events closer than EPS to the engine in one call
@@ -144,24 +144,24 @@ RUNS: dict[str, Callable[[], Experiment]] = {
 # Dask's workers sample NVML), and auto packs by the GPU room those samples measure (a
 # quarter-GPU model: room 4) before its probe.
 EXPECTED: dict[str, tuple[str, str]] = {
-    'auto-packs': ('a8206673696b23d4', '68644cdee09563fb'),
-    'auto-stays-fifo': ('4526094f49fe159b', 'fc925c56060825bb'),
+    'auto-packs': ('2e196f108192e9f2', '6f99f30263ede3e8'),
+    'auto-stays-fifo': ('a211767787552620', 'f03e0a6742859f83'),
     'fill-fifo-sha': ('4087826aec620a0b', '23a0a94c161509c8'),
     'fill-fifo-sha-9': ('bdff2c0f8876cb44', 'c395e58179aa601a'),
-    'fifo-asha': ('00faf64f42d2b556', 'aa3ab4df284ec36c'),
-    'fifo-bohb': ('8094b64f95609561', 'f5595f86bcf9d2c9'),
-    'fluid+knapsack-asha': ('367e28db4fa35ccf', '5d24fe88990adc8d'),
+    'fifo-asha': ('fff3a57ab8dde52b', '95df8ab1a71633df'),
+    'fifo-bohb': ('ac47ff8e7b3eb40b', '8544b2ea398b79ba'),
+    'fluid+knapsack-asha': ('71c86b5df2a907bf', '1731c623f0bb8a7c'),
     'fluid+knapsack-changes': ('0c5a3c5699b9673e', '0725b2e326f996a7'),
     'knapsack-ff': ('ae77a7e36045f36c', '58e50feffd4eec7a'),
-    'knapsack-ffd-asha': ('b773c5c8e3ad51da', '0da9c7578aa6489e'),
+    'knapsack-ffd-asha': ('73f40a008f5c3caf', 'ab2d9f966e0513fd'),
     'knapsack-refine': ('7e1019a955fb79d7', '3cef169ddc8bc266'),
     'knapsack-wf-random': ('2170c017a9e464b1', '3cef169ddc8bc266'),
-    'knapsack-wfd-asha': ('3fca455e63d735be', 'f328dd46074e7624'),
+    'knapsack-wfd-asha': ('96af09bf7bb8b582', '0a15073e6cf60ff7'),
     'knapsack-wfd-mixed': ('65ef465934953e6b', 'ad314b09738e6ffa'),
-    'waterfill-asha-c3': ('de1a4e2f3a22a9a0', '2292ed4ed3200547'),
+    'waterfill-asha-c3': ('db6313f41e196250', '9addfedd5140d7d5'),
     'waterfill-hyperband-changes': ('dd5e61d53b3eaad2', '3a7d801e6d471814'),
     'waterfill-random-c3-d1': ('90a78a34dc58404d', '69e1d4925a8141a8'),
-    'waterfill-static-asha': ('c642d1fac0adc3b3', '8d24be50b3f329f2'),
+    'waterfill-static-asha': ('508de686b00b5f42', '6b00936d4d74f522'),
 }
 
 

@@ -25,9 +25,11 @@ def workload(**kw):
     return SyntheticWorkload(SPACE, unit_time=10.0, **kw)
 
 
-@pytest.mark.parametrize("algorithm,kw", [("random", {"num_trials": 10}),
-                                          ("asha", {"num_trials": 16, "eta": 3})])
-def test_tune_with_a_store_writes_what_the_experiment_shows(tmp_path, algorithm, kw):
+@pytest.mark.parametrize("algorithm,kw,effective", [
+    ("random", {"num_trials": 10}, {}),
+    ("asha", {"num_trials": 16, "eta": 3}, {"stop_rule": "rank"}),  # the default, recorded
+])
+def test_tune_with_a_store_writes_what_the_experiment_shows(tmp_path, algorithm, kw, effective):
     exp = nbtune.tune(workload(failure_rate=0.2), algorithm=algorithm, metric="loss",
                       max_budget=9, runtime=SimRuntime(cluster=3), store=tmp_path / "s.db",
                       name="e2e", seed=1, max_failures=1, **kw)
@@ -40,7 +42,8 @@ def test_tune_with_a_store_writes_what_the_experiment_shows(tmp_path, algorithm,
     row = st.experiment("e2e")
     assert (row.state, row.algorithm, row.seed, row.max_failures) == ("done", algorithm, 1, 1)
     assert row.time == pytest.approx(exp.engine.time)
-    assert row.algorithm_options == {k: v for k, v in kw.items() if k != "num_trials"}
+    assert row.algorithm_options == {**{k: v for k, v in kw.items() if k != "num_trials"},
+                                     **effective}
 
 
 def test_without_a_seed_one_is_drawn_and_stored(tmp_path):

@@ -241,6 +241,25 @@ def test_asha_resumes_without_rerunning_completed_trials(tmp_path):
     assert all(TrialState(s).is_terminal for s in exp.results()["state"])
 
 
+def test_asha_resumes_under_the_stop_rule_it_ran_with(tmp_path):
+    from nbtune.store.resume import algorithm_options, rebuild_algorithm
+
+    st = Store(tmp_path / "r.db")
+    crash(WL, st, "ray", 40, "asha", num_trials=12, max_budget=9, stop_rule="ray")
+    crash(WL, st, "default", 40, "asha", num_trials=12, max_budget=9)
+    # the effective rule is recorded, also where the default chose it
+    assert algorithm_options(st.experiment("ray"))["stop_rule"] == "ray"
+    assert algorithm_options(st.experiment("default"))["stop_rule"] == "rank"
+    assert rebuild_algorithm(st.experiment("default")).stop_rule == "rank"
+    exp = nbtune.resume("ray", store=st, trainable=WL, runtime=SimRuntime(cluster=2),
+                        validate=True)
+    assert exp.engine.algorithm.stop_rule == "ray" and exp.done
+    # a run recorded before the rule was stored ran under the default of then
+    old = st.experiment("default")
+    old.algorithm_options = {}
+    assert rebuild_algorithm(old).stop_rule == "ray"
+
+
 # ---------------------------------------------------------------- bad input
 def test_unknown_names_list_what_the_store_holds(tmp_path):
     st = Store(tmp_path / "u.db")
