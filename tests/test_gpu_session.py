@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -148,9 +149,12 @@ def test_the_pytest_summary_says_what_ran_first_and_what_an_interrupt_left_not_r
     env = {**session_env(tmp_path), "NBTUNE_PYTEST_JSON": str(out),
            "NBTUNE_PYTEST_FIRST": "test_e nothing_matches test_b",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    # SIGINT as an interactive shell leaves it: a background job of a script (`make test &`)
+    # starts with it ignored, and Python then raises no KeyboardInterrupt for test_d's signal
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "-p", "benchmarks._pytest_json", "test_some.py"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120, env=env)
+                       capture_output=True, text=True, timeout=120, env=env,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.returncode == 2, p.stdout  # interrupted
     got = read(out)
     f = got["figures"]
