@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nbtune.allocators.allocator_protocol import SchedulingView
-from nbtune.allocators.profiling import Profile, is_profile_store, profile_for
+from nbtune.allocators.profiling import Profile, ProfileLookup, is_profile_store, profile_for
 from nbtune.core.resources import Demand
 
 __all__ = ["DEFAULT_DEMAND", "DemandLookup", "trial_demand", "expected_runtime",
@@ -54,9 +54,12 @@ def trial_demand(
     trial_id: int,
     config: Mapping[str, Any],
     default: Demand = DEFAULT_DEMAND,
+    lookup: ProfileLookup | None = None,
 ) -> Demand:
-    """The trial's demand from the first hint source that knows it, else ``default``."""
-    prof = _profile(view, config)
+    """The trial's demand from the first hint source that knows it, else ``default``
+    (``lookup`` finds the profile by trial, remembering its signature)."""
+    prof = (_profile(view, config) if lookup is None
+            else lookup(view.hints.get("profiles"), trial_id, config))
     if prof is not None:
         return _valid(prof.demand, trial_id, 'hints["profiles"]')
     model = view.hints.get("workload")
@@ -110,18 +113,21 @@ class DemandLookup:
     A simulator's workload model is deterministic, so a trial's demand is
     remembered for as long as its config is unchanged (PBT may hand a trial
     new hyperparameters) and the model is the same object. A profile store
-    can learn at any time, so with ``hints["profiles"]`` every call asks again.
+    can learn at any time, so with ``hints["profiles"]`` every call asks again
+    (remembering only the trial's signature).
     """
 
     def __init__(self, default: Demand = DEFAULT_DEMAND) -> None:
         self.default = default
         self._model: Any = None
         self._memo: dict[int, tuple[Mapping[str, Any], Demand]] = {}
+        self._profiles = ProfileLookup()
+        self._checked: dict[int, tuple[Profile, Demand]] = {}  # id(profile) -> its demand
 
     def __call__(self, view: SchedulingView, trial_id: int, config: Mapping[str, Any]) -> Demand:
         hints = view.hints
         if hints.get("profiles") is not None:
-            return trial_demand(view, trial_id, config, self.default)
+            return trial_demand(view, trial_id, config, self.default, self._profiles)
         model = hints.get("workload")
         if model is not self._model:
             self._model, self._memo = model, {}
@@ -137,7 +143,7 @@ class DemandLookup:
         trial = view.trial
         hints = view.hints
         if hints.get("profiles") is not None:
-            return [trial_demand(view, tid, trial(tid).config, self.default) for tid in trial_ids]
+            return self._from_profiles(view, trial_ids)
         model = hints.get("workload")
         if model is not self._model:
             self._model, self._memo = model, {}
@@ -152,4 +158,26 @@ class DemandLookup:
             d = trial_demand(view, tid, config, self.default)
             memo[tid] = (config, d)
             out.append(d)
+        return out
+
+    def _from_profiles(self, view: SchedulingView, trial_ids: Iterable[int]) -> list[Demand]:
+        """:meth:`many` with a profile store: :func:`trial_demand` per trial, each profile's
+        demand validated once (a profile is immutable; the store hands out new ones)."""
+        trial, store, lookup, default = view.trial, view.hints["profiles"], self._profiles, \
+            self.default
+        checked = self._checked
+        out = []
+        for tid in trial_ids:
+            config = trial(tid).config
+            prof = lookup(store, tid, config)
+            if prof is not None:
+                hit = checked.get(id(prof))
+                if hit is not None and hit[0] is prof:
+                    out.append(hit[1])
+                    continue
+                d = _valid(prof.demand, tid, 'hints["profiles"]')
+                checked[id(prof)] = (prof, d)
+                out.append(d)
+            else:
+                out.append(trial_demand(view, tid, config, default, lookup))
         return out

@@ -36,7 +36,7 @@ from typing import Any
 from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.fluid_estimator import FluidEstimator, with_hints
 from nbtune.allocators.held_book import HeldBook
-from nbtune.allocators.profiling import MeasuredLimits, Profile, ProfileStore
+from nbtune.allocators.profiling import MeasuredLimits, Profile, ProfileLookup, ProfileStore
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
 from nbtune.core.resources import Placement, width
 from nbtune.core.tolerance import EPS as _TOL
@@ -97,6 +97,7 @@ class StaticFluidAllocator(BaseAllocator):
         self.resize_overhead = float(resize_overhead)
         self.profiles = profiles
         self.signature_keys = None if signature_keys is None else list(signature_keys)
+        self._profile_lookup = ProfileLookup(self.signature_keys)  # the estimators' memory
 
     @classmethod
     def from_profile(cls, profile: Profile, **kwargs: Any) -> StaticFluidAllocator:
@@ -141,7 +142,7 @@ class StaticFluidAllocator(BaseAllocator):
         if self.profiles is not None and "profiles" not in view.hints:
             view = with_hints(view, {**view.hints, "profiles": self.profiles})
         return FluidEstimator(view, alpha=self.alpha, beta=self.beta,
-                              signature_keys=self.signature_keys)
+                              signature_keys=self.signature_keys, lookup=self._profile_lookup)
 
     def _caps(self, view: SchedulingView) -> dict[int, float]:
         ids = [g.gpu_id for g in view.cluster.gpus]

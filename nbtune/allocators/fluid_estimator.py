@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from nbtune.allocators.allocator_protocol import SchedulingView
-from nbtune.allocators.profiling import Profile, ProfileStore, is_profile_store, profile_for
+from nbtune.allocators.profiling import Profile, ProfileLookup, ProfileStore, is_profile_store
 from nbtune.core.overhead_model import OverheadModel
 from nbtune.core.resources import Placement, width
 from nbtune.core.tolerance import EPS as _TOL
@@ -36,6 +36,7 @@ class FluidEstimator:
         alpha: float | None = None,
         beta: float | None = None,
         signature_keys: Iterable[str] | None = None,
+        lookup: ProfileLookup | None = None,
     ) -> None:
         self.view = view
         self.fixed = None if alpha is None and beta is None else OverheadModel(alpha or 1.0,
@@ -45,17 +46,31 @@ class FluidEstimator:
         self.workload = hints.get("workload")
         store = hints.get("profiles")
         self.store: ProfileStore | None = store if is_profile_store(store) else None
+        # an allocator keeps one lookup across its calls: it remembers the trials' signatures
+        self._lookup = ProfileLookup(self.keys) if lookup is None else lookup
+        self._profiles: dict[int, Profile | None] = {}  # this call's lookups, one per trial
         self._h1: dict[int, float] = {}
         self._oh: dict[int, OverheadModel] = {}
+        # one object per distinct model: trials whose models are equal share one, so that
+        # the factor caches (keyed by the model's identity) and :meth:`runtimes`' one-model
+        # path see how few models there are, not one per trial
+        self._models: dict[OverheadModel, OverheadModel] = {}
         self._factors: dict[tuple[int, float], float] = {}  # (id of a model in _oh, w)
         # the workload prior's methods, looked up once (this runs per trial per decision)
         self._wl_overhead = getattr(self.workload, "overhead", None)
         self._wl_unit_time = getattr(self.workload, "unit_time", None)
 
     def _profile(self, tid: int) -> Profile | None:
-        if self.store is None:
+        """The store's profile of the trial's model (:func:`profile_for`), looked up once."""
+        store = self.store
+        if store is None:
             return None
-        return profile_for(self.store, self.view.trial(tid).config, self.keys)
+        try:
+            return self._profiles[tid]
+        except KeyError:
+            pass
+        prof = self._profiles[tid] = self._lookup(store, tid, self.view.trial(tid).config)
+        return prof
 
     def overhead(self, tid: int) -> OverheadModel:
         oh = self._oh.get(tid)
@@ -69,7 +84,7 @@ class FluidEstimator:
                 oh = self._wl_overhead(self.view.trial(tid).config)
             else:
                 oh = OverheadModel()
-            self._oh[tid] = oh
+            oh = self._oh[tid] = self._models.setdefault(oh, oh)
         return oh
 
     def unit_time(self, tid: int) -> float | None:
@@ -120,7 +135,7 @@ class FluidEstimator:
         """
         view = self.view
         trial_of, seen_of, running, now = view.trial, view.unit_time, view.running, view.time
-        ohs, overhead, unit = self._oh, self.overhead, self._unit
+        ohs, overhead, unit, models = self._oh, self.overhead, self._unit, self._models
         # without a profile store, :meth:`overhead` and :meth:`_unit` reduce to the fixed
         # model or the workload prior's, spelled out here on the trial fetched once
         plain = self.store is None
@@ -135,9 +150,10 @@ class FluidEstimator:
                 if not plain:
                     oh = overhead(tid)
                 else:
-                    oh = ohs[tid] = (fixed if fixed is not None else
-                                     wl_overhead(t.config) if wl_overhead is not None else
-                                     OverheadModel())
+                    oh = (fixed if fixed is not None else
+                          wl_overhead(t.config) if wl_overhead is not None else
+                          OverheadModel())
+                    oh = ohs[tid] = models.setdefault(oh, oh)
             if seen is not None and seen[0] > 0 and seen[1] > 0:
                 u = seen[0] / oh.factor(seen[1])
                 known.append(u)

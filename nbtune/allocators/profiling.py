@@ -28,7 +28,7 @@ __all__ = [
     "marginal_benefit", "packing_limit", "fit_alpha", "fit_beta", "scaling_limit",
     "interpolate_latency", "sample_iterations", "model_signature", "Profile",
     "ProfileStore", "InMemoryProfileStore", "profile_from_measurements", "MeasuredLimits",
-    "profile_for", "is_profile_store",
+    "profile_for", "is_profile_store", "store_signature", "ProfileLookup",
 ]
 
 
@@ -303,12 +303,43 @@ def profile_for(store: Any, config: Mapping[str, Any],
     """
     if store is None or not is_profile_store(store):
         return None
+    sig = store_signature(store, config, keys)
+    return None if sig is None else store.get(sig)
+
+
+def store_signature(store: ProfileStore, config: Mapping[str, Any],
+                    keys: Iterable[str] | None = None) -> str | None:
+    """The signature ``store`` files ``config``'s model under (None: a config without a key),
+    as :func:`profile_for` asks it."""
     own = getattr(store, "signature", None)
     try:
-        sig = own(config) if callable(own) else model_signature(config, keys)
+        return own(config) if callable(own) else model_signature(config, keys)
     except KeyError:
         return None
-    return store.get(sig)
+
+
+class ProfileLookup:
+    """:func:`profile_for` by trial, for allocators that ask about every live trial on every call.
+
+    A trial's signature is remembered while its config and the store are the
+    same objects (PBT may hand a trial a new config); the profile itself is
+    asked of the store each time, since a store learns as the run goes.
+    """
+
+    def __init__(self, keys: Iterable[str] | None = None) -> None:
+        self.keys = None if keys is None else list(keys)
+        self._signatures: dict[int, tuple[Any, Mapping[str, Any], str | None]] = {}
+
+    def __call__(self, store: Any, trial_id: int, config: Mapping[str, Any]) -> Profile | None:
+        if store is None or not is_profile_store(store):
+            return None
+        hit = self._signatures.get(trial_id)
+        if hit is not None and hit[0] is store and hit[1] is config:
+            sig = hit[2]
+        else:
+            sig = store_signature(store, config, self.keys)
+            self._signatures[trial_id] = (store, config, sig)
+        return None if sig is None else store.get(sig)
 
 
 class MeasuredLimits:

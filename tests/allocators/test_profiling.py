@@ -158,3 +158,42 @@ def test_alpha_from_the_measured_resnet18_packing():
                          for _, r in mps.iterrows()}
     alpha = fit_alpha(times)
     assert 1.2 < alpha < 1.3
+
+
+def test_the_profile_lookup_asks_the_store_each_time_and_follows_a_new_config():
+    from nbtune.allocators.demand import DemandLookup
+    from nbtune.allocators.profiling import ProfileLookup
+    from nbtune.core.resources import Demand
+
+    store = InMemoryProfileStore()
+    lookup = ProfileLookup(["arch"])
+    cfg = {"arch": "a", "lr": 0.1}
+    assert lookup(store, 7, cfg) is None  # nothing measured yet
+    store.put(Profile(model_signature(cfg, ["arch"]), unit_time=2.0))
+    assert lookup(store, 7, cfg).unit_time == 2.0  # the store learnt: asked again
+    store.put(Profile(model_signature(cfg, ["arch"]), unit_time=3.0))
+    assert lookup(store, 7, cfg).unit_time == 3.0
+    new = {"arch": "b", "lr": 0.1}  # PBT handed trial 7 another model
+    assert lookup(store, 7, new) is None
+    assert lookup(store, 7, {"lr": 0.1}) is None  # no key: no profile
+    assert lookup(None, 7, cfg) is None and lookup(object(), 7, cfg) is None
+
+    class Hints:
+        def __init__(self, trials):
+            self.hints = {"profiles": store}
+            self._trials = trials
+
+        def trial(self, tid):
+            return self._trials[tid]
+
+    sig = model_signature({"arch": "x"}, None)
+    store.put(Profile(sig, demand=Demand(0.5, 3.0)))
+    view = Hints({1: TrialRecord(1, {"arch": "x"}), 2: TrialRecord(2, {"unmeasured": 1.5})})
+    demands = DemandLookup()
+    assert demands.many(view, [1, 2]) == [Demand(0.5, 3.0), Demand()]
+    store.put(Profile(sig, demand=Demand(0.25, 1.0)))  # a new measurement
+    assert demands.many(view, [1, 2]) == [Demand(0.25, 1.0), Demand()]
+    assert demands(view, 1, view.trial(1).config) == Demand(0.25, 1.0)
+    store.put(Profile(sig, demand=Demand(2.0, -1.0)))  # a bad profile is still refused
+    with pytest.raises(ValueError, match="invalid"):
+        demands.many(view, [1])
