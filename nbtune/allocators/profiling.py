@@ -19,6 +19,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
 from nbtune.core.overhead_model import OverheadModel
@@ -197,8 +198,9 @@ class Profile:
     #: measured ε: seconds a resize cost a trial (None: never resized)
     resize_cost: float | None = None
 
-    @property
+    @cached_property
     def overhead(self) -> OverheadModel:
+        """The overhead model of α and β, one object per profile (allocators ask per trial)."""
         return OverheadModel(self.alpha, self.beta)
 
     @property
