@@ -11,13 +11,13 @@ runtime, or a contract test with no runtime at all.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from nbtune.core.group import TrialGroup
-from nbtune.core.space import validate_space
+from nbtune.core.space import Domain, sample_config, validate_space
 from nbtune.core.tolerance import EPS
 from nbtune.core.trial import Decision, TrialSpec, TrialState
 
@@ -33,6 +33,11 @@ class BaseAlgorithm:
 
     ``mode="min"`` means lower metric values are better. Internally every
     algorithm ranks by :meth:`loss` (lower is better) so both modes share code.
+
+    ``points_to_evaluate`` (Ray Tune's name; Optuna's ``enqueue_trial``): configurations to
+    try first, in order, before anything is sampled. A point may leave hyperparameters out;
+    those are sampled. Every algorithm that samples configurations draws them through
+    :meth:`draw_config`.
     """
 
     #: registry name, e.g. ``"asha"``
@@ -53,6 +58,7 @@ class BaseAlgorithm:
         num_trials: int | None = None,
         min_budget: float = 1.0,
         seed: int | None = None,
+        points_to_evaluate: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         self.space = validate_space(space)
         if mode not in ("min", "max"):
@@ -81,6 +87,8 @@ class BaseAlgorithm:
         self.history: dict[int, dict[float, float]] = {}
         self.configs: dict[int, dict[str, Any]] = {}
         self.ended: dict[int, TrialState] = {}
+        #: configurations still to try before sampling (see the class docstring)
+        self.points_to_evaluate = _check_points(self.space, points_to_evaluate)
 
     # ----------------------------------------------------------------- helpers
     def loss(self, value: float) -> float:
@@ -100,6 +108,16 @@ class BaseAlgorithm:
             TrialSpec(s.trial_id, s.config, s.budget, s.restore_from, gid) for s in specs
         ]
         return TrialGroup(gid, specs)
+
+    def draw_config(self) -> dict[str, Any]:
+        """The next configuration to try: the next of ``points_to_evaluate`` (what it leaves
+        out sampled), else one sampled from the space."""
+        if not self.points_to_evaluate:
+            return sample_config(self.space, self.rng)
+        point = self.points_to_evaluate.pop(0)
+        rest = {k: v for k, v in self.space.items() if k not in point}
+        drawn = sample_config(rest, self.rng) if rest else {}
+        return {k: point[k] if k in point else drawn[k] for k in self.space}
 
     def new_spec(self, config: dict[str, Any], budget: float) -> TrialSpec:
         tid = self.new_trial_id()
@@ -187,3 +205,30 @@ class BaseAlgorithm:
     def finished(self) -> bool:
         """True once the algorithm will never return more work."""
         raise NotImplementedError
+
+
+def _check_points(space: Mapping[str, Any],
+                  points: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    """``points_to_evaluate`` as a list of dicts, each value inside its hyperparameter's domain."""
+    if points is None:
+        return []
+    if isinstance(points, Mapping) or not isinstance(points, Sequence):
+        raise AlgorithmError("points_to_evaluate must be a list of configurations "
+                             "(dicts of hyperparameter values)")
+    out = []
+    for i, point in enumerate(points):
+        if not isinstance(point, Mapping):
+            raise AlgorithmError(f"points_to_evaluate[{i}] must be a dict of hyperparameter "
+                                 f"values, got {type(point).__name__}")
+        unknown = sorted(set(point) - set(space))
+        if unknown:
+            raise AlgorithmError(f"points_to_evaluate[{i}] names {unknown}, which the search "
+                                 f"space does not have (it has {sorted(space)})")
+        for k, v in point.items():
+            dom = space[k]
+            ok = dom.contains(v) if isinstance(dom, Domain) else v == dom
+            if not ok:
+                raise AlgorithmError(f"points_to_evaluate[{i}][{k!r}] = {v!r} is outside the "
+                                     f"search space ({dom!r})")
+        out.append(dict(point))
+    return out

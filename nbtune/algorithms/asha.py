@@ -55,7 +55,6 @@ from nbtune.algorithms._common import (
 )
 from nbtune.algorithms.algorithm_protocol import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
-from nbtune.core.space import sample_config
 from nbtune.core.trial import Decision, TrialSpec, TrialState
 
 __all__ = ["ASHA", "promotable", "asha_keeps", "asha_keeps_ranked", "rank_keeps_ranked",
@@ -217,7 +216,7 @@ class ASHA(BaseAlgorithm):
 
     # ---------------------------------------------------------------- hooks
     def sample_new_config(self) -> dict[str, Any]:
-        return sample_config(self.space, self.rng)
+        return self.draw_config()
 
     def observe(self, trial_id: int, budget: float, loss: float) -> None:
         """A trial finished a rung at ``budget`` with ``loss`` (model-based subclasses learn)."""

@@ -30,7 +30,7 @@ from nbtune.algorithms._common import EPS, check_fraction, decode, encode
 from nbtune.algorithms.algorithm_protocol import AlgorithmError
 from nbtune.algorithms.asha import ASHA
 from nbtune.algorithms.hyperband import Hyperband
-from nbtune.core.space import numeric_domains, sample_config
+from nbtune.core.space import numeric_domains
 
 __all__ = ["KDEModel", "BOHB", "SyncBOHB", "kde_logpdf"]
 
@@ -169,10 +169,13 @@ class _BOHBSampling:
         self.sample_sources: list[str] = []
 
     def sample_new_config(self) -> dict[str, Any]:
+        if self.points_to_evaluate:  # the user's points come before the model's
+            self.sample_sources.append("given")
+            return self.draw_config()
         u = self.model.propose(self.rng)
         if u is None:
             self.sample_sources.append("random")
-            return sample_config(self.space, self.rng)
+            return self.draw_config()
         self.sample_sources.append("model")
         return decode(self.domains, self.space, u)
 

@@ -44,6 +44,9 @@ class GridSearch(BaseAlgorithm):
                 "grid search needs at least one grid([...]) domain in the space; "
                 "use algorithm='random' to sample the other domains"
             )
+        if self.points_to_evaluate:
+            raise AlgorithmError("grid search tries its grid: points_to_evaluate is for the "
+                                 "algorithms that sample (random, asha, hyperband, bohb, ...)")
         self.grid_size = sum(1 for _ in grid_configs(self.space))
         self._issued = False
 

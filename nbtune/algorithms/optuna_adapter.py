@@ -115,6 +115,9 @@ class OptunaSearch(BaseAlgorithm):
             sampler=self.sampler,
             pruner=pruner if pruner is not None else optuna.pruners.NopPruner(),
         )
+        for point in self.points_to_evaluate:  # Optuna's own queue: its sampler skips them
+            self.study.enqueue_trial(self._params(point))
+        self.points_to_evaluate = []
         self._pruning = pruner is not None
         self._otrials: dict[int, Any] = {}
         self._last_value: dict[int, float] = {}
@@ -139,6 +142,16 @@ class OptunaSearch(BaseAlgorithm):
                 ) from exc
             return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
         raise AlgorithmError(f"unknown sampler {sampler!r}: use 'tpe', 'cmaes', 'random' or an instance")
+
+    def _params(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Optuna's parameters for (part of) a configuration: :meth:`_config` backwards."""
+        out = {}
+        for k, v in config.items():
+            dom = self.space[k]
+            if not isinstance(dom, Domain):
+                continue
+            out[k] = dom.index(v) if k in self._decode and isinstance(dom, Choice) else v
+        return out
 
     def _config(self, params: Mapping[str, Any]) -> dict[str, Any]:
         cfg: dict[str, Any] = {}

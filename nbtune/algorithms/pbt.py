@@ -29,7 +29,7 @@ from typing import Any
 from nbtune.algorithms._common import EPS, check_fraction, rank_key
 from nbtune.algorithms.algorithm_protocol import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
-from nbtune.core.space import Choice, Domain, RandInt, sample_config
+from nbtune.core.space import Choice, Domain, RandInt
 from nbtune.core.trial import Decision, TrialSpec, TrialState
 
 __all__ = ["PBT", "perturb"]
@@ -169,7 +169,7 @@ class PBT(BaseAlgorithm):
         """New members first (the population must exist to compare), then the laggards."""
         specs: list[TrialSpec] = []
         while len(specs) < max_trials and self.budget_ok():
-            spec = self.new_spec(sample_config(self.space, self.rng), self.next_boundary(0.0))
+            spec = self.new_spec(self.draw_config(), self.next_boundary(0.0))
             specs.append(spec)
             self._active.add(spec.trial_id)
         for t in sorted(self._paused, key=lambda t: (self.checkpoint[t], t)):

@@ -12,7 +12,6 @@ from typing import Any
 
 from nbtune.algorithms.algorithm_protocol import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
-from nbtune.core.space import sample_config
 
 __all__ = ["RandomSearch"]
 
@@ -39,7 +38,7 @@ class RandomSearch(BaseAlgorithm):
         self._issued = True
         assert self.num_trials is not None
         specs = [
-            self.new_spec(sample_config(self.space, self.rng), self.max_budget)
+            self.new_spec(self.draw_config(), self.max_budget)
             for _ in range(self.num_trials)
         ]
         return [self.new_group(specs)]

@@ -26,7 +26,6 @@ from nbtune.algorithms._common import (
 )
 from nbtune.algorithms.algorithm_protocol import AlgorithmError, BaseAlgorithm
 from nbtune.core.group import TrialGroup
-from nbtune.core.space import sample_config
 from nbtune.core.trial import TrialSpec, TrialState
 
 __all__ = ["Bracket", "BracketAlgorithm", "SuccessiveHalving", "halving_sizes"]
@@ -158,7 +157,7 @@ class BracketAlgorithm(BaseAlgorithm):
 
     # ---------------------------------------------------------------- hooks
     def sample_new_config(self) -> dict[str, Any]:
-        return sample_config(self.space, self.rng)
+        return self.draw_config()
 
     def observe(self, trial_id: int, budget: float, loss: float) -> None:
         """A trial finished a rung at ``budget`` with ``loss`` (model-based subclasses learn)."""

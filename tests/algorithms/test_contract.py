@@ -98,3 +98,46 @@ def test_missing_metric_does_not_stall(name: str) -> None:
     algo = build(name, max_budget=9, num_trials=10, seed=0, metric="accuracy")
     Driver(algo, slots=3, report_as="loss").run()
     assert algo.finished
+
+
+#: two configurations a user asks to try first: one whole, one leaving three out
+POINTS = [
+    {"lr": 0.01, "batch_size": 32, "depth": 3, "momentum": 0.9, "dropout": 0.1, "width": 1.0,
+     "epochs_const": 7},
+    {"lr": 0.002, "batch_size": 64, "momentum": 0.8},
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_points_to_evaluate_come_first_in_order(name: str) -> None:
+    """Ray Tune's ``points_to_evaluate`` / Optuna's ``enqueue_trial``: the given
+    configurations are the first trials, in order, what a point leaves out drawn from
+    the space; a grid search refuses them (it tries its grid)."""
+    if name == "grid":
+        with pytest.raises(AlgorithmError, match="grid search tries its grid"):
+            build(name, max_budget=9, num_trials=20, seed=0, points_to_evaluate=POINTS)
+        return
+    algo = build(name, max_budget=9, num_trials=20, seed=0, points_to_evaluate=POINTS)
+    run = Driver(algo, slots=4).run()
+    first: dict[int, dict[str, Any]] = {}  # (trial id, config items, budget, restore_from)
+    for tid, items, _, _ in run.specs:
+        first.setdefault(tid, dict(items))  # a trial's first spec: later ones continue it
+    configs = [first[0], first[1]]
+    assert configs[0] == POINTS[0]
+    assert {k: configs[1][k] for k in POINTS[1]} == POINTS[1]
+    for k, dom in MIXED_SPACE.items():  # the rest drawn from the space
+        assert dom.contains(configs[1][k]) if hasattr(dom, "contains") else configs[1][k] == dom
+    assert set(configs[1]) == set(MIXED_SPACE)
+
+
+@pytest.mark.parametrize("point, match", [
+    ({"nope": 1}, "does not have"),
+    ({"lr": 5.0}, "outside the search space"),
+    ({"batch_size": 48}, "outside the search space"),
+    ({"epochs_const": 8}, "outside the search space"),
+])
+def test_points_to_evaluate_outside_the_space_are_refused(point, match) -> None:
+    with pytest.raises(AlgorithmError, match=match):
+        build("asha", max_budget=9, num_trials=20, seed=0, points_to_evaluate=[point])
+    with pytest.raises(AlgorithmError, match="list of configurations"):
+        build("asha", max_budget=9, num_trials=20, seed=0, points_to_evaluate=point)
