@@ -223,7 +223,7 @@ def run_optuna(seed: int) -> dict[str, Any] | None:
         return None
     with GpuSampler() as sampler:
         res = vs_peers.run_optuna(1, channels=(8, 16, 32), trials=TRIALS, max_epochs=MAX_EPOCHS,
-                                  seed=seed)
+                                  seed=seed, given=[])  # its sampler's own draws per seed
     return {**res, "gpu_util": sampler.mean}
 
 

@@ -11,20 +11,22 @@ with one torch thread (Ray's and nbtune's default for a 1-CPU trial; with
 torch's default of 2 threads an epoch took 40x longer on the loaded 2-core
 machine).
 
+Every system tries the same 64 configurations in the same order
+(:func:`configurations`, drawn once from the space with a fixed seed): nbtune through
+``points_to_evaluate``, Optuna through ``study.enqueue_trial``, Ray Tune through its
+``BasicVariantGenerator(points_to_evaluate=...)``; each run checks that it did
+(``same_configs``), so no seed decides a ratio.
+
 * nbtune: ``nbtune.tune(train, space, metric=..., mode="max", max_budget=27,
-  num_trials=64)``: defaults only (runtime "auto": a local Dask cluster sized
-  to the machine; ASHA in stopping mode). *cold*: a fresh process, cluster and
-  warm-process start-up included; *warm*: a second experiment in the same
-  process (as in a notebook), with the same seed (the same configurations).
+  num_trials=64, points_to_evaluate=...)``: defaults otherwise (runtime "auto": a local
+  Dask cluster sized to the machine; ASHA in stopping mode). *cold*: a fresh process,
+  cluster and warm-process start-up included; *warm*: a second experiment in the same
+  process (as in a notebook).
 * Optuna: ``SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)``,
   ``n_jobs=1`` and ``n_jobs=2``, in-process.
 * Ray Tune: ``ASHAScheduler(max_t=27, grace_period=1, reduction_factor=3)``,
   ``reuse_actors=True``, ``ray.init(num_cpus=2)`` (its start-up included,
   like nbtune's cold figure; ``fit`` alone is printed too).
-
-``nbtune_rank`` (not in the goals; ``--skip nbtune_rank`` leaves it out) is the same
-nbtune call with ``stop_rule="rank"``: ASHA judging as Optuna's pruner does, so the
-two differ in resources, not in the rule (figures ``cold_rank``, ``warm_rank``).
 
 Each round first prices an epoch of every shape in a fresh process (``epoch_costs``):
 with it, ``two_core_bound`` reports each system's *work* (one core's seconds for the
@@ -32,11 +34,18 @@ epochs it chose) and the *2-core bound* (half of it: no runtime on two cores can
 faster with those epochs), so a ratio missed by the stop rule's choice of epochs
 shows apart from one missed by the runtime (``efficiency``, ``bound_ratios``).
 
+*Time to accuracy*: every loop stamps the wall clock at each report, so each system has
+its best-so-far accuracy against the seconds since it was started (``curves``: the steps
+of the round with the median wall time; ``tta_svg.py`` draws them). ``tta_s``: per
+system, the median over rounds of the time until its best-so-far came within 0.005 of
+the best peer's final accuracy in that round.
+
 Each system runs in its own fresh process, in alternating order, for
-``--rounds`` rounds (median wall time reported). Goals: cold >= 1.6x
-faster than Optuna n_jobs=1 and >= 1.4x faster than Ray Tune; warm >= 1.8x
-faster than Optuna n_jobs=1; best accuracy within 0.5 % of the best peer's;
-0 trials in error. Ends with one JSON line.
+``--rounds`` rounds (median wall time reported). Goals: cold >= 1.2x faster than
+Optuna n_jobs=1 and >= 1.6x faster than Ray Tune; warm >= 1.3x faster than Optuna
+n_jobs=1 and >= 1.15x faster than Optuna n_jobs=2; best accuracy within 0.5 % of the
+best peer's; 0 trials in error; cold time to accuracy <= 0.7x Optuna n_jobs=1's. Ends
+with one JSON line.
 """
 
 from __future__ import annotations
@@ -74,7 +83,10 @@ MEASURES = (
 )
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 # the figures summary.py shows (paths into figures)
-KEY_FIGURES = ("ratios/cold_vs_optuna1", "ratios/cold_vs_ray", "ratios/warm_vs_optuna1", "acc_gap")
+KEY_FIGURES = ("ratios/cold_vs_optuna1", "ratios/cold_vs_ray", "ratios/warm_vs_optuna1",
+               "ratios/warm_vs_optuna2", "acc_gap", "tta_ratio_cold_vs_optuna1")
+#: how close to the best peer's final accuracy "reached" means, for time to accuracy
+TTA_WITHIN = 0.005
 
 
 def device() -> str:
@@ -173,7 +185,7 @@ def train_nbtune(config, trial):
     model, opt = make(config)
     for e in range(1, MAX_EPOCHS + 1):
         acc = epoch(model, opt, config, e)
-        if trial.report(e, val_acc=acc):
+        if trial.report(e, val_acc=acc, wall=time.time()):  # wall: for the time to accuracy
             return
 
 
@@ -184,6 +196,43 @@ def nbtune_space() -> dict[str, Any]:
     return {"lr": loguniform(1e-3, 0.3), "momentum": uniform(0.5, 0.99),
             "channels": choice([4, 8, 16]), "batch_size": choice([16, 32, 64]),
             "weight_decay": loguniform(1e-6, 1e-2)}
+
+
+def configurations(n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+    """The configurations every system tries, in this order: ``n`` (:data:`TRIALS`) draws
+    from the space."""
+    import numpy as np
+
+    from nbtune.core.space import sample_config
+
+    n = TRIALS if n is None else n
+    rng = np.random.default_rng(seed)
+    space = nbtune_space()
+    return [{k: (int(v) if k in ("channels", "batch_size") else float(v))
+             for k, v in sample_config(space, rng).items()} for _ in range(n)]
+
+
+def same_order(tried: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> bool:
+    """Did a system try ``wanted`` in that order (values equal to 1e-12)?"""
+    return len(tried) == len(wanted) and all(
+        set(a) == set(b) and all(abs(float(a[k]) - float(b[k])) <= 1e-12 * max(1.0, abs(b[k]))
+                                 for k in b) for a, b in zip(tried, wanted, strict=True))
+
+
+def curve(stamps: list[tuple[float, float]], t0: float) -> list[list[float]]:
+    """``[seconds since t0, best so far]`` at each report that raised the best."""
+    out: list[list[float]] = []
+    best = float("-inf")
+    for t, acc in sorted(stamps):
+        if acc > best:
+            best = acc
+            out.append([round(t - t0, 3), acc])
+    return out
+
+
+def reached(steps: list[list[float]], target: float) -> float:
+    """Seconds until a curve's best so far reached ``target`` (inf: never)."""
+    return next((t for t, best in steps if best >= target), float("inf"))
 
 
 def suggest(trial: Any, channels: tuple[int, ...] = (4, 8, 16)) -> dict[str, Any]:
@@ -200,32 +249,41 @@ def run_nbtune(**options: Any) -> dict[str, Any]:
     import nbtune
 
     space = nbtune_space()
+    configs = configurations()
     out: dict[str, Any] = {}
     for kind in ("cold", "warm"):
-        t0 = time.perf_counter()
+        t0, s0 = time.perf_counter(), time.time()
         exp = nbtune.tune(train_nbtune, space, metric="val_acc", mode="max",
-                          max_budget=MAX_EPOCHS, num_trials=TRIALS, seed=0, **options)
+                          max_budget=MAX_EPOCHS, num_trials=TRIALS, seed=0,
+                          points_to_evaluate=configs, **options)
         exp.wait()
         wall = time.perf_counter() - t0
-        trials = list(exp.engine.trials.values())
+        trials = sorted(exp.engine.trials.values(), key=lambda t: t.trial_id)
+        stamps = [(m["wall"], m["val_acc"]) for t in trials for _, _, m in t.results
+                  if "wall" in m and "val_acc" in m]
         out[kind] = {
             "wall": wall, "best": max((t.best or 0.0) for t in trials),
             "epochs": sum(t.budget_used + t.recomputed for t in trials),
             "errors": sum(t.state.value == "error" for t in trials), "trials": len(trials),
             "work": work([(t.config, t.budget_used + t.recomputed) for t in trials]),
+            "curve": curve(stamps, s0),
+            "same_configs": same_order([dict(t.config) for t in trials], configs),
         }
     exp.runtime.close()
     return out
 
 
 def run_optuna(n_jobs: int, *, channels: tuple[int, ...] = (4, 8, 16), trials: int = TRIALS,
-               max_epochs: int = MAX_EPOCHS, seed: int = 0) -> dict[str, Any]:
-    """Optuna on this workload (``gpu_packing`` runs it on a GPU with other sizes)."""
+               max_epochs: int = MAX_EPOCHS, seed: int = 0,
+               given: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Optuna on this workload, trying :func:`configurations` first (``gpu_packing`` runs it
+    on a GPU with other sizes and passes ``given=[]``: its sampler's own draws)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     epochs = [0]
     trained: list[tuple[dict[str, Any], int]] = []
+    stamps: list[tuple[float, float]] = []
 
     def objective(trial):
         config = suggest(trial, channels)
@@ -234,6 +292,7 @@ def run_optuna(n_jobs: int, *, channels: tuple[int, ...] = (4, 8, 16), trials: i
         trained.append((config, 0))
         for e in range(1, max_epochs + 1):
             acc = epoch(model, opt, config, e)
+            stamps.append((time.time(), acc))
             epochs[0] += 1
             trained[-1] = (config, e)
             trial.report(acc, e)
@@ -242,16 +301,21 @@ def run_optuna(n_jobs: int, *, channels: tuple[int, ...] = (4, 8, 16), trials: i
         return acc
 
     data()
-    t0 = time.perf_counter()
+    configs = configurations(trials) if given is None else given
+    t0, s0 = time.perf_counter(), time.time()
     study = optuna.create_study(
         direction="maximize", sampler=optuna.samplers.RandomSampler(seed=seed),
         pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=ETA))
+    for config in configs or ():
+        study.enqueue_trial(config)
     study.optimize(objective, n_trials=trials, n_jobs=n_jobs)
     wall = time.perf_counter() - t0
     best = max(max(t.intermediate_values.values(), default=0.0) for t in study.trials)
     errors = sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials)
+    tried = [t.params for t in sorted(study.trials, key=lambda t: t.number)]
     return {"wall": wall, "best": best, "epochs": epochs[0], "errors": errors,
-            "trials": len(study.trials), "work": work(trained)}
+            "trials": len(study.trials), "work": work(trained), "curve": curve(stamps, s0),
+            "same_configs": configs is not None and same_order(tried, configs)}
 
 
 def train_ray(config):
@@ -259,16 +323,18 @@ def train_ray(config):
 
     model, opt = make(config)
     for e in range(1, MAX_EPOCHS + 1):
-        tune.report({"val_acc": epoch(model, opt, config, e)})
+        tune.report({"val_acc": epoch(model, opt, config, e), "wall": time.time()})
 
 
 def run_ray() -> dict[str, Any]:
     import ray
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.basic_variant import BasicVariantGenerator
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    t0 = time.perf_counter()
+    configs = configurations()
+    t0, s0 = time.perf_counter(), time.time()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     t1 = time.perf_counter()
@@ -279,23 +345,33 @@ def run_ray() -> dict[str, Any]:
         tune.with_resources(train_ray, {"cpu": 1}), param_space=space,
         tune_config=tune.TuneConfig(
             metric="val_acc", mode="max", num_samples=TRIALS, reuse_actors=True,
+            search_alg=BasicVariantGenerator(points_to_evaluate=configs),
             scheduler=ASHAScheduler(max_t=MAX_EPOCHS, grace_period=1, reduction_factor=ETA)),
         run_config=tune.RunConfig(verbose=0, storage_path=f"/tmp/vs-peers-ray-{os.getpid()}"),
     )
     grid = tuner.fit()
     wall = time.perf_counter() - t0
     df = grid.get_dataframe()
+    stamps = [(float(r["wall"]), float(r["val_acc"])) for res in grid
+              if res.metrics_dataframe is not None
+              for _, r in res.metrics_dataframe.iterrows() if "wall" in r and "val_acc" in r]
+    tried = [dict(res.config) for res in grid]  # results in trial order
+    tried_sorted = sorted(tried, key=lambda c: next(
+        (i for i, w in enumerate(configs) if same_order([c], [w])), len(configs)))
     out = {"wall": wall, "fit": time.perf_counter() - t1,
            "best": float(df["val_acc"].max()) if "val_acc" in df else 0.0,
            "epochs": int(df["training_iteration"].sum()) if "training_iteration" in df else 0,
            "errors": len(grid.errors), "trials": len(df),
            "work": work([({"channels": r["config/channels"], "batch_size": r["config/batch_size"]},
-                          r["training_iteration"]) for _, r in df.iterrows()])}
+                          r["training_iteration"]) for _, r in df.iterrows()]),
+           "curve": curve(stamps, s0),
+           # Ray's result grid is not in launch order: the same set, each tried once
+           "same_configs": same_order(tried_sorted, configs)}
     ray.shutdown()
     return out
 
 
-SYSTEMS = ["nbtune", "optuna1", "optuna2", "ray", "nbtune_rank"]
+SYSTEMS = ["nbtune", "optuna1", "optuna2", "ray"]
 
 
 def one(system: str) -> dict[str, Any]:
@@ -303,8 +379,6 @@ def one(system: str) -> dict[str, Any]:
         return epoch_costs()
     if system == "nbtune":
         return run_nbtune()
-    if system == "nbtune_rank":
-        return {f"{k}_rank": v for k, v in run_nbtune(stop_rule="rank").items()}
     if system.startswith("optuna"):
         return {system: run_optuna(int(system[-1]))}
     return {"ray": run_ray()}
@@ -322,6 +396,23 @@ def spawn(system: str) -> dict[str, Any]:
     return json.loads(line)
 
 
+PEERS = ("optuna1", "optuna2", "ray")
+GOAL = {"cold_vs_optuna1": 1.2, "cold_vs_ray": 1.6, "warm_vs_optuna1": 1.3,
+        "warm_vs_optuna2": 1.15, "acc_gap_rel": 0.005, "errors": 0,
+        "tta_ratio_cold_vs_optuna1": 0.7}
+
+
+def time_to_accuracy(round_runs: dict[str, dict[str, Any]]) -> None:
+    """Each run of one round gets ``tta``: seconds until its best so far came within
+    :data:`TTA_WITHIN` of the best peer's final accuracy in that round (inf: never)."""
+    peers = [round_runs[k]["best"] for k in PEERS if k in round_runs]
+    if not peers:
+        return
+    target = max(peers) - TTA_WITHIN
+    for res in round_runs.values():
+        res["tta"] = reached(res.get("curve", []), target)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -334,56 +425,73 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {}
     systems = [s for s in SYSTEMS if s not in args.skip]
     load = os.getloadavg()[0]
+    loads = []
     for r in range(args.rounds):
         order = systems if r % 2 == 0 else systems[::-1]  # alternate: drift hits all alike
+        loads.append(os.getloadavg()[0])
         costs = spawn("costs")  # this round's prices of an epoch, in a fresh process
-        print(f"round {r + 1} epoch costs (ms): "
+        print(f"round {r + 1} (load {loads[-1]:.1f}) epoch costs (ms): "
               + ", ".join(f"{k} {v * 1e3:.0f}" for k, v in costs.items()), flush=True)
+        this_round: dict[str, dict[str, Any]] = {}
         for s in order:
             for name, res in spawn(s).items():
                 res["work_s"] = priced(res.get("work", {}), costs) if costs else 0.0
+                this_round[name] = res
                 runs.setdefault(name, []).append(res)
                 print(f"round {r + 1} {name:>8}: {res['wall']:6.1f} s, best {res['best']:.4f}, "
                       f"{res['epochs']:5.0f} epochs ({res['work_s']:5.1f} s of one core's "
-                      f"work), {res['errors']} errors", flush=True)
-    med = {k: {f: statistics.median(x[f] for x in v)
-               for f in ("wall", "best", "epochs", "work_s")}
-           | {"errors": sum(x["errors"] for x in v), "rounds": len(v)} for k, v in runs.items()}
+                      f"work), {res['errors']} errors, same configs {res.get('same_configs')}",
+                      flush=True)
+        time_to_accuracy(this_round)
+        print(f"round {r + 1} time to accuracy (s): "
+              + ", ".join(f"{k} {v.get('tta', float('nan')):.1f}" for k, v in this_round.items()),
+              flush=True)
+    med = {k: {f: statistics.median(x.get(f, float("inf")) for x in v)
+               for f in ("wall", "best", "epochs", "work_s", "tta")}
+           | {"errors": sum(x["errors"] for x in v), "rounds": len(v),
+              "same_configs": all(x.get("same_configs") for x in v)} for k, v in runs.items()}
     print(f"load average before: {load:.1f}, after: {os.getloadavg()[0]:.1f} (2 cores)")
     for k, v in med.items():
         print(f"{k:>8}: median {v['wall']:6.1f} s, best {v['best']:.4f}, "
-              f"{v['epochs']:.0f} epochs, {v['errors']} errors in {v['rounds']} rounds")
+              f"{v['epochs']:.0f} epochs, time to accuracy {v['tta']:.1f} s, "
+              f"{v['errors']} errors in {v['rounds']} rounds")
     wall = {k: v["wall"] for k, v in med.items()}
-    figures: dict[str, Any] = {"median_wall_s": wall, "load_avg": load,
+    # the curves of the round whose wall time is each system's median
+    curves = {k: min(v, key=lambda x: abs(x["wall"] - med[k]["wall"])).get("curve", [])
+              for k, v in runs.items()}
+    finite = lambda x: None if x == float("inf") else x  # noqa: E731 (JSON has no inf)
+    figures: dict[str, Any] = {"median_wall_s": wall, "load_avg": load, "round_loads": loads,
                                "best_acc": {k: v["best"] for k, v in med.items()},
                                "epochs": {k: v["epochs"] for k, v in med.items()},
-                               "errors": {k: v["errors"] for k, v in med.items()}}
-    goal = {"cold_vs_optuna1": 1.6, "cold_vs_ray": 1.4, "warm_vs_optuna1": 1.8,
-            "acc_gap": 0.005, "errors": 0}
+                               "errors": {k: v["errors"] for k, v in med.items()},
+                               "same_configs": {k: v["same_configs"] for k, v in med.items()},
+                               "tta_s": {k: finite(v["tta"]) for k, v in med.items()},
+                               "curves": curves}
     ratios = {}
     if "cold" in wall and "optuna1" in wall:
         ratios["cold_vs_optuna1"] = wall["optuna1"] / wall["cold"]
         ratios["warm_vs_optuna1"] = wall["optuna1"] / wall["warm"]
+    if "warm" in wall and "optuna2" in wall:
+        ratios["warm_vs_optuna2"] = wall["optuna2"] / wall["warm"]
     if "cold" in wall and "ray" in wall:
         ratios["cold_vs_ray"] = wall["ray"] / wall["cold"]
-    extra = {}  # nbtune with Optuna's rule: figures only, not in ``met``
-    if "cold_rank" in wall and "optuna1" in wall:
-        extra["cold_rank_vs_optuna1"] = wall["optuna1"] / wall["cold_rank"]
-        extra["warm_rank_vs_optuna1"] = wall["optuna1"] / wall["warm_rank"]
-    if "cold_rank" in wall and "ray" in wall:
-        extra["cold_rank_vs_ray"] = wall["ray"] / wall["cold_rank"]
-    peers = [med[k]["best"] for k in ("optuna1", "optuna2", "ray") if k in med]
+    peers = [med[k]["best"] for k in PEERS if k in med]
     nb = [med[k]["best"] for k in ("cold", "warm") if k in med]
-    gap = (max(peers) - min(nb)) if peers and nb else None
-    figures.update(ratios=ratios, acc_gap=gap, rank_ratios=extra, **bounds(med))
-    met = (all(k in ratios and ratios[k] >= goal[k] for k in
-               ("cold_vs_optuna1", "cold_vs_ray", "warm_vs_optuna1"))
-           and gap is not None and gap <= goal["acc_gap"]
-           and sum(med[k]["errors"] for k in ("cold", "warm") if k in med) == 0)
-    print("ratios:", {k: round(v, 2) for k, v in ratios.items()}, "accuracy gap:", gap)
-    if extra:
-        print("with stop_rule='rank':", {k: round(v, 2) for k, v in extra.items()})
-    record({"name": "vs_peers", "figures": figures, "goal": goal, "met": bool(met)})
+    gap = (max(peers) - min(nb)) / max(peers) if peers and nb else None
+    tta = None
+    if "cold" in med and "optuna1" in med and med["optuna1"]["tta"] not in (0, float("inf")):
+        tta = med["cold"]["tta"] / med["optuna1"]["tta"]
+    figures.update(ratios=ratios, acc_gap=gap, tta_ratio_cold_vs_optuna1=finite(tta),
+                   **bounds(med))
+    met = (all(k in ratios and ratios[k] >= GOAL[k] for k in
+               ("cold_vs_optuna1", "cold_vs_ray", "warm_vs_optuna1", "warm_vs_optuna2"))
+           and gap is not None and gap <= GOAL["acc_gap_rel"]
+           and sum(med[k]["errors"] for k in ("cold", "warm") if k in med) == 0
+           and tta is not None and tta <= GOAL["tta_ratio_cold_vs_optuna1"]
+           and all(v["same_configs"] for v in med.values()) and args.rounds >= 3)
+    print("ratios:", {k: round(v, 2) for k, v in ratios.items()}, "accuracy gap:", gap,
+          "time to accuracy, cold over Optuna n_jobs=1:", tta)
+    record({"name": "vs_peers", "figures": figures, "goal": GOAL, "met": bool(met)})
 
 
 if __name__ == "__main__":
