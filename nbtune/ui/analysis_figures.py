@@ -8,8 +8,8 @@ trials reached). Like :class:`~nbtune.ui.figures.Figures`, every render sends
 whole column sets, so any browser view converges.
 
 Importance fits a forest: :meth:`AnalysisFigures.render` takes it as an
-argument, so a caller decides where and when it is fitted (the report fits it
-once, at the views' budget).
+argument, so the live dashboard computes it on a background thread once per
+change of the trials or the budget, and shows it when it is ready.
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ class AnalysisFigures:
         self.chosen: str | None = None  # the budget a person picked (None: the default)
         self.shown: str | None = None  # the selector's value as the last render set it
         self._key: Any = None  # what the views show now: (rows version, budget)
+        #: the importance the bars show now (None: not enough trials; a fresh object before
+        #: the first render); a render sends it only when it changes
+        self._shown_importance: Any = object()
         self.budget_select = Select(title="show trials that reached budget", value=ALL_BUDGETS,
                                     options=[ALL_BUDGETS], width=260)
         self.budget_cmap = LinearColorMapper(palette=Viridis256, low=0.0, high=1.0)
@@ -160,9 +163,11 @@ class AnalysisFigures:
                 self.slice_srcs[k].data = arrays({"x": x, "value": cols["value"],
                                                   "budget": cols["budget"],
                                                   "trial": cols["trial_id"]})
-        self.render_importance(importance)
+        if force or importance != self._shown_importance:  # each change once, as the rest
+            self.render_importance(importance)
 
     def render_importance(self, importance: Mapping[str, float] | None) -> None:
+        self._shown_importance = None if importance is None else dict(importance)
         if importance is None:
             self.importance_src.data = arrays({"name": [], "importance": []})
             self.importance.title.text = ("hyperparameter importance (random forest, "

@@ -39,11 +39,14 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import ipywidgets as W
 
+from nbtune.ui.analysis import importance
+from nbtune.ui.analysis_figures import AnalysisFigures, analysis_layout
 from nbtune.ui.dashboard_model import DashboardModel
 from nbtune.ui.figures import Figures, progress_parts, state_word, summary_html
 from nbtune.ui.snapshot import Snapshot, Snapshots
@@ -59,6 +62,19 @@ RESYNC = 10.0
 #: seconds after a display during which, until a view has sent a message, every update
 #: goes out as a whole render bundle (one message) rather than a patch (several)
 FIRST_VIEW = 60.0
+#: fits the analysis views' importance off the dashboards' threads, one at a time
+_IMPORTANCE = ThreadPoolExecutor(1, thread_name_prefix="nbtune-importance")
+
+
+def _log_failure(future: Future[Any]) -> None:
+    if future.exception() is not None:
+        log.warning("nbtune: importance failed: %s", future.exception())
+
+
+def _done(value: Any) -> Future[Any]:
+    f: Future[Any] = Future()
+    f.set_result(value)
+    return f
 
 
 def load_bokehjs(force: bool = False) -> None:
@@ -208,6 +224,11 @@ class Dashboard:
         self.model: DashboardModel | None = None
         self.period, self.max_overhead = float(period), float(max_overhead)
         self.figures = Figures(metric, mode, title=name, space=space)
+        self.analysis = AnalysisFigures(metric, mode, space)
+        #: the Bokeh root: the run's views and the analysis views, one tab each
+        self.layout = analysis_layout(self.figures, self.analysis)
+        self._importance: tuple[Any, Future[Any]] | None = None  # (for what, its fit)
+        self.analysis.budget_select.on_change("value", self._on_budget)
         self.updates = 0
         self.update_seconds = 0.0  # CPU time spent in update(), for the overhead budget
         self.last: Snapshot | None = None
@@ -222,7 +243,7 @@ class Dashboard:
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._build_controls()
-        self.plot = _batched_bokeh_model()(self.figures.layout)
+        self.plot = _batched_bokeh_model()(self.layout)
         self.plot.lock = self._lock
         self.plot.view_spoke = self._on_view_message
         self.widget = W.VBox([W.HBox([self.progress, self.status]), self.controls,
@@ -355,6 +376,7 @@ class Dashboard:
                 self.figures.render(s, force=force)
                 self.figures.set_header(summary_html(self.experiment.name, s, self.dask_link,
                                                      self.dask_page), force)
+                self.analysis.render(s, self._importance_of(s), force=force)
                 self._update_widgets(s)
                 final = s.done and not self.finished
                 self.last = s
@@ -364,6 +386,44 @@ class Dashboard:
                 self.plot.refresh()
         self.update_seconds += time.thread_time() - t0
         return s
+
+    def _importance_of(self, s: Snapshot) -> dict[str, float] | None:
+        """The importance the analysis views show for ``s``: fitted on a background thread
+        once per change of the trials or the budget, at once at the end. A fit that ends
+        between two updates is shown by the next one, through the same path (patch or
+        bundle) as every other change: nothing is sent from the fitting thread."""
+        want = self.analysis.wanted(s)
+        fit = lambda: importance(s, self.analysis.space, budget=want[1])  # noqa: E731
+        if s.done:
+            if self._importance is None or self._importance[0] != want:
+                self._importance = (want, _done(fit()))
+        elif self._importance is None or self._importance[0] != want:
+            future = _IMPORTANCE.submit(fit)
+            self._importance = (want, future)
+            future.add_done_callback(_log_failure)
+        ready = self._importance[1]
+        return ready.result() if ready.done() and ready.exception() is None else None
+
+    def importance_settled(self, timeout: float | None = None) -> bool:
+        """Wait until the importance fit the views asked for last has ended (True), or
+        ``timeout`` seconds (False); the next :meth:`update` then shows it."""
+        with self._lock:
+            pending = None if self._importance is None else self._importance[1]
+        if pending is None:
+            return True
+        try:
+            pending.exception(timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def _on_budget(self, attr: str, old: str, new: str) -> None:
+        """A person picked the budget the analysis views show (the browser's change)."""
+        if new == self.analysis.shown:
+            return  # the views' own render set it
+        self.analysis.chosen = new
+        if self.model is not None:
+            self.update(force=False)
 
     def _update_widgets(self, d: Snapshot) -> None:
         p = d.progress
@@ -421,9 +481,9 @@ class Dashboard:
                   self.pause_button, self.concurrency, self.trial_box, self.stop_trial_button,
                   self.controls, self.widget):
             w.close()
-        doc = self.figures.layout.document
+        doc = self.layout.document
         if doc is not None:  # else BokehModel.__del__ closes again and trips on the document
-            doc.remove_root(self.figures.layout)
+            doc.remove_root(self.layout)
         if self.experiment is not None and _DASHBOARDS.get(self.experiment) is self:
             del _DASHBOARDS[self.experiment]
 

@@ -117,30 +117,31 @@ def test_too_few_or_equal_values_give_no_importance():
     assert an.default_budget(Snap([], [])) is None
 
 
-def test_the_report_shows_the_views(tmp_path):
-    """The report's analysis tabs hold what ``nbtune.ui.analysis`` computes at the default
-    budget; a budget picked on the views re-renders every view at that budget."""
-    from nbtune.ui import export_html
-    from nbtune.ui.analysis_figures import ALL_BUDGETS, AnalysisFigures
+def test_the_dashboard_and_the_report_show_the_views(wire, tmp_path):
+    """The analysis tabs hold what ``nbtune.ui.analysis`` computes; picking a budget in the
+    selector (the browser's change) re-renders every view at that budget."""
+    from nbtune.ui import Dashboard, export_html
+    from nbtune.ui.analysis_figures import ALL_BUDGETS
 
     exp = run(experiment("asha", trials=30, gpus=4))
-    snap = Snapshots(DashboardModel(exp.engine, runtime=exp.runtime)).take()
-    views = AnalysisFigures("loss", "min", SPACE)
+    dash = Dashboard(exp)
+    snap, views = dash.last, dash.analysis
     b = an.default_budget(snap)
-    imp = an.importance(snap, SPACE, budget=b)
-    views.render(snap, imp)
     assert views.budget_select.value == f"{b:g}"
     h = an.history(snap, budget=b)
     assert list(views.history_src.data["value"]) == list(h.value)
     assert list(views.best_src.data["best"]) == list(h.best)
+    imp = an.importance(snap, SPACE, budget=b)
     got = dict(zip(views.importance_src.data["name"], views.importance_src.data["importance"],
                    strict=True))
     assert (imp is None and not got) or got == pytest.approx(imp)
     assert list(views.parallel_src.data["trial"]) == [e.trial_id for e in
                                                       an.ended_trials(snap, b)]
-    views.chosen = ALL_BUDGETS
-    views.render(snap, None)
+    assert [t.title for t in dash.layout.children[1].tabs] == [
+        "run", "history", "importance", "parallel coordinates", "slices"]
+    views.budget_select.value = ALL_BUDGETS  # as a person's pick arrives from the browser
     assert len(views.history_src.data["value"]) == len(exp.results())
     assert list(views.parallel_src.data["trial"]) == sorted(exp.results()["trial_id"])
     html = export_html(exp, tmp_path / "r.html").read_text()
     assert "parallel coordinates" in html and "importance" in html
+    dash.close()

@@ -367,6 +367,8 @@ def test_a_view_made_while_the_run_is_steady_catches_up_once_it_speaks(wire, mon
         if dash.model.updates != 40 or seen:
             return
         dash.update()
+        assert dash.importance_settled(30)  # the analysis views' fit this update started
+        dash.update()
         sent = len(wire_of(dash.plot))
         dash.update()  # nothing changed since: nothing is sent
         assert len(wire_of(dash.plot)) == sent
