@@ -44,5 +44,13 @@ export function importanceView(v: IViews): HTMLElement {
     val.textContent = w.toFixed(3);
   });
   div.appendChild(svg);
+  const shown = (v.parallel.trial_id ?? []).length;
+  const note = document.createElement('div');
+  note.className = 'jp-nbtune-note';
+  note.textContent =
+    `A random forest (scikit-learn, fixed seed) fitted on the ${shown} trials ` +
+    (v.budget ? `that reached budget ${v.budget}` : 'with a value') +
+    `, each hyperparameter at its place in the search space; its mean decrease in impurity.`;
+  div.appendChild(note);
   return div;
 }
