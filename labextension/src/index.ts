@@ -30,7 +30,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           return;
         }
       }
-      const view = new ExperimentPanel(name, source, label);
+      const view = new ExperimentPanel(name, source, label, model);
       app.shell.add(view, 'main');
       app.shell.activateById(view.id);
     };

@@ -265,3 +265,81 @@ export async function fetchExperiment(
   }
   return JSON.parse(text) as IExperimentDetail;
 }
+
+/** One trial as the panel's grid shows it (nbtune/server/views_data.py). */
+export interface IGridTrial {
+  trial_id: number;
+  state: string;
+  /** the metric's best value (the column of `exp.results()` named after the metric) */
+  value: number | null;
+  /** its last value: the one the analysis views show */
+  last: number | null;
+  /** the budget it reached */
+  budget: number | null;
+  config: { [param: string]: number | string | boolean | null };
+}
+
+/** History at one budget: the shown trials in `x` order and the best so far after each. */
+export interface IHistory {
+  x: number[];
+  value: number[];
+  budget: number[];
+  trial_id: number[];
+  best: number[];
+}
+
+/** The analysis views of one experiment (GET /nbtune/api/experiments/<name>/analysis). */
+export interface IViews {
+  metric: string;
+  mode: string;
+  /** the searched hyperparameters */
+  params: string[];
+  budgets: number[];
+  default_budget: number | null;
+  /** the budget shown: only trials that reached at least it (0: all trials) */
+  budget: number | null;
+  min_trials: number;
+  trials: IGridTrial[];
+  history: { time: IHistory; trial: IHistory };
+  /** columns: trial_id, budget, the metric, each hyperparameter and its `<name>/unit` */
+  parallel: { [column: string]: (number | string | boolean | null)[] };
+  /** each hyperparameter's axis as its domain scales it: [position 0..1, label] ticks */
+  axes: { [param: string]: { ticks: [number, string][]; categorical: boolean; log: boolean } };
+  slices: {
+    [param: string]: {
+      x: (number | string | boolean | null)[];
+      value: number[];
+      budget: number[];
+      trial_id: number[];
+    };
+  };
+  /** share of the metric's variance each hyperparameter explains (null: too few trials) */
+  importance: { [param: string]: number } | null;
+  source: string;
+}
+
+/** GET one experiment's analysis views at `budget` (null: the default budget, 0: all). */
+export async function fetchViews(
+  name: string,
+  source: string | null = null,
+  budget: number | null = null,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<IViews> {
+  let url = URLExt.join(settings.baseUrl, ENDPOINT, encodeURIComponent(name), 'analysis');
+  const query: string[] = [];
+  if (source) {
+    query.push(`source=${encodeURIComponent(source)}`);
+  }
+  if (budget !== null) {
+    query.push(`budget=${budget}`);
+  }
+  if (query.length) {
+    url += `?${query.join('&')}`;
+  }
+  const response = await ServerConnection.makeRequest(url, {}, settings);
+  const text = await response.text();
+  if (!response.ok) {
+    throw new Error(`nbtune server extension: HTTP ${response.status}: ${text}`);
+  }
+  return JSON.parse(text) as IViews;
+}

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nbtune.core.listing import curves, experiment_summary, trial_rows
+from nbtune.core.listing import curves, experiment_summary, json_number, trial_rows
 from nbtune.core.resources import device_of
 from nbtune.kernels.files import VERSION, kernel_file, process_started, write_json
 
@@ -81,6 +81,18 @@ def store_location(store: Any) -> str | None:
     return str(url.render_as_string(hide_password=False))
 
 
+def _json_value(v: Any) -> Any:
+    """A configuration value as JSON holds it: numbers (NaN as None), text, else its repr."""
+    if v is None or isinstance(v, bool | str):
+        return v
+    if isinstance(v, int | float):
+        return json_number(v) if isinstance(v, float) else int(v)
+    try:
+        return _json_value(v.item())  # a numpy scalar
+    except (AttributeError, ValueError):
+        return repr(v)
+
+
 def memory_listing(exp: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(summary, detail)`` of an experiment from its engine; call on the engine's thread."""
     engine = exp.engine
@@ -104,6 +116,9 @@ def memory_listing(exp: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     rows = trial_rows([t.trial_id for t in shown], [t.state.value for t in shown],
                       [t.best for t in shown], [t.budget_used for t in shown],
                       [t.error for t in shown])
+    for row, t in zip(rows, shown, strict=True):  # what the panel's grid and views show
+        row["last"] = json_number(t.last)
+        row["config"] = {str(k): _json_value(v) for k, v in t.config.items()}
     points = ((t.trial_id, b, m[metric]) for t in shown for _, b, m in list(t.results)
               if metric in m)
     return summary, {"summary": summary, "trials": rows, "curves": curves(points, MAX_POINTS)}

@@ -28,7 +28,7 @@ from jupyter_server.utils import url_path_join
 from traitlets import Unicode, default
 from traitlets.config import LoggingConfigurable
 
-from nbtune.server.rest_handlers import ExperimentHandler, ExperimentsHandler
+from nbtune.server.rest_handlers import ExperimentHandler, ExperimentsHandler, ViewsHandler
 from nbtune.server.sources import Sources
 from nbtune.server.summary import display_location, resolve_location
 
@@ -64,6 +64,8 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     web_app = serverapp.web_app
     route = url_path_join(web_app.settings["base_url"], API_PATH)
     web_app.add_handlers(".*$", [(route, ExperimentsHandler, {"sources": sources}),
+                                 (route + "/([^/]+)/analysis", ViewsHandler,
+                                  {"sources": sources}),
                                  (route + "/([^/]+)", ExperimentHandler, {"sources": sources})])
     serverapp.log.info("nbtune: serving %s from the store at %s and the running kernels "
                        "(files in %s)", route, display_location(location), serverapp.runtime_dir)

@@ -18,7 +18,7 @@ from tornado.ioloop import IOLoop
 from nbtune.server.sources import Sources
 from nbtune.server.store_reader import StoreReader
 
-__all__ = ["ExperimentsHandler", "ExperimentHandler", "StoreReader"]
+__all__ = ["ExperimentsHandler", "ExperimentHandler", "ViewsHandler", "StoreReader"]
 
 
 class ExperimentHandler(APIHandler):
@@ -37,6 +37,35 @@ class ExperimentHandler(APIHandler):
         source = self.get_query_argument("source", None) or None
         reply = await IOLoop.current().run_in_executor(None, self.sources.read_one, name,
                                                        source)
+        if reply is None:
+            where = f"in {source}" if source else "in any store or running kernel"
+            raise tornado.web.HTTPError(404, f"no experiment named {name!r} {where}")
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(reply))
+
+
+class ViewsHandler(APIHandler):
+    """One experiment's analysis views (``<name>/analysis``): history, parallel coordinates,
+    slices and importance at a budget, and its trials with their configurations.
+
+    ``?budget=<b>`` picks the budget (default: the highest enough trials reached);
+    ``?source=<id>`` as for :class:`ExperimentHandler`.
+    """
+
+    def initialize(self, sources: Sources) -> None:
+        self.sources = sources
+
+    @tornado.web.authenticated
+    async def get(self, name: str) -> None:
+        name = unquote(name)
+        source = self.get_query_argument("source", None) or None
+        text = self.get_query_argument("budget", None)
+        try:
+            budget = float(text) if text not in (None, "") else None
+        except ValueError:
+            raise tornado.web.HTTPError(400, f"budget must be a number, got {text!r}") from None
+        reply = await IOLoop.current().run_in_executor(None, self.sources.read_views, name,
+                                                       source, budget)
         if reply is None:
             where = f"in {source}" if source else "in any store or running kernel"
             raise tornado.web.HTTPError(404, f"no experiment named {name!r} {where}")

@@ -28,6 +28,7 @@ from typing import Any
 from nbtune.kernels import read_kernel_files
 from nbtune.server.store_reader import StoreReader
 from nbtune.server.summary import display_location, empty_reply, totals
+from nbtune.server.views_data import ViewsCache, ViewsInput, kernel_input
 
 __all__ = ["Sources", "REMEMBER", "store_id", "kernel_id"]
 
@@ -59,6 +60,8 @@ class Sources:
         self._lock = threading.Lock()
         self._readers: OrderedDict[str, StoreReader] = OrderedDict()
         self._readers[configured] = StoreReader(configured)
+        #: the analysis views computed, by experiment and change (shared by every poll)
+        self.views = ViewsCache()
 
     @property
     def location(self) -> str:  # what the handlers name in their messages
@@ -151,16 +154,43 @@ class Sources:
     def read_one(self, name: str, source: str | None = None) -> dict[str, Any] | None:
         """One experiment's detail from ``source`` (an id), or from the first source holding
         ``name`` when none is given; None when there is no such experiment."""
+        found = self._find(name, source)
+        if found is None:
+            return None
+        where, reader, detail = found
+        if reader is not None:
+            detail = reader.read_one(name)
+            if detail is None:
+                return None
+        detail = dict(detail)
+        detail["summary"] = {**detail["summary"], "source": where}
+        return detail
+
+    def read_views(self, name: str, source: str | None = None,
+                   budget: float | None = None) -> dict[str, Any] | None:
+        """One experiment's analysis views at ``budget`` (:mod:`nbtune.server.views_data`),
+        from the same source :meth:`read_one` reads; computed once per change of it."""
+        found = self._find(name, source)
+        if found is None:
+            return None
+        where, reader, detail = found
+        inp: ViewsInput | None = (reader.read_views(name) if reader is not None
+                                  else kernel_input(detail))
+        if inp is None:
+            return None
+        return {**self.views.reply((where, name), inp, budget), "source": where}
+
+    def _find(self, name: str, source: str | None) -> tuple[str, Any, Any] | None:
+        """``(source id, its store reader or None, the kernel's detail or None)`` of the
+        first source (or ``source``) holding ``name``."""
         if source is None or source.startswith("store:"):
             with self._lock:
                 readers = list(self._readers.values())
             for reader in readers:
                 if source is not None and store_id(reader.location) != source:
                     continue
-                found = reader.read_one(name)
-                if found is not None:
-                    found["summary"] = {**found["summary"], "source": store_id(reader.location)}
-                    return found
+                if reader.holds(name):
+                    return store_id(reader.location), reader, None
             if source is not None:
                 return None
         for k in read_kernel_files(self.runtime_dir):
@@ -168,7 +198,5 @@ class Sources:
                 continue
             for e in k.get("experiments") or []:
                 if e.get("name") == name and e.get("store") is None and e.get("detail"):
-                    detail = dict(e["detail"])
-                    detail["summary"] = {**detail["summary"], "source": kernel_id(k["pid"])}
-                    return detail
+                    return kernel_id(k["pid"]), None, e["detail"]
         return None

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtune.server.summary import detail, empty_reply, summarize
+from nbtune.server.views_data import ViewsInput, store_input
 from nbtune.store import Store
 
 __all__ = ["StoreReader"]
@@ -47,6 +48,14 @@ class StoreReader:
         with self._lock:  # the cache is shared by concurrent polls (one per browser tab)
             return summarize(store, self.location, self._cache)
 
+    def holds(self, name: str) -> bool:
+        """Whether the store is there and holds an experiment named ``name``."""
+        store = self._open()
+        if store is None:
+            return False
+        with self._lock:
+            return name in store.names()
+
     def read_one(self, name: str) -> dict[str, Any] | None:
         """One experiment's detail, or None if the store or the name is not there."""
         store = self._open()
@@ -56,6 +65,18 @@ class StoreReader:
             try:
                 return detail(store, name, self._cache)
             except KeyError:
+                return None
+
+    def read_views(self, name: str) -> ViewsInput | None:
+        """The analysis views' input of one experiment, or None if the store or the name
+        is not there."""
+        store = self._open()
+        if store is None:
+            return None
+        with self._lock:
+            try:
+                return store_input(store, name)
+            except LookupError:
                 return None
 
     def close(self) -> None:
