@@ -29,10 +29,15 @@ from typing import Any
 
 import pandas as pd
 
-from nbtune.algorithms import make_algorithm
-from nbtune.allocators import make_allocator
-from nbtune.build import build_experiment, make_runtime
-from nbtune.engine.engine import Engine
+from nbtune.build import (
+    ResourceOptions,
+    RunSpec,
+    SearchOptions,
+    build_experiment,
+    make_engine,
+    make_policies,
+    make_runtime,
+)
 from nbtune.workloads.trace import TraceWorkload, config_key
 
 __all__ = ["Decisions", "WhatIf", "decisions", "replay_in_simulator", "what_if"]
@@ -100,13 +105,16 @@ def replay_in_simulator(
     kind = getattr(exp.engine.algorithm, "type", None)  # ASHA's variant: the run's, not a default
     if kind is not None and "type" not in algorithm_options:
         algorithm_options = {**algorithm_options, "type": kind}
-    algo = make_algorithm(algorithm, trace.space, metric=exp.metric, mode=exp.mode,
-                          max_budget=max_budget, num_trials=num_trials, seed=seed,
-                          min_budget=min_budget, **algorithm_options)
-    alloc = make_allocator(allocator, **dict(allocator_options or {}))
+    spec = RunSpec(trace, trace.space,
+                   SearchOptions(algorithm=algorithm, metric=exp.metric, mode=exp.mode,
+                                 max_budget=max_budget, min_budget=min_budget,
+                                 num_trials=num_trials, seed=seed,
+                                 algorithm_options=algorithm_options),
+                   ResourceOptions(allocator=allocator, allocator_options=allocator_options))
+    algo, alloc = make_policies(spec)
     rt = make_runtime("sim", cluster=exp.engine.cluster if cluster is None else cluster,
                       launch_overhead=trace.launch_overhead)
-    return build_experiment(f"{exp.name}-sim", Engine(algo, alloc), rt, trace)
+    return build_experiment(f"{exp.name}-sim", make_engine(algo, alloc), rt, trace)
 
 
 @dataclass(frozen=True)

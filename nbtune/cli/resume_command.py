@@ -78,7 +78,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace, st: Any) -> int:
-    from nbtune.build import check_trainable, runtime_class
+    from nbtune.build import check_trainable, ran_on, runtime_class
     from nbtune.console import ProgressPrinter
     from nbtune.core.trial import TrialState
     from nbtune.resumption import prepare_resume
@@ -89,8 +89,9 @@ def _resume(args: argparse.Namespace, st: Any) -> int:
     if row.state == "done":
         raise UsageError(f"experiment {args.name!r} already finished; read its results with "
                          f"{read} (--csv FILE for all of them)")
-    kind = args.runtime or (row.runtime if row.runtime in ("sim", "dask") else "sim")
     trainable = _trainable(row, args.trainable)
+    # the runtime it ran on, as nbtune.resume picks it
+    kind = args.runtime or ran_on(row.runtime, trainable)
     try:
         check_trainable(trainable, runtime_class(kind))  # before a cluster starts
     except TypeError as exc:
