@@ -60,9 +60,9 @@ class Profiler:
     a run and written by :meth:`flush`; ``signature_keys`` name the config
     entries that change a trial's cost (default: every non-float entry).
     ``threshold`` is Fluid's O_th for c (the paper leaves it open; 0.1 sits
-    above the ~5-10 % by which wall-clock step times wander on a shared
-    machine, and a packed trial's fixed per-step costs keep a packing that
-    only time-slices one core just under O = 0), ``min_gain`` the least
+    above the noise of wall-clock step times on a shared machine, and a packed
+    trial's fixed per-step costs keep a packing that only time-slices one core
+    just under O = 0), ``min_gain`` the least
     speed-up a doubling of GPUs must buy for d.
     """
 

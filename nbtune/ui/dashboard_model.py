@@ -61,8 +61,9 @@ _SWEEP_EVERYTHING = (ev.ExperimentStopRequested, ev.ExperimentPauseRequested,
 #: seconds between checks of paused trials' states (the engine may retire them silently)
 WAITING_CHECK = 0.2
 #: seconds between copies on the engine's thread; changes that end or pause the experiment
-#: are copied at once (the simulator handles ~50,000 events a second: copying after each
-#: one would cost more than the tuning; no view looks more often than every 0.1 s)
+#: are copied at once (the simulator handles events far faster than any view looks:
+#: copying after each one would cost more than the tuning; no view looks more often than
+#: every 0.1 s)
 SYNC_EVERY = 0.05
 
 
