@@ -38,6 +38,7 @@ from nbtune.build import (
     make_policies,
     make_runtime,
 )
+from nbtune.experiment import Experiment
 from nbtune.workloads.trace import TraceWorkload, config_key
 
 __all__ = ["Decisions", "WhatIf", "decisions", "replay_in_simulator", "what_if"]
@@ -69,7 +70,7 @@ class Decisions:
         return out
 
 
-def decisions(exp: Any) -> Decisions:
+def decisions(exp: Experiment) -> Decisions:
     trials = exp.engine.trials.values()
     best = exp.best
     return Decisions(
@@ -81,7 +82,7 @@ def decisions(exp: Any) -> Decisions:
 
 
 def replay_in_simulator(
-    exp: Any,
+    exp: Experiment,
     *,
     algorithm: str,
     seed: int,
@@ -93,7 +94,7 @@ def replay_in_simulator(
     trace: TraceWorkload | None = None,
     cluster: Any = None,
     **algorithm_options: Any,
-) -> Any:
+) -> Experiment:
     """Run ``exp``'s job again on the simulator with its measured timings; return that Experiment.
 
     Pass the options the real run was started with (algorithm, seed,
@@ -124,7 +125,7 @@ class WhatIf:
     simulated :class:`~nbtune.experiment.Experiment` to look into."""
 
     table: pd.DataFrame
-    experiment: Any
+    experiment: Experiment
 
     @property
     def speedup(self) -> float:
@@ -140,7 +141,7 @@ class WhatIf:
                 + self.table.to_html(float_format=lambda v: f"{v:.4g}"))
 
 
-def what_if(exp: Any, *, gpus: int | None = None, allocator: Any = None,
+def what_if(exp: Experiment, *, gpus: int | None = None, allocator: Any = None,
             allocator_options: Mapping[str, Any] | None = None, cloud: Any = None) -> WhatIf:
     """``exp`` replayed on the simulator with ``gpus`` GPUs and ``allocator`` (default: the
     run's own); see :meth:`nbtune.experiment.Experiment.what_if`."""
@@ -175,7 +176,7 @@ def what_if(exp: Any, *, gpus: int | None = None, allocator: Any = None,
     return WhatIf(pd.DataFrame.from_dict(rows, orient="index"), sim)
 
 
-def _figures(exp: Any, allocator: Any, price: Any) -> dict[str, Any]:
+def _figures(exp: Experiment, allocator: Any, price: Any) -> dict[str, Any]:
     best, gpus = exp.best, len(exp.engine.cluster.gpus)
     out = {"gpus": gpus, "allocator": getattr(allocator, "name", allocator),
            "trials": len(exp.engine.trials), "makespan_s": float(exp.makespan),

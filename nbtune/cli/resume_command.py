@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbtune.cli.format import (
     cluster_text,
@@ -24,6 +24,11 @@ from nbtune.cli.format import (
     utilization_row,
 )
 from nbtune.cli.usage import UsageError, find_experiment, open_existing_store
+
+if TYPE_CHECKING:
+    from nbtune.experiment import Experiment
+    from nbtune.store.schema import ExperimentRow
+    from nbtune.store.store import Store
 
 __all__ = ["cmd_resume"]
 
@@ -40,7 +45,7 @@ def _import(ref: str, what: str) -> Any:
                          "MODULE:NAME importable from here (check PYTHONPATH)") from None
 
 
-def _trainable(row: Any, given: str | None) -> Any:
+def _trainable(row: ExperimentRow, given: str | None) -> Any:
     if given is not None:
         return _import(given, "--trainable")
     if row.trainable is None:
@@ -77,7 +82,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         st.close()
 
 
-def _resume(args: argparse.Namespace, st: Any) -> int:
+def _resume(args: argparse.Namespace, st: Store) -> int:
     from nbtune.build import check_trainable, ran_on, runtime_class
     from nbtune.console import ProgressPrinter
     from nbtune.core.trial import TrialState
@@ -144,7 +149,7 @@ def _resume(args: argparse.Namespace, st: Any) -> int:
     return 0 if exp.done else 1
 
 
-def _summary(exp: Any, row: Any, kind: str, st: Any, wall: float) -> None:
+def _summary(exp: Experiment, row: ExperimentRow, kind: str, st: Store, wall: float) -> None:
     where = cluster_text(exp.engine.cluster, kind)
     rows = [("job", f"{row.algorithm} resumed on {where}, allocator {row.allocator}"),
             *outcome_rows(exp)]

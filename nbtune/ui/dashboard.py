@@ -40,13 +40,16 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
 from nbtune.ui.dashboard_model import DashboardModel
 from nbtune.ui.figures import Figures, progress_parts, state_word, summary_html
 from nbtune.ui.snapshot import Snapshot, Snapshots
+
+if TYPE_CHECKING:
+    from nbtune.experiment import Experiment
 
 __all__ = ["Dashboard", "dashboard_for", "load_bokehjs", "show"]
 
@@ -190,7 +193,7 @@ class Dashboard:
     before the trials start instead of competing with their first launches.
     """
 
-    def __init__(self, experiment: Any = None, *, metric: str | None = None,
+    def __init__(self, experiment: Experiment | None = None, *, metric: str | None = None,
                  mode: str | None = None, space: Any = None, name: str = "",
                  period: float = 0.5, max_overhead: float = 0.02,
                  autostart: bool = True) -> None:
@@ -204,7 +207,7 @@ class Dashboard:
         elif metric is None or mode is None:
             raise ValueError("give the experiment, or metric and mode (and space) to attach "
                              "one later")
-        self.experiment: Any = None
+        self.experiment: Experiment | None = None
         self.model: DashboardModel | None = None
         self.period, self.max_overhead = float(period), float(max_overhead)
         self.figures = Figures(metric, mode, title=name, space=space)
@@ -232,7 +235,7 @@ class Dashboard:
         else:
             self.status.value = "<b>starting</b>"
 
-    def attach(self, experiment: Any, *, autostart: bool = True) -> Dashboard:
+    def attach(self, experiment: Experiment, *, autostart: bool = True) -> Dashboard:
         """Follow ``experiment`` (once): listen to its engine, show it, start updating."""
         if self.experiment is not None:
             raise RuntimeError(f"this dashboard already shows {self.experiment.name!r}")
@@ -444,7 +447,7 @@ class Dashboard:
         display(self.widget)
 
 
-def dashboard_for(experiment: Any, **options: Any) -> Dashboard:
+def dashboard_for(experiment: Experiment, **options: Any) -> Dashboard:
     """The experiment's dashboard, built on first use (every display shares its widgets)."""
     dash = _DASHBOARDS.get(experiment)
     if dash is None:
@@ -452,7 +455,7 @@ def dashboard_for(experiment: Any, **options: Any) -> Dashboard:
     return dash
 
 
-def show(experiment: Any, **options: Any) -> Dashboard | None:
+def show(experiment: Experiment, **options: Any) -> Dashboard | None:
     """Display the experiment's live dashboard in a notebook (its summary elsewhere)."""
     from IPython import get_ipython
     from IPython.display import display
