@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbtune import kernels
 from nbtune.build.run_checks import fusion_width
 from nbtune.build.run_options import RunSpec
+from nbtune.core.handles import RecorderHandle
 from nbtune.engine import fusion_units
 from nbtune.engine.engine import Engine
 from nbtune.experiment import Experiment, Recipe
 from nbtune.runtimes.runtime_protocol import Runtime, check_trainable
 from nbtune.runtimes.sim import SimRuntime
+
+if TYPE_CHECKING:
+    from nbtune.store.store import Store
 
 __all__ = ["build_run", "build_experiment", "make_policies", "make_engine", "make_runtime",
            "ran_on", "resumed_runtime", "runtime_class", "wrap_surrogates", "check_trainable"]
@@ -79,8 +83,8 @@ def build_experiment(
     runtime: str | Runtime,
     trainable: Any,
     *,
-    store: Any = None,
-    record: Callable[[Runtime], Any] | None = None,
+    store: Store | None = None,
+    record: Callable[[Runtime], RecorderHandle] | None = None,
     created: bool = False,
     start: bool = True,
     before_start: Callable[[Experiment], None] | None = None,
@@ -245,7 +249,7 @@ def build_run(spec: RunSpec) -> Experiment:
     if st is not None:
         from nbtune.store.registration import runtime_checkpoints, start_recording
 
-        def record(rt: Runtime) -> Any:
+        def record(rt: Runtime) -> RecorderHandle:
             return start_recording(
                 st, name, engine, algorithm=search.algorithm,
                 algorithm_options=search.algorithm_options, allocator=res.allocator,

@@ -1,7 +1,8 @@
 """Read-only views of the engine, the runtime and the experiment, for the layers below them.
 
-The console, the workload traces, the profiler and the kernel files read an engine
-or an experiment that lives in a layer above them, so they cannot import its class.
+The console, the workload traces and the kernel files read an engine or an
+experiment that lives in a layer above them, and the experiment holds the store's
+recorder, which lives beside it; neither can import the other's class.
 These protocols name what they read (properties and methods only, nothing they
 write), so a type checker and go-to-definition follow them; the real classes
 (:class:`nbtune.engine.engine.Engine`, :class:`nbtune.experiment.Experiment`, the
@@ -16,7 +17,7 @@ from typing import Any, Protocol
 from nbtune.core.resources import ClusterSpec, Placement
 from nbtune.core.trial import TrialRecord
 
-__all__ = ["ClusterHolder", "EngineView", "RuntimeView", "ExperimentView"]
+__all__ = ["ClusterHolder", "EngineView", "RuntimeView", "RecorderHandle", "ExperimentView"]
 
 
 class ClusterHolder(Protocol):
@@ -71,6 +72,18 @@ class RuntimeView(Protocol):
     def name(self) -> str: ...
 
     def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class RecorderHandle(Protocol):
+    """What an experiment's owner does with the store's recorder: count what it wrote,
+    flush and close it, or drop what it has not written (a process that dies)."""
+
+    @property
+    def batches(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    def abandon(self) -> None: ...
 
 
 class ExperimentView(Protocol):
