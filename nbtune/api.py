@@ -12,6 +12,7 @@ from typing import Any
 
 from nbtune.build import (
     ExecutionOptions,
+    OptionGroup,
     RecordingOptions,
     ResourceOptions,
     SearchOptions,
@@ -54,11 +55,9 @@ def tune(
     fusion: bool | int = _E.fusion,
     shape_keys: Sequence[str] | None = _E.shape_keys,
     gpus_per_trial: float | None = _R.gpus_per_trial,
-    options: Any = None,
+    options: OptionGroup | Sequence[OptionGroup] | None = None,
     **algorithm_options: Any,
 ) -> Experiment:
-
-
     """Tune ``trainable`` over ``space`` and return the :class:`Experiment`.
 
     ``trainable`` is a training function ``train(config, trial)`` (or Ray's

@@ -23,6 +23,7 @@ from nbtune.build.run_checks import MAX_FUSION, check_mode, check_run, fusion_wi
 from nbtune.build.run_options import (
     OPTION_GROUPS,
     ExecutionOptions,
+    OptionGroup,
     RecordingOptions,
     ResourceOptions,
     RunSpec,
@@ -33,6 +34,6 @@ from nbtune.build.run_options import (
 __all__ = [
     "build_run", "build_experiment", "make_engine", "make_policies", "make_runtime",
     "ran_on", "resumed_runtime", "runtime_class", "wrap_surrogates", "check_trainable", "check_mode",
-    "check_run", "fusion_width", "MAX_FUSION", "OPTION_GROUPS", "RunSpec", "SearchOptions",
+    "check_run", "fusion_width", "MAX_FUSION", "OPTION_GROUPS", "OptionGroup", "RunSpec", "SearchOptions",
     "ResourceOptions", "ExecutionOptions", "RecordingOptions", "merge_options",
 ]

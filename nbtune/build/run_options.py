@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["SearchOptions", "ResourceOptions", "ExecutionOptions", "RecordingOptions",
-           "RunSpec", "OPTION_GROUPS", "merge_options"]
+           "RunSpec", "OPTION_GROUPS", "OptionGroup", "merge_options"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,8 @@ class RecordingOptions:
 #: the option groups, in the order ``RunSpec`` holds them
 OPTION_GROUPS: tuple[type, ...] = (SearchOptions, ResourceOptions, ExecutionOptions,
                                    RecordingOptions)
+#: any one of them (what ``tune(options=...)`` takes, alone or in a sequence)
+OptionGroup = SearchOptions | ResourceOptions | ExecutionOptions | RecordingOptions
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def merge_options(trainable: Any, space: Mapping[str, Any] | None, objects: Any,
+def merge_options(trainable: Any, space: Mapping[str, Any] | None,
+                  objects: OptionGroup | Iterable[OptionGroup] | None,
                   keywords: Mapping[str, Any], extra: Mapping[str, Any]) -> RunSpec:
     """The :class:`RunSpec` of ``tune``'s keywords (``extra``: its algorithm options) and
     option ``objects`` (one, a sequence of them, or None).
