@@ -50,7 +50,7 @@ EPOCHS = 3
 
 
 # what this benchmark measures: summary.py marks its figure stale when these change
-MEASURES = ("nbtune/runtimes/dask/", "nbtune/__init__.py", "nbtune/api.py")
+MEASURES = ("nbtune/runtimes/dask/", "nbtune/__init__.py", "nbtune/api.py", "nbtune/build/")
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 KEY_FIGURES = ("cold/startup", "warm/tune")  # the figures summary.py shows (paths into figures)
 

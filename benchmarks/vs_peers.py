@@ -79,7 +79,7 @@ ETA = 3
 # what this benchmark measures: summary.py marks its figure stale when these change
 MEASURES = (
     "nbtune/runtimes/dask/", "nbtune/engine/", "nbtune/algorithms/asha.py",
-    "nbtune/allocators/", "nbtune/api.py", "benchmarks/two_core_bound.py",
+    "nbtune/allocators/", "nbtune/api.py", "nbtune/build/", "benchmarks/two_core_bound.py",
 )
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 # the figures summary.py shows (paths into figures)

@@ -19,7 +19,7 @@ __all__ = [
     "tune", "resume", "Experiment", "SimRuntime", "DaskRuntime", "SyntheticWorkload", "TraceWorkload",
     "choice", "grid", "loguniform", "qloguniform", "quniform", "randint", "uniform",
     "__version__", "load_ipython_extension", "report", "should_stop", "get_trial",
-    "TrialsFailed",
+    "TrialsFailed", "SearchOptions", "ResourceOptions", "ExecutionOptions", "RecordingOptions",
 ]
 
 
@@ -78,6 +78,10 @@ def _lazy(name: str) -> object:
         from nbtune import experiment
 
         return getattr(experiment, name)
+    if name in ("SearchOptions", "ResourceOptions", "ExecutionOptions", "RecordingOptions"):
+        from nbtune.build import run_options
+
+        return getattr(run_options, name)
     if name == "SimRuntime":
         from nbtune.runtimes.sim import SimRuntime
 

@@ -24,11 +24,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 from nbtune.core import events as ev
 from nbtune.core.best import best_index
 from nbtune.core.commands import Command, Launch, Stop
+from nbtune.core.handles import EngineView, ExperimentView
 from nbtune.core.tolerance import EPS
 from nbtune.core.trial import TrialState, ended_of_total
 
@@ -46,7 +47,7 @@ class ProgressPrinter:
     seconds since the printer started; the simulator's own clock reads better).
     """
 
-    def __init__(self, engine: Any, *, total: int | None = None, out: TextIO | None = None,
+    def __init__(self, engine: EngineView, *, total: int | None = None, out: TextIO | None = None,
                  unit: str = "slot", catch_up: bool = True,
                  clock: Callable[[], float] | None = None) -> None:
         self.engine = engine
@@ -160,7 +161,7 @@ def progress_default() -> bool:
     return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
-def status_line(exp: Any, elapsed: float) -> str:
+def status_line(exp: ExperimentView, elapsed: float) -> str:
     """``[  12s] name: running, 14/64 ended, 2 running, 1 in error, best loss 0.123 (trial 7)``."""
     eng = exp.engine
     trials = list(eng.trials.values())  # a copy: the driver thread may add trials meanwhile
@@ -178,7 +179,7 @@ def status_line(exp: Any, elapsed: float) -> str:
     return ", ".join(parts)
 
 
-def wait_with_progress(exp: Any, timeout: float | None, every: float,
+def wait_with_progress(exp: ExperimentView, timeout: float | None, every: float,
                        out: TextIO | None = None) -> bool:
     """Wait for ``exp`` (or ``timeout`` s), printing :func:`status_line` every ``every`` s.
 

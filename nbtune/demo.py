@@ -13,7 +13,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from nbtune.experiment import Experiment
 
 __all__ = ["DemoOptionError", "DemoResult", "run_demo"]
 
@@ -32,7 +35,7 @@ class DemoOptionError(ValueError):
 
 @dataclass
 class DemoResult:
-    experiment: Any
+    experiment: Experiment
     store_path: Path
     report_path: Path
     wall: float

@@ -11,6 +11,7 @@ import pandas as pd
 from nbtune.core import events as ev
 from nbtune.core import frontend as _registry
 from nbtune.core.best import best_index
+from nbtune.core.handles import RecorderHandle
 from nbtune.core.listing import error_line
 from nbtune.core.roles import role
 from nbtune.core.trial import TrialState
@@ -88,7 +89,7 @@ class Experiment:
     #: the :class:`nbtune.store.Store` recording this experiment (None: kept in memory only)
     store: Any = None
     #: the :class:`nbtune.store.Recorder` writing into it
-    recorder: Any = None
+    recorder: RecorderHandle | None = None
     #: the :class:`nbtune.planner.plan_executor.PlanExecutor` following a plan (``tune(plan=...)``)
     plan_executor: Any = None
     #: how ``tune`` made the algorithm and allocator (None: given as instances, or a run

@@ -29,10 +29,16 @@ from typing import Any
 
 import pandas as pd
 
-from nbtune.algorithms import make_algorithm
-from nbtune.allocators import make_allocator
-from nbtune.build import build_experiment, make_runtime
-from nbtune.engine.engine import Engine
+from nbtune.build import (
+    ResourceOptions,
+    RunSpec,
+    SearchOptions,
+    build_experiment,
+    make_engine,
+    make_policies,
+    make_runtime,
+)
+from nbtune.experiment import Experiment
 from nbtune.workloads.trace import TraceWorkload, config_key
 
 __all__ = ["Decisions", "WhatIf", "decisions", "replay_in_simulator", "what_if"]
@@ -64,7 +70,7 @@ class Decisions:
         return out
 
 
-def decisions(exp: Any) -> Decisions:
+def decisions(exp: Experiment) -> Decisions:
     trials = exp.engine.trials.values()
     best = exp.best
     return Decisions(
@@ -76,7 +82,7 @@ def decisions(exp: Any) -> Decisions:
 
 
 def replay_in_simulator(
-    exp: Any,
+    exp: Experiment,
     *,
     algorithm: str,
     seed: int,
@@ -88,7 +94,7 @@ def replay_in_simulator(
     trace: TraceWorkload | None = None,
     cluster: Any = None,
     **algorithm_options: Any,
-) -> Any:
+) -> Experiment:
     """Run ``exp``'s job again on the simulator with its measured timings; return that Experiment.
 
     Pass the options the real run was started with (algorithm, seed,
@@ -100,13 +106,16 @@ def replay_in_simulator(
     kind = getattr(exp.engine.algorithm, "type", None)  # ASHA's variant: the run's, not a default
     if kind is not None and "type" not in algorithm_options:
         algorithm_options = {**algorithm_options, "type": kind}
-    algo = make_algorithm(algorithm, trace.space, metric=exp.metric, mode=exp.mode,
-                          max_budget=max_budget, num_trials=num_trials, seed=seed,
-                          min_budget=min_budget, **algorithm_options)
-    alloc = make_allocator(allocator, **dict(allocator_options or {}))
+    spec = RunSpec(trace, trace.space,
+                   SearchOptions(algorithm=algorithm, metric=exp.metric, mode=exp.mode,
+                                 max_budget=max_budget, min_budget=min_budget,
+                                 num_trials=num_trials, seed=seed,
+                                 algorithm_options=algorithm_options),
+                   ResourceOptions(allocator=allocator, allocator_options=allocator_options))
+    algo, alloc = make_policies(spec)
     rt = make_runtime("sim", cluster=exp.engine.cluster if cluster is None else cluster,
                       launch_overhead=trace.launch_overhead)
-    return build_experiment(f"{exp.name}-sim", Engine(algo, alloc), rt, trace)
+    return build_experiment(f"{exp.name}-sim", make_engine(algo, alloc), rt, trace)
 
 
 @dataclass(frozen=True)
@@ -116,7 +125,7 @@ class WhatIf:
     simulated :class:`~nbtune.experiment.Experiment` to look into."""
 
     table: pd.DataFrame
-    experiment: Any
+    experiment: Experiment
 
     @property
     def speedup(self) -> float:
@@ -132,7 +141,7 @@ class WhatIf:
                 + self.table.to_html(float_format=lambda v: f"{v:.4g}"))
 
 
-def what_if(exp: Any, *, gpus: int | None = None, allocator: Any = None,
+def what_if(exp: Experiment, *, gpus: int | None = None, allocator: Any = None,
             allocator_options: Mapping[str, Any] | None = None, cloud: Any = None) -> WhatIf:
     """``exp`` replayed on the simulator with ``gpus`` GPUs and ``allocator`` (default: the
     run's own); see :meth:`nbtune.experiment.Experiment.what_if`."""
@@ -167,7 +176,7 @@ def what_if(exp: Any, *, gpus: int | None = None, allocator: Any = None,
     return WhatIf(pd.DataFrame.from_dict(rows, orient="index"), sim)
 
 
-def _figures(exp: Any, allocator: Any, price: Any) -> dict[str, Any]:
+def _figures(exp: Experiment, allocator: Any, price: Any) -> dict[str, Any]:
     best, gpus = exp.best, len(exp.engine.cluster.gpus)
     out = {"gpus": gpus, "allocator": getattr(allocator, "name", allocator),
            "trials": len(exp.engine.trials), "makespan_s": float(exp.makespan),

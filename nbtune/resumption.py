@@ -11,12 +11,11 @@ trainable from the store and replays its event log into a
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 from nbtune.algorithms.algorithm_protocol import BaseAlgorithm
 from nbtune.allocators.allocator_protocol import BaseAllocator
-from nbtune.build import build_experiment
-from nbtune.engine import fusion_units
+from nbtune.build import build_experiment, make_engine, resumed_runtime, wrap_surrogates
 from nbtune.engine.restart import RestartableEngine
 from nbtune.experiment import Experiment, Recipe
 from nbtune.runtimes.profiler import Profiler
@@ -57,11 +56,14 @@ class Resumption:
     #: how many stored batches the replay fed to the engine
     batches: int
 
-    def start(self, runtime: Any = "auto", *, background: bool = True) -> Experiment:
+    def start(self, runtime: str | Runtime = "auto", *, background: bool = True) -> Experiment:
         """Start ``runtime`` (``"auto"``, ``"sim"``, ``"dask"`` or a runtime object) on the
-        replayed engine. ``"auto"`` is ``tune``'s default: a workload model goes back to the
-        simulator, a training function to Dask, the runtimes it can have run on."""
+        replayed engine. ``"auto"`` goes back to the runtime the experiment ran on, as its
+        store row records it, the simulator with as many GPUs as the engine last had
+        (:func:`nbtune.build.resumed_runtime`)."""
         st, name = self.store, self.name
+        runtime = resumed_runtime(runtime, self.row.runtime, self.trainable,
+                                  self.engine.ledger.cluster)
 
         def record(rt: Runtime) -> Recorder:
             st.mark_restart(name)
@@ -111,15 +113,14 @@ def prepare_resume(
     work = rebuild_trainable(row, trainable)
     algo = rebuild_algorithm(row, algorithm)
     alloc = rebuild_allocator(row, allocator)
-    scaling = (row.run_options or {}).get("scaling")
-    if scaling is not None:  # tune(scaling=S) wrapped both: wrap them again, as it did
-        from nbtune.surrogate.eager_transfer import surrogate_tuning  # torch, on demand
-
-        algo, alloc = surrogate_tuning(algo, alloc, scaling,
-                                       row.run_options.get("eager_fraction", 0.5))
-    engine = RestartableEngine(algo, alloc, validate=validate, max_failures=row.max_failures)
-    if row.fusion:  # fused as the first run was: the replay rebuilds the same units
-        fusion_units.enable(engine, **row.fusion)
+    run_options = row.run_options or {}
+    # tune(scaling=S) wrapped both policies and fused as recorded: the same again, so the
+    # replay rebuilds the same surrogates and units
+    algo, alloc = wrap_surrogates(algo, alloc, run_options.get("scaling"),
+                                  run_options.get("eager_fraction", 0.5))
+    engine = cast(RestartableEngine, make_engine(
+        algo, alloc, validate=validate, max_failures=row.max_failures, fusion=row.fusion,
+        engine_class=RestartableEngine))
     # measured again from the replayed events, so the allocator decides as it did the first time
     Profiler(SqlProfileStore(st)).attach(engine, work)
     batches = replay(engine, st.event_log(name))
@@ -132,7 +133,7 @@ def resume(
     name: str,
     store: Any = True,
     trainable: Any = None,
-    runtime: Any = "auto",
+    runtime: str | Runtime = "auto",
     *,
     algorithm: BaseAlgorithm | None = None,
     allocator: BaseAllocator | None = None,
@@ -143,10 +144,10 @@ def resume(
 
     Completed trials are not rerun; trials that were running restart from
     their checkpoints. A run started with ``fusion=`` fuses again with the same settings
-    (its units' members restart from their own checkpoints, fused anew). ``trainable`` is needed unless it was a module-level
-    function; ``algorithm``/``allocator`` only if the original run was given
-    instances rather than registry names. ``runtime`` defaults, as in ``tune``, to the
-    runtime the trainable runs on (a training function: Dask). Returns the :class:`Experiment`,
+    (its units' members restart from their own checkpoints, fused anew). ``trainable`` is
+    needed unless it was a module-level function; ``algorithm``/``allocator`` only if the
+    original run was given instances rather than registry names. ``runtime`` defaults to
+    the runtime the experiment ran on, as ``nbtune resume`` does. Returns the :class:`Experiment`,
     which keeps recording into the same store.
     """
     return prepare_resume(name, store, trainable, algorithm=algorithm, allocator=allocator,

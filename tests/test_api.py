@@ -143,7 +143,7 @@ def test_auto_runtime_picks_the_simulator_for_a_workload_model():
 
 
 def test_asha_pauses_and_promotes_when_the_function_checkpoints():
-    from nbtune.api import _auto_type
+    from nbtune.build.run_checks import _auto_type
 
     def saves(config, trial):
         trial.checkpoint({})
@@ -155,3 +155,59 @@ def test_asha_pauses_and_promotes_when_the_function_checkpoints():
     assert _auto_type("asha", plain, {}) == {}
     assert _auto_type("bohb", saves, {"type": "stopping"}) == {"type": "stopping"}
     assert _auto_type("hyperband", saves, {}) == {}
+
+
+def test_option_objects_run_the_same_experiment_as_the_keywords():
+    from nbtune import ExecutionOptions, RecordingOptions, ResourceOptions, SearchOptions
+
+    by_keywords = nbtune.tune(workload(noise=0.05), algorithm="hyperband", metric="loss",
+                              max_budget=9, num_trials=10, seed=4, allocator="fifo",
+                              runtime=SimRuntime(cluster=2), max_failures=1, eta=3)
+    by_options = nbtune.tune(workload(noise=0.05), options=(
+        SearchOptions(algorithm="hyperband", metric="loss", max_budget=9, num_trials=10,
+                      seed=4, algorithm_options={"eta": 3}),
+        ResourceOptions(allocator="fifo"),
+        ExecutionOptions(runtime=SimRuntime(cluster=2), max_failures=1),
+        RecordingOptions(name="grouped")))
+    mixed = nbtune.tune(workload(noise=0.05), metric="loss", max_budget=9, allocator="fifo",
+                        runtime=SimRuntime(cluster=2), max_failures=1, eta=3,
+                        options=SearchOptions(algorithm="hyperband", num_trials=10, seed=4))
+    assert by_options.name == "grouped"
+    for exp in (by_options, mixed):
+        assert exp.results().equals(by_keywords.results())
+        assert exp.allocations().equals(by_keywords.allocations())
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(seed=1, options=nbtune.SearchOptions(seed=2)), "seed twice"),
+    (dict(allocator="fifo", options=[nbtune.ResourceOptions(allocator="waterfill")]),
+     "allocator twice"),
+    (dict(eta=3, options=nbtune.SearchOptions(algorithm_options={"eta": 2})), r"\['eta'\] twice"),
+    (dict(options=[nbtune.SearchOptions(seed=1), nbtune.SearchOptions(seed=2)]),
+     "two SearchOptions"),
+    (dict(options={"seed": 1}), "options= takes SearchOptions"),
+])
+def test_a_setting_given_twice_is_an_error(kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        nbtune.tune(workload(), metric="loss", max_budget=3, **kwargs)
+
+
+def test_metric_and_max_budget_are_required_from_a_keyword_or_an_option_object():
+    with pytest.raises(TypeError, match="needs metric and max_budget"):
+        nbtune.tune(workload())
+    with pytest.raises(TypeError, match="needs max_budget"):
+        nbtune.tune(workload(), options=nbtune.SearchOptions(metric="loss"))
+
+
+def test_tune_has_the_option_objects_defaults():
+    import dataclasses
+    import inspect
+
+    params = inspect.signature(nbtune.tune).parameters
+    groups = (nbtune.SearchOptions, nbtune.ResourceOptions, nbtune.ExecutionOptions,
+              nbtune.RecordingOptions)
+    fields = [f for g in groups for f in dataclasses.fields(g) if f.name != "algorithm_options"]
+    assert {f.name for f in fields} == set(params) - {"trainable", "space", "options",
+                                                       "algorithm_options"}
+    for f in fields:
+        assert params[f.name].default == f.default, f.name

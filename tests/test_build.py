@@ -52,3 +52,19 @@ def test_a_replayed_engine_continues_on_a_virtual_clock_and_start_can_wait():
     later = build_experiment("b", first.engine, make_runtime("sim"), model, start=False)
     assert later.runtime.clock.now() == first.engine.time  # wound on, not from 0
     assert not later.runtime.done  # start=False: the caller subscribes, then starts
+
+
+def test_a_resumed_run_goes_back_to_the_runtime_it_ran_on():
+    from nbtune.build import ran_on, resumed_runtime
+
+    model = SyntheticWorkload(SPACE)
+    assert ran_on("dask", train) == "dask" and ran_on("sim", model) == "sim"
+    # not a registered name (bubbles runs training functions on Dask's trial processes),
+    # or none recorded: the runtime the trainable runs on
+    assert ran_on("bubbles", train) == "dask" and ran_on(None, model) == "sim"
+    assert resumed_runtime("auto", "dask", train) == "dask"
+    sim = resumed_runtime("auto", "sim", model, cluster=3)
+    assert sim.name == "sim" and sim.cluster.n_gpus == 3  # the GPUs the engine last had
+    rt = SimRuntime()
+    assert resumed_runtime(rt, "dask", model) is rt
+    assert resumed_runtime("sim", "dask", model) == "sim"

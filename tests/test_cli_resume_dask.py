@@ -1,10 +1,11 @@
-"""``nbtune resume --runtime dask``: a real tuning job dies mid-run, the command line continues it.
+"""``nbtune resume``: a real tuning job on Dask dies mid-run, the command line continues it.
 
 The first run uses a LocalCluster of two workers (tests.dask_cluster); the
 "crash" drops the recorder's unflushed buffer and kills the runtime with its
-trial processes, as a dead kernel does. ``nbtune resume`` then starts its own
-LocalCluster (``--workers 2``), imports the training function the store
-recorded by name and finishes the job from the checkpoints. No mocks.
+trial processes, as a dead kernel does. ``nbtune resume`` (no ``--runtime``: the
+runtime the run recorded) then starts its own LocalCluster (``--workers 2``), imports
+the training function the store recorded by name and finishes the job from the
+checkpoints. No mocks.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def test_resume_on_dask_from_the_command_line(tmp_path, capsys):
     gate(str(rt.checkpoint_dir)).touch()
     crash_time = max(e.time for events, _ in st.event_log("dead") for e in events)
 
-    code = main(["resume", "dead", "--store", str(store), "--runtime", "dask", "--workers", "2"])
+    # no --runtime: it goes back to the runtime it ran on, as nbtune.resume does
+    code = main(["resume", "dead", "--store", str(store), "--workers", "2"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert re.search(r"^cluster up after [\d.]+ s$", out, re.M)

@@ -1,8 +1,9 @@
 """Comments and docstrings in ``nbtune/`` say what the code is and why, not its history.
 
-A comment that cites an issue ("issue N"), a working session ("session N") or a
-commit hash ages badly: a reader of the code cannot follow it, and the code moves on
-while the citation stays. Those belong in commit messages and ``benchmarks/RESULTS.md``.
+A comment that cites an issue ("issue N"), a working session ("session N"), a
+commit hash or a timing measured on some machine ("5 ms on this 2-core box") ages
+badly: a reader of the code cannot follow it, and the code moves on while the
+citation stays. Those belong in commit messages and ``benchmarks/RESULTS.md``.
 This test reads every module's comments (with :mod:`tokenize`) and docstrings (with
 :mod:`ast`: module, class and function docstrings, and the bare strings that document
 an attribute) and fails on such a citation, naming the file and line.
@@ -24,6 +25,12 @@ ROOT = Path(nbtune.__file__).parent
 #: (so that words such as "deadbeef" or "defaced" are not taken for one)
 _HASH = r"\b(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b"
 
+#: a duration: a number (or a range) and a unit of time
+_TIME = r"\b\d+(?:[.,]\d+)?(?:\s?[-–]\s?\d+(?:\.\d+)?)?\s?(?:ms|µs|us|s|sec|secs|seconds|min|minutes)\b"
+#: where a duration was measured: this machine, "on this 2-core box"
+_HERE = (r"\b(?:on this (?:box|machine|host|laptop|runner|VM|\d+-core)"
+         r"|this (?:box|machine|host|laptop|runner)|\d+-core (?:box|machine|host|laptop|runner|VM))\b")
+
 #: what a comment or docstring must not cite
 CITATIONS: dict[str, re.Pattern[str]] = {
     "issue": re.compile(r"\b(?:[Ii]ssue|PR|[Pp]ull request) ?#?\d+"),
@@ -31,6 +38,11 @@ CITATIONS: dict[str, re.Pattern[str]] = {
     # a hash within a few words of "commit", on either side
     "commit": re.compile(
         rf"\b[Cc]ommit(?:s|ted)?\b[^\n]{{0,30}}?{_HASH}|{_HASH}[^\n]{{0,30}}?\b[Cc]ommit"
+    ),
+    # a duration next to where it was measured, or called measured
+    "timing": re.compile(
+        rf"{_TIME}[^\n]{{0,40}}?{_HERE}|{_HERE}[^\n]{{0,40}}?{_TIME}"
+        rf"|[Mm]easured (?:at |as |to be |here )?(?:~|about )?{_TIME}|{_TIME},? measured"
     ),
 }
 
@@ -82,9 +94,17 @@ def test_the_patterns_catch_a_citation_and_pass_a_plain_reason():
     assert not citations("one session per browser tab; the store's hash is sha256")
     assert not citations("commit the store's rows before trial 12 is read")
     assert not citations("a worker's session: a kernel interrupt must not reach it")
+    assert citations("# 5-6 ms on this 2-core box")
+    assert citations("a fit took 12 s on this machine")
+    assert citations("measured 3.2 ms per call")
+    assert citations("(0.4 s measured)")
+    assert not citations("the median of the measured ones, else 1 s/unit")
+    assert not citations("A nanny gives its worker 5 s to exit; on a heavily loaded machine")
+    assert not citations("billed per minute (60 s on AWS), idle or not")
+    assert not citations("4 s of samples at Dask's 1 Hz")
 
 
-def test_no_comment_or_docstring_cites_an_issue_a_session_or_a_commit():
+def test_no_comment_or_docstring_cites_an_issue_a_session_a_commit_or_a_timing():
     found = cited_in(ROOT)
     assert not found, (
         "comments and docstrings cite history (it belongs in the commit message):\n"

@@ -39,8 +39,8 @@ def kde_logpdf(kde: Any, points: np.ndarray) -> np.ndarray:
     """log density of a fitted ``gaussian_kde`` at ``points`` (d x m).
 
     Same value as ``kde.logpdf`` but computed with a whitening transform and
-    a log-sum-exp in numpy, which is an order of magnitude faster than SciPy's
-    per-call triangular solves for the tiny models BOHB fits on every sample.
+    a log-sum-exp in numpy, without SciPy's per-call triangular solves, whose
+    overhead dominates for the tiny models BOHB fits on every sample.
     """
     data = np.asarray(kde.dataset, float).T  # n x d
     chol = np.linalg.cholesky(np.atleast_2d(kde.covariance))

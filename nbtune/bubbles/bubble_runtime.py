@@ -42,7 +42,7 @@ import contextlib
 import queue
 import tempfile
 import threading
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pandas as pd
 
@@ -58,6 +58,9 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import GPU, ClusterSpec
 from nbtune.runtimes.profiler import attach_profiler
+
+if TYPE_CHECKING:
+    from nbtune.engine.engine import Engine
 
 __all__ = ["BubbleRuntime", "GuestRecord"]
 
@@ -142,16 +145,16 @@ class BubbleRuntime:
         for e in events:
             self._events.put(e)
 
-    def drives(self, engine: Any) -> bool:
+    def drives(self, engine: Engine) -> bool:
         return self._engine is engine and not self._done.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
 
-    def utilization(self, engine: Any) -> pd.DataFrame:
+    def utilization(self, engine: Engine) -> pd.DataFrame:
         return pd.DataFrame(columns=["time", "gpu_id", "util", "memory_gb"])
 
-    def start(self, engine: Any, trainable: Any) -> None:
+    def start(self, engine: Engine, trainable: Any) -> None:
         """Start the host, measure it, publish its windows and begin placing trials."""
         import cloudpickle
 

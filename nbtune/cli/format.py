@@ -10,9 +10,13 @@ import math
 import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from nbtune.core.resources import device_noun, device_of
+
+if TYPE_CHECKING:
+    from nbtune.experiment import Experiment
+    from nbtune.store.store import Store
 
 __all__ = ["fmt_value", "table", "columns", "outcome_rows", "utilization_row", "local_time",
            "store_label", "store_flag", "options_text", "space_text", "config_text",
@@ -44,7 +48,7 @@ def columns(rows: list[list[str]], right: set[int], out: Any) -> None:
         print("  ".join(cells).rstrip(), file=out)
 
 
-def per_gpu_utilization(exp: Any) -> dict[int, float]:
+def per_gpu_utilization(exp: Experiment) -> dict[int, float]:
     """Time-weighted utilization of each lane (GPU or CPU worker) over the makespan (0 for
     lanes never used)."""
     span = float(exp.makespan)
@@ -68,7 +72,7 @@ def cluster_text(cluster: Any, kind: str | None = None) -> str:
     return f"{text} (standing in for GPUs)" if device == "CPU" else text
 
 
-def utilization_row(exp: Any, kind: str) -> tuple[str, str]:
+def utilization_row(exp: Experiment, kind: str) -> tuple[str, str]:
     """The summary's utilization row: per simulated lane, or measured on the Dask workers;
     ``GPU utilization`` only on GPUs, the workers' CPU share on CPU stand-ins."""
     device = device_of(exp.engine.cluster)
@@ -87,7 +91,7 @@ def utilization_row(exp: Any, kind: str) -> tuple[str, str]:
     return (f"{lane} utilization", f"mean {mean_util:.1%}; {spread}")
 
 
-def outcome_rows(exp: Any) -> list[tuple[str, str]]:
+def outcome_rows(exp: Experiment) -> list[tuple[str, str]]:
     """The rows every run summary prints: trials by state, the best result and its config."""
     df = exp.results()
     states = df["state"].value_counts().to_dict() if not df.empty else {}
@@ -111,11 +115,11 @@ def local_time(t: datetime | None) -> str:
     return t.astimezone().strftime("%Y-%m-%d %H:%M")
 
 
-def store_label(st: Any) -> str:
+def store_label(st: Store) -> str:
     return str(st.path) if st.path is not None else st.url.render_as_string(hide_password=True)
 
 
-def store_flag(st: Any, spec: str | None) -> str:
+def store_flag(st: Store, spec: str | None) -> str:
     """The ``--store`` argument a user would type again ('' for the default store)."""
     return "" if spec is None else f" --store {shlex.quote(spec)}"
 

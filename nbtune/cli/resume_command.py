@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbtune.cli.format import (
     cluster_text,
@@ -24,6 +24,11 @@ from nbtune.cli.format import (
     utilization_row,
 )
 from nbtune.cli.usage import UsageError, find_experiment, open_existing_store
+
+if TYPE_CHECKING:
+    from nbtune.experiment import Experiment
+    from nbtune.store.schema import ExperimentRow
+    from nbtune.store.store import Store
 
 __all__ = ["cmd_resume"]
 
@@ -40,7 +45,7 @@ def _import(ref: str, what: str) -> Any:
                          "MODULE:NAME importable from here (check PYTHONPATH)") from None
 
 
-def _trainable(row: Any, given: str | None) -> Any:
+def _trainable(row: ExperimentRow, given: str | None) -> Any:
     if given is not None:
         return _import(given, "--trainable")
     if row.trainable is None:
@@ -77,8 +82,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
         st.close()
 
 
-def _resume(args: argparse.Namespace, st: Any) -> int:
-    from nbtune.build import check_trainable, runtime_class
+def _resume(args: argparse.Namespace, st: Store) -> int:
+    from nbtune.build import check_trainable, ran_on, runtime_class
     from nbtune.console import ProgressPrinter
     from nbtune.core.trial import TrialState
     from nbtune.resumption import prepare_resume
@@ -89,8 +94,9 @@ def _resume(args: argparse.Namespace, st: Any) -> int:
     if row.state == "done":
         raise UsageError(f"experiment {args.name!r} already finished; read its results with "
                          f"{read} (--csv FILE for all of them)")
-    kind = args.runtime or (row.runtime if row.runtime in ("sim", "dask") else "sim")
     trainable = _trainable(row, args.trainable)
+    # the runtime it ran on, as nbtune.resume picks it
+    kind = args.runtime or ran_on(row.runtime, trainable)
     try:
         check_trainable(trainable, runtime_class(kind))  # before a cluster starts
     except TypeError as exc:
@@ -143,7 +149,7 @@ def _resume(args: argparse.Namespace, st: Any) -> int:
     return 0 if exp.done else 1
 
 
-def _summary(exp: Any, row: Any, kind: str, st: Any, wall: float) -> None:
+def _summary(exp: Experiment, row: ExperimentRow, kind: str, st: Store, wall: float) -> None:
     where = cluster_text(exp.engine.cluster, kind)
     rows = [("job", f"{row.algorithm} resumed on {where}, allocator {row.allocator}"),
             *outcome_rows(exp)]

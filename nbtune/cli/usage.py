@@ -11,9 +11,13 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbtune.cli.format import store_label
+
+if TYPE_CHECKING:
+    from nbtune.store.schema import ExperimentRow
+    from nbtune.store.store import Store
 
 __all__ = ["UsageError", "guard", "positive_int", "count", "number", "STORE_HELP",
            "open_existing_store", "find_experiment"]
@@ -115,7 +119,7 @@ def open_existing_store(spec: str | None) -> Any:
     return Store(text)
 
 
-def find_experiment(st: Any, name: str) -> Any:
+def find_experiment(st: Store, name: str) -> ExperimentRow:
     from nbtune.store import UnknownExperimentError
 
     try:

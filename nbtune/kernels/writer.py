@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from nbtune.core.handles import ExperimentView
 from nbtune.core.listing import curves, experiment_summary, json_number, trial_rows
 from nbtune.core.resources import device_of
 from nbtune.kernels.files import VERSION, kernel_file, process_started, write_json
@@ -93,7 +94,7 @@ def _json_value(v: Any) -> Any:
         return repr(v)
 
 
-def memory_listing(exp: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def memory_listing(exp: ExperimentView) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(summary, detail)`` of an experiment from its engine; call on the engine's thread."""
     engine = exp.engine
     metric = engine.metric
@@ -127,7 +128,7 @@ def memory_listing(exp: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 class _Entry:
     """One experiment in the file; its engine subscriber (engine thread only)."""
 
-    def __init__(self, owner: KernelFile, exp: Any) -> None:
+    def __init__(self, owner: KernelFile, exp: ExperimentView) -> None:
         self.owner = owner
         self.name: str = exp.name
         self.store = store_location(getattr(exp, "store", None))
@@ -141,7 +142,7 @@ class _Entry:
         self._wait = owner.interval
         self.unsubscribe = exp.engine.subscribe(self)
 
-    def tracks(self, exp: Any) -> bool:
+    def tracks(self, exp: ExperimentView) -> bool:
         """This entry lists ``exp`` (still alive)."""
         return self._exp() is exp
 
@@ -190,7 +191,7 @@ class KernelFile:
         self._lock = threading.Lock()  # the entries
         self._write_lock = threading.Lock()
 
-    def track(self, exp: Any) -> None:
+    def track(self, exp: ExperimentView) -> None:
         """List ``exp`` (an :class:`~nbtune.experiment.Experiment` not yet started, or idle)."""
         entry = _Entry(self, exp)
         entry.refresh()  # nothing drives the engine yet: this thread may read it
@@ -202,7 +203,7 @@ class KernelFile:
             old.unsubscribe()
         self.write()
 
-    def untrack(self, exp: Any) -> None:
+    def untrack(self, exp: ExperimentView) -> None:
         with self._lock:
             key = next((k for k, e in self._entries.items() if e.tracks(exp)), None)
             if key is None:
@@ -258,7 +259,7 @@ def current() -> KernelFile | None:
     return _current
 
 
-def track(exp: Any) -> None:
+def track(exp: ExperimentView) -> None:
     """List ``exp`` in this kernel's file; nothing outside a kernel (see :func:`in_kernel`).
 
     Never raises: the sidebar is a view, it must not stop a run from starting.
@@ -276,7 +277,7 @@ def track(exp: Any) -> None:
         log.debug("nbtune: could not list the experiment in the kernel file", exc_info=True)
 
 
-def untrack(exp: Any) -> None:
+def untrack(exp: ExperimentView) -> None:
     """Drop ``exp`` from the file (it never started)."""
     if _current is not None:
         with contextlib.suppress(Exception):

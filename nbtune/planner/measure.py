@@ -17,14 +17,17 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbtune.planner.profiles import Latency, ScalingProfile
+
+if TYPE_CHECKING:
+    from nbtune.runtimes.dask.runtime import DaskRuntime
 
 __all__ = ["measure_profile", "measure_worker_start", "profile_from_experiment"]
 
 
-def measure_worker_start(runtime: Any, cluster: Any, *, timeout: float = 120.0) -> Latency:
+def measure_worker_start(runtime: DaskRuntime, cluster: Any, *, timeout: float = 120.0) -> Latency:
     """Seconds from ``cluster.scale(n + 1)`` until the new worker can run a trial.
 
     ``runtime`` must be connected (``runtime.connect()``) so its warm-pool plugin
@@ -42,7 +45,7 @@ def measure_worker_start(runtime: Any, cluster: Any, *, timeout: float = 120.0) 
     return Latency(time.monotonic() - t0)
 
 
-def measure_profile(train: Any, space: Mapping[str, Any], runtime: Any, *, trials: int = 6,
+def measure_profile(train: Any, space: Mapping[str, Any], runtime: DaskRuntime, *, trials: int = 6,
                     iterations: int = 3, metric: str = "loss", mode: str = "min",
                     seed: int = 0, timeout: float = 600.0) -> ScalingProfile:
     """Seconds per iteration (mean, cv) and launch overhead of ``train`` on ``runtime``.

@@ -23,11 +23,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbtune.planner.allocator import PlannedAllocator
 from nbtune.planner.plan import Plan
 from nbtune.planner.profiles import CloudProfile
+
+if TYPE_CHECKING:
+    from nbtune.runtimes.dask.runtime import DaskRuntime
 
 __all__ = ["CostMeter", "PlanExecutionError", "PlanExecutor", "check_plan_fits", "predicted_vs_actual"]
 
@@ -85,7 +88,7 @@ class CostMeter:
 class PlanExecutor:
     """Follow ``plan`` on ``runtime``'s cluster; :attr:`timeline` records what happened."""
 
-    def __init__(self, plan: Plan, runtime: Any, *, cluster: Any = None,
+    def __init__(self, plan: Plan, runtime: DaskRuntime, *, cluster: Any = None,
                  poll_s: float = 0.1, scale_timeout_s: float = 120.0,
                  recover_after_s: float = 5.0) -> None:
         if not isinstance(plan, Plan):

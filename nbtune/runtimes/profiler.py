@@ -35,7 +35,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbtune.allocators.profile_summary import fit_resize_cost, summarize
 from nbtune.allocators.profiling import Profile, ProfileStore, model_signature
@@ -44,6 +44,10 @@ from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import GPU, Demand, Placement
 from nbtune.runtimes.model_key import model_key
 from nbtune.runtimes.profile_samples import ROOM_SAMPLES, SAMPLES, Mark, Obs, add, mean
+
+if TYPE_CHECKING:
+    from nbtune.engine.engine import Engine
+    from nbtune.runtimes.runtime_protocol import Runtime
 
 __all__ = ["Profiler", "model_key", "attach_profiler"]
 
@@ -60,9 +64,9 @@ class Profiler:
     a run and written by :meth:`flush`; ``signature_keys`` name the config
     entries that change a trial's cost (default: every non-float entry).
     ``threshold`` is Fluid's O_th for c (the paper leaves it open; 0.1 sits
-    above the ~5-10 % by which wall-clock step times wander on a shared
-    machine, and a packed trial's fixed per-step costs keep a packing that
-    only time-slices one core just under O = 0), ``min_gain`` the least
+    above the noise of wall-clock step times on a shared machine, and a packed
+    trial's fixed per-step costs keep a packing that only time-slices one core
+    just under O = 0), ``min_gain`` the least
     speed-up a doubling of GPUs must buy for d.
     """
 
@@ -90,7 +94,7 @@ class Profiler:
         self._sigs: dict[int, tuple[Mapping[str, Any], str]] = {}
 
     # ------------------------------------------------------------ wiring
-    def attach(self, engine: Any, trainable: Any) -> None:
+    def attach(self, engine: Engine, trainable: Any) -> None:
         """Watch ``engine`` and become its ``hints["profiles"]``."""
         self.model = model_key(trainable)
         self._engine = engine
@@ -438,7 +442,7 @@ class Profiler:
         touched.add(sig)
 
 
-def attach_profiler(runtime: Any, engine: Any, trainable: Any) -> Profiler:
+def attach_profiler(runtime: Runtime, engine: Engine, trainable: Any) -> Profiler:
     """The runtime's profiler (made on first use) attached to ``engine``: the one entry both runtimes call."""
     prof = engine.hints.get("profiles")
     if isinstance(prof, Profiler):  # attached already (a resumed engine replayed its events)

@@ -91,16 +91,15 @@ def rebuild_algorithm(row: ExperimentRow, given: Any = None) -> BaseAlgorithm:
                           **algorithm_options(row))
 
 
-#: stop rules of runs recorded before the effective one was stored: ASHA's default then
+#: the stop rule of an ASHA or BOHB row that stores none: such a run ran under Ray's rule
 _RECORDED_WITHOUT_STOP_RULE = "ray"
 
 
 def algorithm_options(row: ExperimentRow) -> dict[str, Any]:
     """The stored options that rebuild ``row``'s algorithm as it ran.
 
-    Runs record ASHA's effective ``stop_rule``; a run of ASHA or BOHB recorded
-    before they did ran under ``"ray"``, the default then, and is rebuilt so,
-    not under today's default.
+    Runs record ASHA's effective ``stop_rule``; an ASHA or BOHB row without one
+    ran under ``"ray"`` and is rebuilt so, whatever the default is.
     """
     options = dict(from_jsonable(row.algorithm_options or {}))
     if row.algorithm in ("asha", "bohb") and "stop_rule" not in options:

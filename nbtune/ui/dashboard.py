@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
@@ -50,6 +50,9 @@ from nbtune.ui.analysis_figures import AnalysisFigures, analysis_layout
 from nbtune.ui.dashboard_model import DashboardModel
 from nbtune.ui.figures import Figures, progress_parts, state_word, summary_html
 from nbtune.ui.snapshot import Snapshot, Snapshots
+
+if TYPE_CHECKING:
+    from nbtune.experiment import Experiment
 
 __all__ = ["Dashboard", "dashboard_for", "load_bokehjs", "show"]
 
@@ -206,7 +209,7 @@ class Dashboard:
     before the trials start instead of competing with their first launches.
     """
 
-    def __init__(self, experiment: Any = None, *, metric: str | None = None,
+    def __init__(self, experiment: Experiment | None = None, *, metric: str | None = None,
                  mode: str | None = None, space: Any = None, name: str = "",
                  period: float = 0.5, max_overhead: float = 0.02,
                  autostart: bool = True) -> None:
@@ -220,7 +223,7 @@ class Dashboard:
         elif metric is None or mode is None:
             raise ValueError("give the experiment, or metric and mode (and space) to attach "
                              "one later")
-        self.experiment: Any = None
+        self.experiment: Experiment | None = None
         self.model: DashboardModel | None = None
         self.period, self.max_overhead = float(period), float(max_overhead)
         self.figures = Figures(metric, mode, title=name, space=space)
@@ -253,7 +256,7 @@ class Dashboard:
         else:
             self.status.value = "<b>starting</b>"
 
-    def attach(self, experiment: Any, *, autostart: bool = True) -> Dashboard:
+    def attach(self, experiment: Experiment, *, autostart: bool = True) -> Dashboard:
         """Follow ``experiment`` (once): listen to its engine, show it, start updating."""
         if self.experiment is not None:
             raise RuntimeError(f"this dashboard already shows {self.experiment.name!r}")
@@ -504,7 +507,7 @@ class Dashboard:
         display(self.widget)
 
 
-def dashboard_for(experiment: Any, **options: Any) -> Dashboard:
+def dashboard_for(experiment: Experiment, **options: Any) -> Dashboard:
     """The experiment's dashboard, built on first use (every display shares its widgets)."""
     dash = _DASHBOARDS.get(experiment)
     if dash is None:
@@ -512,7 +515,7 @@ def dashboard_for(experiment: Any, **options: Any) -> Dashboard:
     return dash
 
 
-def show(experiment: Any, **options: Any) -> Dashboard | None:
+def show(experiment: Experiment, **options: Any) -> Dashboard | None:
     """Display the experiment's live dashboard in a notebook (its summary elsewhere)."""
     from IPython import get_ipython
     from IPython.display import display

@@ -36,7 +36,7 @@ import threading
 import time as _time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbtune.core import events as ev
 from nbtune.core.best import best_index
@@ -47,6 +47,9 @@ from nbtune.experiment import error_line
 from nbtune.runtimes.runtime_protocol import Runtime
 from nbtune.ui.delta import Delta, Points, Progress
 from nbtune.ui.lanes import Lanes, Rect, Segment
+
+if TYPE_CHECKING:
+    from nbtune.engine.engine import Engine
 
 __all__ = ["DashboardModel", "Delta", "Rect", "Segment", "Points", "Progress", "DISPLAY_STATES"]
 
@@ -61,8 +64,9 @@ _SWEEP_EVERYTHING = (ev.ExperimentStopRequested, ev.ExperimentPauseRequested,
 #: seconds between checks of paused trials' states (the engine may retire them silently)
 WAITING_CHECK = 0.2
 #: seconds between copies on the engine's thread; changes that end or pause the experiment
-#: are copied at once (the simulator handles ~50,000 events a second: copying after each
-#: one would cost more than the tuning; no view looks more often than every 0.1 s)
+#: are copied at once (the simulator handles events far faster than any view looks:
+#: copying after each one would cost more than the tuning; no view looks more often than
+#: every 0.1 s)
 SYNC_EVERY = 0.05
 
 
@@ -98,7 +102,7 @@ class DashboardModel:
     reports arrive faster than the view looks, as in the simulator.
     """
 
-    def __init__(self, engine: Any, *, max_points: int | None = 32,
+    def __init__(self, engine: Engine, *, max_points: int | None = 32,
                  measured: bool = False, cost: Callable[[], float | None] | None = None,
                  runtime: Runtime | None = None) -> None:
         if max_points is not None and max_points < 1:

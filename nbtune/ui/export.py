@@ -9,7 +9,7 @@ from a snapshot of the experiment.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nbtune.ui.analysis import importance
 from nbtune.ui.analysis_figures import AnalysisFigures, analysis_layout
@@ -17,10 +17,13 @@ from nbtune.ui.dashboard_model import DashboardModel
 from nbtune.ui.figures import Figures, summary_html
 from nbtune.ui.snapshot import Snapshots
 
+if TYPE_CHECKING:
+    from nbtune.experiment import Experiment
+
 __all__ = ["export_html", "report_html"]
 
 
-def report_html(experiment: Any, *, title: str | None = None) -> str:
+def report_html(experiment: Experiment, *, title: str | None = None) -> str:
     """The report as one HTML string (BokehJS inline, no network needed to view it)."""
     from bokeh.embed import file_html
     from bokeh.resources import INLINE
@@ -44,7 +47,7 @@ def report_html(experiment: Any, *, title: str | None = None) -> str:
     return file_html(analysis_layout(figs, views), INLINE, title=name)
 
 
-def export_html(experiment: Any, path: str | Path, *, title: str | None = None) -> Path:
+def export_html(experiment: Experiment, path: str | Path, *, title: str | None = None) -> Path:
     """Write the experiment's report to ``path`` (a ``.html`` file) and return the path."""
     path = Path(path)
     if path.suffix.lower() not in (".html", ".htm"):

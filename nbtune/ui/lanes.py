@@ -11,9 +11,12 @@ demand), as the simulator computes it) or measured by the runtime.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nbtune.core.tolerance import EPS
+
+if TYPE_CHECKING:
+    from nbtune.engine.engine import Engine
 
 __all__ = ["Lanes", "Rect", "Segment"]
 
@@ -48,7 +51,7 @@ class Segment(NamedTuple):
 class Lanes:
     """Incremental rectangles and utilization of one engine (the model holds the lock)."""
 
-    def __init__(self, engine: Any, *, measured: bool = False) -> None:
+    def __init__(self, engine: Engine, *, measured: bool = False) -> None:
         self.engine = engine
         # the runtime samples utilization (a real run): say "measured" from the start and
         # show nothing until the first sample, rather than an estimate that the title retracts
@@ -219,7 +222,7 @@ def _ended(r: Rect, end: float) -> Rect:
                 r.top)
 
 
-def _demand_fn(engine: Any) -> Callable[[int], float] | None:
+def _demand_fn(engine: Engine) -> Callable[[int], float] | None:
     """Compute share a trial can use, from the simulator's workload model if there is one.
 
     Mirrors :meth:`SimRuntime.utilization` (a trial holding share s uses

@@ -27,11 +27,15 @@ from __future__ import annotations
 import ast
 import re
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+if TYPE_CHECKING:
+    from nbtune.experiment import Experiment
+    from nbtune.store.store import Store
 
 __all__ = ["TuneMagics", "load_ipython_extension", "make_trainable"]
 
@@ -230,7 +234,7 @@ class TuneMagics(Magics):
             raise UsageError(f"--store {spec if spec is not True else ''}: cannot open the "
                              f"store: {exc}") from exc
 
-    def _name(self, name: str | None, replace: bool, store: Any) -> str | None:
+    def _name(self, name: str | None, replace: bool, store: Store | None) -> str | None:
         """The name a (re-)run gets: ``--name`` if free, else the next free one or, with
         ``--replace``, the same one after the old experiment is stopped and deleted.
 
@@ -373,6 +377,6 @@ class TuneMagics(Magics):
         exp.unpause()  # harmless if it is not paused (a pause may still be on its way)
 
     @staticmethod
-    def _live(exp: Any) -> None:
+    def _live(exp: Experiment) -> None:
         if exp.done:
             raise UsageError(f"experiment {exp.name!r} has already finished")

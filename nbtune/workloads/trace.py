@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nbtune.core.handles import ExperimentView
 from nbtune.core.resources import Demand
 from nbtune.core.space import grid
 from nbtune.core.tolerance import EPS
@@ -142,7 +143,7 @@ class TraceWorkload(WorkloadModel):
         return cls(trials, metric=metric, **kwargs)
 
     @classmethod
-    def from_experiment(cls, exp: Any, **kwargs: Any) -> TraceWorkload:
+    def from_experiment(cls, exp: ExperimentView, **kwargs: Any) -> TraceWorkload:
         """The trace of a finished experiment: each trial's measured step time and metrics.
 
         A trial's unit time is the median gap between two reports inside one
@@ -267,7 +268,7 @@ def segment_times(curves: pd.DataFrame, allocations: pd.DataFrame) -> pd.DataFra
                                        "gap"])
 
 
-def _from_experiment(cls: type[TraceWorkload], exp: Any, **kwargs: Any) -> TraceWorkload:
+def _from_experiment(cls: type[TraceWorkload], exp: ExperimentView, **kwargs: Any) -> TraceWorkload:
     curves, allocs = exp.learning_curves(), exp.allocations()
     if curves.empty:
         raise ValueError(f"experiment {exp.name!r} has no reports to replay")

@@ -190,6 +190,18 @@ def test_a_resumed_run_can_crash_and_resume_again(tmp_path):
     pd.testing.assert_frame_equal(exp.results()[STABLE], full.results()[STABLE])
 
 
+def test_resume_as_a_user_writes_it_goes_back_to_the_simulator_it_ran_on(tmp_path):
+    """``nbtune.resume(name, store=..., trainable=wl)``: no runtime given, the run continues
+    on the simulator with the GPUs it had, and ends as the uninterrupted run does."""
+    st = Store(tmp_path / "auto.db")
+    kw = {"num_trials": 7, "max_budget": 6}
+    crash(WL, st, "auto", 20, "random", **kw)
+    exp = nbtune.resume("auto", store=st, trainable=WL)
+    assert exp.done and exp.runtime.name == "sim" and exp.engine.cluster.n_gpus == 2
+    full = uninterrupted(WL, "random", **kw)
+    pd.testing.assert_frame_equal(exp.results()[STABLE], full.results()[STABLE])
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 70), lose_buffer=st.booleans(), gpus=st.integers(1, 3))
 def test_any_crash_point_and_lost_buffer_resume_to_the_same_end(tmp_path_factory, n, lose_buffer,
