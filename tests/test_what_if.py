@@ -30,7 +30,9 @@ def test_at_its_own_scale_the_what_if_is_the_run_and_more_gpus_finish_sooner():
     assert not decisions(exp).differences(decisions(same.experiment))
     assert same.table.loc["what-if", "makespan_s"] == pytest.approx(exp.makespan)
     assert same.speedup == pytest.approx(1.0)
-    bigger = exp.what_if(gpus=8)
+    # how much 8 GPUs gain depends on the configurations drawn (1.1x-2.6x over seeds):
+    # a seeded run's, deterministically
+    bigger = run(seed=0).what_if(gpus=8)
     assert bigger.table.loc["what-if", "gpus"] == 8 and bigger.speedup > 1.5
     other = exp.what_if(gpus=8, allocator="waterfill")
     assert list(other.table["allocator"]) == ["fifo", "waterfill"]
