@@ -58,13 +58,14 @@ class AnalysisFigures:
         #: the first render); a render sends it only when it changes
         self._shown_importance: Any = object()
         self.budget_select = Select(title="show trials that reached budget", value=ALL_BUDGETS,
-                                    options=[ALL_BUDGETS], width=260)
+                                    options=[ALL_BUDGETS], width=260, name="analysis-budget")
         self.budget_cmap = LinearColorMapper(palette=Viridis256, low=0.0, high=1.0)
         by_budget = {"field": "budget", "transform": self.budget_cmap}
 
+        # named so that a page's BokehJS documents say which source is which view
         self.history_src = ColumnDataSource(arrays({"x": [], "value": [], "budget": [],
-                                                    "trial": []}))
-        self.best_src = ColumnDataSource(arrays({"x": [], "best": []}))
+                                                    "trial": []}), name="analysis-history")
+        self.best_src = ColumnDataSource(arrays({"x": [], "best": []}), name="analysis-best")
         self.history = figure(title=f"optimization history: each trial's last {metric}, "
                               "coloured by its budget; best so far", width=width, height=320,
                               x_axis_label="time (s)", y_axis_label=metric,
@@ -80,7 +81,8 @@ class AnalysisFigures:
                                          title="budget"), "right")
 
         names = self.names or ["(no searched hyperparameter)"]
-        self.importance_src = ColumnDataSource(arrays({"name": [], "importance": []}))
+        self.importance_src = ColumnDataSource(arrays({"name": [], "importance": []}),
+                                               name="analysis-importance")
         self.importance = figure(title="hyperparameter importance (random forest, "
                                  "scikit-learn; waiting for enough trials)", width=width,
                                  height=max(160, 40 * len(names) + 60),
@@ -94,7 +96,8 @@ class AnalysisFigures:
         self.metric_cmap = LinearColorMapper(palette=list(reversed(Viridis256)) if mode == "min"
                                              else Viridis256, low=0.0, high=1.0)
         self.parallel_src = ColumnDataSource({"xs": [], "ys": [], "trial": [], "value": [],
-                                              "scaled": [], "budget": []})
+                                              "scaled": [], "budget": []},
+                                             name="analysis-parallel")
         self.parallel = figure(title=f"parallel coordinates: one line per trial, coloured by "
                                f"{metric} (yellow is better)", width=width, height=340,
                                x_range=FactorRange(*axes), y_range=Range1d(-0.05, 1.05),

@@ -53,7 +53,20 @@ READ_DOCS_JS = """
       const ls = new Set(Object.keys(d).map((k) => arr(d[k]).length));
       if (ls.size > 1) inconsistent.push(m.id);
     }
-    out.push({cols, lengths, alloc: lanes(alloc), util: lanes(util), divs, inconsistent});
+    // the analysis views' sources (named "analysis-..."), and the budget they show
+    const analysis = {};
+    for (const m of models) {
+      const name = m.name == null ? "" : String(m.name);
+      if (!name.startsWith("analysis-")) continue;
+      if (m.constructor.__name__ === "Select") { analysis.budget = m.value; continue; }
+      const d = obj(m.data);
+      const src = {};
+      for (const k of Object.keys(d)) src[k] = arr(d[k]).map((v) => (
+        v != null && typeof v === "object" && v.length !== undefined ? Array.from(v) : v));
+      analysis[name.slice("analysis-".length)] = src;
+    }
+    out.push({cols, lengths, alloc: lanes(alloc), util: lanes(util), divs, inconsistent,
+              analysis});
   }
   return out;
 }
@@ -148,3 +161,42 @@ def check_grid(grid: list[list[str]], truth: dict[str, Any]) -> list[str]:
         if tid in want and state not in want[tid]:
             problems.append(f"grid draws trial {tid} as {state!r}, is {sorted(want[tid])}")
     return problems
+
+
+def check_analysis(doc: dict[str, Any], truth: dict[str, Any]) -> list[str]:
+    """Every way one rendered dashboard's analysis views disagree with what the kernel computed
+    from ``exp.results()`` and ``exp.learning_curves()`` (``truth["analysis"]``)."""
+    want, got = truth.get("analysis"), doc.get("analysis") or {}
+    if want is None:
+        return []
+    problems = []
+    if got.get("budget") != want["budget"]:
+        problems.append(f"budget shown {got.get('budget')!r} != {want['budget']!r}")
+    h = got.get("history", {})
+    if [int(t) for t in h.get("trial", [])] != want["history"]["trial"]:
+        problems.append(f"history points {h.get('trial')} != ended trials "
+                        f"{want['history']['trial']}")
+    elif not _close(h.get("value", []), want["history"]["value"]):
+        problems.append(f"history values {h.get('value')} != {want['history']['value']}")
+    best = got.get("best", {}).get("best", [])
+    if not _close(best, want["history"]["best"]):
+        problems.append(f"best so far {best} != the running best {want['history']['best']}")
+    p = got.get("parallel", {})
+    if [int(t) for t in p.get("trial", [])] != want["parallel"]["trial"]:
+        problems.append(f"parallel lines {p.get('trial')} != trials {want['parallel']['trial']}")
+    elif not all(_close(a, b) for a, b in zip(p.get("ys", []), want["parallel"]["ys"],
+                                              strict=True)):
+        problems.append("parallel coordinates: a line's values differ from the trial's")
+    imp = got.get("importance", {})
+    shown = dict(zip(imp.get("name", []), imp.get("importance", []), strict=False))
+    if set(shown) != set(want["importance"]) or not _close(
+            [shown[k] for k in sorted(shown)], [want["importance"][k] for k in sorted(shown)]):
+        problems.append(f"importance bars {shown} != {want['importance']}")
+    return problems
+
+
+def _close(a: list[Any], b: list[Any], tol: float = 1e-9) -> bool:
+    return len(a) == len(b) and all(
+        (x is None and y is None) or (x is not None and y is not None
+                                      and abs(float(x) - float(y)) <= tol * max(1.0, abs(y)))
+        for x, y in zip(a, b, strict=True))

@@ -8,7 +8,10 @@ page (:mod:`tests.browser.bokeh_docs`) and the rows each DataTable grid draws,
 and compares them with the truth the kernel writes (``exp.results()``,
 ``exp.best``): one row per trial, no null cell, the same states and best trial,
 one labelled lane per worker, and no "inconsistent lengths" warning in the
-console. With ``NBTUNE_DOCS_SCREENSHOTS=1`` it saves the screenshots that
+console; and the analysis views against what the kernel computes from
+``exp.results()`` and ``exp.learning_curves()`` at the default budget: one history point
+per trial that reached it with the running best, one parallel-coordinates line per trial
+with its values on every axis, the importance bars. With ``NBTUNE_DOCS_SCREENSHOTS=1`` it saves the screenshots that
 ``docs/notebook.rst`` shows under ``docs/_static/``.
 """
 
@@ -21,7 +24,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.browser.bokeh_docs import check_doc, check_grid, read_docs, read_grids
+from tests.browser.bokeh_docs import (
+    check_analysis,
+    check_doc,
+    check_grid,
+    read_docs,
+    read_grids,
+)
 from tests.browser.conftest import REPO, LabServer
 from tests.browser.tune_notebook import SETUP, json_written, run_all_cells, wait_until
 
@@ -31,7 +40,6 @@ NAME = "truth"
 GATE = "truth.go"  # created by the test once it has seen the live view
 SLOW = 150
 SHOTS = REPO / "docs" / "_static" if os.environ.get("NBTUNE_DOCS_SCREENSHOTS") else None
-
 
 
 def tune_cell(gate: Path) -> str:
@@ -45,12 +53,34 @@ for step in trial.steps():
     while step >= 2 and not os.path.exists({str(gate)!r}):
         time.sleep(0.1)
     time.sleep(0.6)
-    trial.report(step, loss=1.0 / step + config["lr"])"""
+    trial.report(step, loss=1.0 / step + config["lr"] + 0.01 * config["wd"])"""
+
+
+#: two hyperparameters, so that the importance bars share the variance between them
+SPACE = 'space = {"lr": nbtune.loguniform(1e-4, 1e-1), "wd": nbtune.uniform(0.0, 0.1)}'
 TRUTH = """\
 import json
+from nbtune.core import trial_analysis as an
 r = exp.results()
+lc = exp.learning_curves()
+cfg = [c for c in r.columns if c.startswith("config/")]
+rows = [{"trial_id": int(x["trial_id"]), "last": x["last"], "budget": x["budget_used"],
+         "start": x["start"], "config": {c[7:]: x[c] for c in cfg}} for x in r.to_dict("records")]
+table = an.trial_table("loss", "min", rows, zip(lc["trial_id"], lc["time"]))
+b = an.default_budget(table)
+h = an.history(table, budget=b)
+pc = an.parallel_coordinates(table, space, budget=b)
+axes = [*space, "loss"]
+ended = sorted(int(x["trial_id"]) for x in r.to_dict("records") if x["budget_used"] >= b)
+assert sorted(h.trial_id) == ended  # one history point per trial that reached the budget
+analysis = {"budget": f"{b:g}",
+            "history": {"trial": list(h.trial_id), "value": list(h.value), "best": list(h.best)},
+            "parallel": {"trial": pc["trial_id"], "ys": [[0.5 if pc[f"{k}/unit"][i] is None
+                          else pc[f"{k}/unit"][i] for k in axes] for i in range(len(pc["trial_id"]))]},
+            "importance": an.importance(table, space, budget=b) or {}}
 json.dump({"states": {int(t): s for t, s in zip(r["trial_id"], r["state"])},
-           "best": int(exp.best["trial_id"]), "workers": 2, "dask": rt.dashboard_link}, open("truth.json", "w"))"""
+           "best": int(exp.best["trial_id"]), "workers": 2, "dask": rt.dashboard_link,
+           "analysis": analysis}, open("truth.json", "w"))"""
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +88,7 @@ def notebook(lab_root: Path) -> Path:
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
                                  "language": "python"}
-    cells = (SETUP, tune_cell(lab_root / GATE), "exp.wait()", "exp", TRUTH)
+    cells = (SETUP + "\n" + SPACE, tune_cell(lab_root / GATE), "exp.wait()", "exp", TRUTH)
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     path = lab_root / "truth.ipynb"
     nbformat.write(nb, path)
@@ -98,6 +128,7 @@ def all_problems(page, truth: dict, at_least: int) -> list[str]:
     problems = [] if len(docs) >= at_least else [f"{len(docs)} dashboards, want {at_least}"]
     for i, doc in enumerate(docs):
         problems += [f"dashboard {i}: {p}" for p in check_doc(doc, truth)]
+        problems += [f"dashboard {i} analysis: {p}" for p in check_analysis(doc, truth)]
     grids = read_grids(page)
     if len(grids) < at_least:  # what the DataTables draw, not only their data
         problems.append(f"{len(grids)} drawn tables, want {at_least}")
