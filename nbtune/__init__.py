@@ -45,6 +45,11 @@ class _NotebookUI:
 
         show(exp)
 
+    def plot(self, exp: Experiment, view: str, **options: object) -> object:
+        from nbtune.ui.analysis_view import analysis_view
+
+        return analysis_view(exp, view, **options)  # type: ignore[arg-type]
+
     def what_if(self, exp: Experiment, **options: object) -> object:
         from nbtune.replay import what_if
 

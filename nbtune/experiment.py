@@ -31,6 +31,8 @@ class Frontend(Protocol):
 
     def show(self, exp: Experiment) -> None: ...
 
+    def plot(self, exp: Experiment, view: str, **options: Any) -> Any: ...
+
     def what_if(self, exp: Experiment, **options: Any) -> Any: ...
 
 
@@ -362,6 +364,13 @@ class Experiment:
     def dashboard(self, **options: Any) -> Any:
         """The live dashboard (:class:`nbtune.ui.Dashboard`) of this experiment."""
         return _front().dashboard(self, **options)
+
+    def plot(self, view: str = "history", *, budget: float | str | None = None) -> Any:
+        """One analysis view, as of now, for a notebook cell (Optuna's ``plot_*``):
+        ``"history"``, ``"importance"``, ``"parallel"`` (coordinates) or ``"slices"``, of the
+        trials that reached ``budget`` (None: the highest budget enough trials reached;
+        ``"all"``: every trial). Its ``figure`` is the Bokeh model."""
+        return _front().plot(self, view, budget=budget)
 
     def _ipython_display_(self) -> None:
         _front().show(self)

@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING
 
 from nbtune.ui.analysis import importance
 from nbtune.ui.analysis_figures import AnalysisFigures, analysis_layout
-from nbtune.ui.dashboard_model import DashboardModel
 from nbtune.ui.figures import Figures, summary_html
-from nbtune.ui.snapshot import Snapshots
+from nbtune.ui.snapshot import experiment_snapshot
 
 if TYPE_CHECKING:
     from nbtune.experiment import Experiment
@@ -28,13 +27,7 @@ def report_html(experiment: Experiment, *, title: str | None = None) -> str:
     from bokeh.embed import file_html
     from bokeh.resources import INLINE
 
-    model = DashboardModel(experiment.engine, measured=not experiment.runtime.virtual_clock,
-                           runtime=experiment.runtime)
-    try:
-        model.settle()  # a running experiment's state, handed over on the engine's thread
-        snap = Snapshots(model).take()
-    finally:
-        model.close()
+    snap = experiment_snapshot(experiment)
     name = title or f"nbtune: {experiment.name}"
     space = experiment.engine.algorithm.space
     figs = Figures(experiment.metric, experiment.mode, title=name, space=space)

@@ -114,3 +114,15 @@ class Snapshots:
 
     def take(self) -> Snapshot:
         return self.fold.add(self.model.pull())
+
+
+def experiment_snapshot(experiment: Any) -> Snapshot:
+    """One snapshot of an experiment as it is now (a running one's state handed over on the
+    engine's thread): what a report or a one-off view renders."""
+    model = DashboardModel(experiment.engine, measured=not experiment.runtime.virtual_clock,
+                           runtime=experiment.runtime)
+    try:
+        model.settle()
+        return Snapshots(model).take()
+    finally:
+        model.close()

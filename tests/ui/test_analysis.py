@@ -145,3 +145,38 @@ def test_the_dashboard_and_the_report_show_the_views(wire, tmp_path):
     html = export_html(exp, tmp_path / "r.html").read_text()
     assert "parallel coordinates" in html and "importance" in html
     dash.close()
+
+
+def test_exp_plot_shows_one_view_of_the_trials_at_a_budget(finished, wire):
+    """``exp.plot(view)``: the view alone (Optuna's plot_*), at the default budget, another
+    budget the trials reached, or every trial; bad names and budgets say what would do."""
+    from IPython.utils.capture import capture_output
+
+    exp, snap = finished
+    res = exp.results()
+    b = an.default_budget(snap)
+    imp = exp.plot("importance")
+    assert imp.budget == f"{b:g}" and "reached budget" in repr(imp)
+    bars = imp.figure.renderers[0].data_source.data
+    assert dict(zip(bars["name"], bars["importance"], strict=True)) == pytest.approx(
+        an.importance(snap, SPACE, budget=b))
+    par = exp.plot("parallel", budget="all")
+    assert sorted(par.figure.renderers[0].data_source.data["trial"]) == sorted(res["trial_id"])
+    assert "every trial" in repr(par)
+    low = min(an.budgets(snap))
+    hist = exp.plot("history", budget=low)
+    pts = hist.figure.renderers[0].data_source.data
+    assert sorted(pts["trial"]) == sorted(res.loc[res["budget_used"] >= low, "trial_id"])
+    assert exp.plot("slices").view == "slices"
+    with pytest.raises(ValueError, match="pick one of history, importance, parallel, slices"):
+        exp.plot("importances")
+    with pytest.raises(ValueError, match="no trial reached budget 2.5"):
+        exp.plot("history", budget=2.5)
+    from bokeh.io.notebook import LOAD_MIME_TYPE
+    from IPython.core.interactiveshell import InteractiveShell
+
+    InteractiveShell.instance()  # where display data goes outside a kernel
+    with capture_output() as shown:  # in a notebook: a Bokeh widget, BokehJS loaded with it
+        hist._ipython_display_()
+    assert any(LOAD_MIME_TYPE in o.data for o in shown.outputs)
+    assert any(m[0] == "comm_open" and "jupyter_bokeh" in str(m[1]) for m in wire)

@@ -42,3 +42,8 @@ def test_notebook_01_executes(tmp_path):
     assert report.exists() and "first-tuning" in report.read_text()
     text = "".join(str(o.get("data", {}).get("text/plain", "")) for o in outputs)
     assert "first-tuning" in text and "'trial_id'" in text  # %tune_list and exp.best
+    # it ends with what mattered: the importance and parallel-coordinates views, as widgets
+    for view in ("importance", "parallel"):
+        cell = next(c for c in nb.cells if c.cell_type == "code"
+                    and c.source == f'exp.plot("{view}")')
+        assert any(WIDGET in o.get("data", {}) for o in cell.outputs), view
