@@ -111,6 +111,25 @@ def shoot(page, locator, name: str) -> None:
         locator.screenshot(path=str(SHOTS / name))
 
 
+#: the analysis tabs beside the run's views, and the file names of their screenshots
+TABS = {"history": "history", "importance": "importance", "parallel coordinates": "parallel",
+        "slices": "slices"}
+
+
+def shoot_tabs(output, when: str) -> None:
+    """With NBTUNE_DOCS_SCREENSHOTS: each analysis tab of the dashboard in ``output``, shown
+    (clicked) and saved as ``dashboard-<tab>-<when>.png``; then the run's tab again."""
+    if SHOTS is None:
+        return
+    for title, name in TABS.items():
+        tab = output.locator(".bk-tab", has_text=title).first
+        tab.click()
+        wait_until(lambda tab=tab: "bk-active" in (tab.get_attribute("class") or ""), 10,
+                   f"the {title} tab to open")
+        shoot(output.page, output, f"dashboard-{name}-{when}.png")
+    output.locator(".bk-tab", has_text="run").first.click()
+
+
 def grid_matches_source(page) -> bool:
     """The first dashboard's grid draws its data source's rows: trial, state, budget."""
     docs, grids = read_docs(page), read_grids(page)
@@ -168,6 +187,7 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
     # on a patch or a same-length replace; the table is streamed whole for this)
     wait_until(lambda: grid_matches_source(page), 10, "the live grid to draw its source's rows")
     shoot(page, live, "dashboard-live.png")
+    shoot_tabs(live, "live")
     (lab_server.root_dir / GATE).touch()  # let the trials run on to the end
 
     truth = json_written(truth_file, SLOW, "the run to end and truth.json")
@@ -176,6 +196,7 @@ def test_every_rendered_dashboard_matches_the_results(page, lab_server: LabServe
     assert problems == [], "\n".join(problems)
     shoot(page, page.locator(".jp-Cell").nth(3).locator(".jp-OutputArea"),
           "dashboard-redisplay.png")
+    shoot_tabs(live, "end")  # the live dashboard, now showing the finished run
     assert not [m for m in console if "inconsistent lengths" in m], console[:5]
 
     # after a page reload the widgets come back from the kernel: still right
