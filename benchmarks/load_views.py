@@ -13,19 +13,25 @@ One SQLite store gets a 10,000-trial random search
   learning curves, and the lab sidebar's summary of all 20 (first poll and a
   later poll, which re-reads only what can still change);
 * the dashboard: building it for the 10,000-trial experiment and one update
-  (a pull of the model and a push to the figures), and the snapshot a view
-  would receive.
+  (a pull of the model and a push to the figures, its analysis tabs included),
+  and the snapshot a view would receive;
+* each analysis view alone (``exp.plot(view)``: a snapshot, then the view's Bokeh
+  models), and the importance forest's fit on its own (the live dashboard fits it on
+  a background thread, so only the rest of the view counts against its goal).
 
 Goals ("responsive": what a person waits for without thinking it hung):
 listing and the sidebar's poll <= 1 s, the results table <= 2 s, the
 dashboard built and first filled <= 5 s each and a later update <= 1 s, the
-engine >= 5,000 events/s.
-Wall times (a person waits for wall time), best of 3 where repeatable.
+engine >= 5,000 events/s; the analysis views' Bokeh models, all four built from the
+experiment's snapshot, <= 1 s (the importance forest's fit apart: ``importance_fit_s``;
+``plot_<view>_s`` is what ``exp.plot(view)`` takes, snapshot and fit included).
+Wall times (a person waits for wall time), the median of 3 where repeatable.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -45,13 +51,14 @@ MEASURES = (
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
 
 
-def best_of(fn, n: int = 3) -> tuple[float, object]:
-    out, best = None, float("inf")
+def median_of(fn, n: int = 3) -> tuple[float, object]:
+    """The median wall time of ``n`` calls of ``fn``, and the last call's result."""
+    out, times = None, []
     for _ in range(n):
         t0 = time.perf_counter()
         out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -84,17 +91,17 @@ def main(argv: list[str] | None = None) -> dict:
         from nbtune.store import Store
 
         st = Store(path)
-        figures["list_s"], frame = best_of(st.experiments)
+        figures["list_s"], frame = median_of(st.experiments)
         figures["experiments"] = len(frame)
-        figures["results_s"], res = best_of(lambda: st.results("big"))
+        figures["results_s"], res = median_of(lambda: st.results("big"))
         figures["results_rows"] = len(res)
-        figures["curves_s"], curves = best_of(lambda: st.learning_curves("big"), 1)
+        figures["curves_s"], curves = median_of(lambda: st.learning_curves("big"), 1)
         figures["curve_points"] = len(curves)
         cache: dict = {}
         t0 = time.perf_counter()
         first = summarize(st, str(path), cache)
         figures["sidebar_first_poll_s"] = round(time.perf_counter() - t0, 3)
-        figures["sidebar_poll_s"], _ = best_of(lambda: summarize(st, str(path), cache))
+        figures["sidebar_poll_s"], _ = median_of(lambda: summarize(st, str(path), cache))
         figures["sidebar_experiments"] = len(first["experiments"])
 
         from nbtune.ui.dashboard import Dashboard
@@ -105,8 +112,26 @@ def main(argv: list[str] | None = None) -> dict:
         t0 = time.perf_counter()
         dash.update()  # the first pull carries all 10,000 trials
         figures["dashboard_first_update_s"] = round(time.perf_counter() - t0, 3)
-        figures["dashboard_update_s"], _ = best_of(dash.update)
+        figures["dashboard_update_s"], _ = median_of(dash.update)
         dash.close()
+
+        from nbtune.ui.analysis import default_budget, importance
+        from nbtune.ui.analysis_figures import AnalysisFigures
+        from nbtune.ui.snapshot import experiment_snapshot
+
+        figures["snapshot_s"], snap = median_of(lambda: experiment_snapshot(big))
+        space_ = big.engine.algorithm.space
+        for view in ("history", "parallel", "slices", "importance"):
+            figures[f"plot_{view}_s"], _ = median_of(lambda view=view: big.plot(view))
+        b = default_budget(snap)
+        figures["importance_fit_s"], _ = median_of(
+            lambda: importance(snap, space_, budget=b))
+        imp = importance(snap, space_, budget=b)
+
+        def build_views() -> None:  # every view's Bokeh models from the snapshot, fit given
+            AnalysisFigures(big.metric, big.mode, space_).render(snap, imp)
+
+        figures["views_s"], _ = median_of(build_views)
         st.close()
     for k, v in figures.items():
         if isinstance(v, float):
@@ -114,9 +139,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{k:>24}: {figures[k]}")
     goal = {"list_s": 1.0, "sidebar_poll_s": 1.0, "sidebar_first_poll_s": 5.0,
             "results_s": 2.0, "dashboard_build_s": 5.0, "dashboard_first_update_s": 5.0,
-            "dashboard_update_s": 1.0,
+            "dashboard_update_s": 1.0, "views_s": 1.0,
             "engine_events_per_sec": 5000}
-    met = (figures["trials"] == a.trials and figures["experiments"] == a.experiments
+    met = (a.trials >= 10_000 and a.experiments >= 20  # the sizes the goals are set for
+           and figures["trials"] == a.trials and figures["experiments"] == a.experiments
            and figures["results_rows"] == a.trials
            and figures["sidebar_experiments"] == a.experiments
            and all(figures[k] <= v for k, v in goal.items() if k.endswith("_s"))
