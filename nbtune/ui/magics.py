@@ -16,7 +16,7 @@ runtime, its live dashboard is the cell's output and ``exp`` (``--as NAME``)
 is bound in the namespace; ``exp.wait()`` blocks. The simulator cannot run
 Python code, so ``--workload VAR`` (a workload model) with an empty cell body
 simulates instead (the simulator finishes before the cell returns); the line
-form ``%tune space --workload wl -b 27`` says the same without a body
+form ``%tune space --workload wl -m loss -b 27`` says the same without a body
 (IPython refuses a ``%%`` magic whose body is completely empty).
 ``%tune_list``, ``%tune_stop``, ``%tune_pause`` and ``%tune_resume`` steer
 experiments by name.
@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from nbtune.build.run_options import ResourceOptions, SearchOptions
 
 if TYPE_CHECKING:
     from nbtune.experiment import Experiment
@@ -87,6 +89,8 @@ def make_trainable(code: str, namespace: dict[str, Any], name: str = "train") ->
 
 
 #: tune()'s keywords as the magic spells them, for messages that come from tune()
+#: nbtune.tune's defaults, which %%tune's options share
+_SEARCH, _RESOURCES = SearchOptions(), ResourceOptions()
 _OPTIONS = {"name": "--name", "metric": "--metric", "mode": "--mode", "max_budget": "--max-budget",
             "min_budget": "--min-budget", "num_trials": "--num-trials",
             "algorithm": "--algorithm", "allocator": "--allocator", "runtime": "--runtime",
@@ -131,14 +135,19 @@ class TuneMagics(Magics):
     @magic_arguments()
     @argument("space", help="the search space: a variable (or expression) holding a dict "
               "of domains, e.g. space = {'lr': nbtune.loguniform(1e-4, 1e-1)}")
-    @argument("-a", "--algorithm", default="asha", help="algorithm name (default: asha)")
-    @argument("-m", "--metric", default="loss", help="metric the trials report (default: loss)")
-    @argument("--mode", default="min", choices=["min", "max"], help="min or max (default: min)")
+    @argument("-a", "--algorithm", default=_SEARCH.algorithm,
+              help=f"algorithm name (default: {_SEARCH.algorithm})")
+    @argument("-m", "--metric", required=True,
+              help="metric the trials report, e.g. loss (as nbtune.tune, it has no default)")
+    @argument("--mode", default=_SEARCH.mode, choices=["min", "max"],
+              help=f"min or max (default: {_SEARCH.mode})")
     @argument("-b", "--max-budget", type=float, required=True,
               help="budget of a fully trained trial (epochs, steps: the unit trials report)")
-    @argument("--min-budget", type=float, default=1.0, help="smallest budget (default: 1)")
+    @argument("--min-budget", type=float, default=_SEARCH.min_budget,
+              help=f"smallest budget (default: {_SEARCH.min_budget:g})")
     @argument("-n", "--num-trials", type=int, default=None, help="number of configurations")
-    @argument("--allocator", default="fifo", help="GPU allocator name (default: fifo)")
+    @argument("--allocator", default=_RESOURCES.allocator,
+              help=f"GPU allocator name (default: {_RESOURCES.allocator}, as nbtune.tune)")
     @argument("-r", "--runtime", default=None,
               help="'dask' (default with a cell body), 'sim' (default with --workload), "
               "or a variable holding a runtime, e.g. DaskRuntime(n_workers=4)")

@@ -30,7 +30,7 @@ def test_extension_registers_the_magics(ip):
 
 
 def test_tune_a_workload_binds_the_experiment(ip):
-    ip.run_line_magic("tune", "space --workload wl -b 9 -n 8 -a random --gpus 2 --seed 3 "
+    ip.run_line_magic("tune", "space -m loss --workload wl -b 9 -n 8 -a random --gpus 2 --seed 3 "
                       "--name magic-1 --no-dashboard")
     exp = ip.user_ns["exp"]
     assert isinstance(exp, Experiment) and exp.done and exp.name == "magic-1"
@@ -39,7 +39,7 @@ def test_tune_a_workload_binds_the_experiment(ip):
 
 
 def test_options_reach_the_algorithm_and_as_renames(ip):
-    ip.run_cell_magic("tune", "space -w wl -b 9 -n 9 -a asha -o eta=3 --mode min "
+    ip.run_cell_magic("tune", "space -m loss -w wl -b 9 -n 9 -a asha -o eta=3 --mode min "
                       "--allocator waterfill --as e2 --no-dashboard", "# nothing to run\n")
     exp = ip.user_ns["e2"]
     assert exp.engine.algorithm.eta == 3 and exp.engine.allocator.name == "waterfill"
@@ -48,22 +48,22 @@ def test_options_reach_the_algorithm_and_as_renames(ip):
 
 def test_inline_space_expression(ip):
     ip.run_cell("from nbtune import loguniform")
-    ip.run_line_magic("tune", "'dict(space, lr=loguniform(1e-3, 1e-2))' -w wl -b 3 -n 2 "
+    ip.run_line_magic("tune", "'dict(space, lr=loguniform(1e-3, 1e-2))' -m loss -w wl -b 3 -n 2 "
                       "-a random --no-dashboard")
     assert ip.user_ns["exp"].engine.algorithm.space["lr"].low == 1e-3
 
 
 @pytest.mark.parametrize("line, cell, message", [
-    ("space -w wl -b 9 -n 4", "x = 1\n", "cell body would never run"),
-    ("space -b 9 -n 4", "\n# just a comment\n", "it is empty"),
-    ("space -b 9 -n 4 --runtime sim", "x = 1\n", "cannot run Python code"),
-    ("space -b 9 -n 4 --gpus 2", "x = 1\n", "--gpus sizes the simulator"),
-    ("nope -w wl -b 9", None, "cannot evaluate 'nope'"),
-    ("space -w wl -b 9 -o eta", None, "KEY=VALUE"),
-    ("space -w wl -b 9 --as 1x", None, "--as needs a variable name"),
-    ("space -b 9", None, "it is empty"),
-    ("space -b 9", "def f(:\n", "not valid Python"),
-    ("space -b 9", "yield 1\n", "cannot use yield"),
+    ("space -m loss -w wl -b 9 -n 4", "x = 1\n", "cell body would never run"),
+    ("space -m loss -b 9 -n 4", "\n# just a comment\n", "it is empty"),
+    ("space -m loss -b 9 -n 4 --runtime sim", "x = 1\n", "cannot run Python code"),
+    ("space -m loss -b 9 -n 4 --gpus 2", "x = 1\n", "--gpus sizes the simulator"),
+    ("nope -m loss -w wl -b 9", None, "cannot evaluate 'nope'"),
+    ("space -m loss -w wl -b 9 -o eta", None, "KEY=VALUE"),
+    ("space -m loss -w wl -b 9 --as 1x", None, "--as needs a variable name"),
+    ("space -m loss -b 9", None, "it is empty"),
+    ("space -m loss -b 9", "def f(:\n", "not valid Python"),
+    ("space -m loss -b 9", "yield 1\n", "cannot use yield"),
 ])
 def test_bad_usage_says_what_to_fix(ip, line, cell, message):
     with pytest.raises(UsageError, match=message):
@@ -75,17 +75,17 @@ def test_bad_usage_says_what_to_fix(ip, line, cell, message):
 
 def test_max_budget_is_required(ip):
     with pytest.raises(UsageError, match="max-budget"):
-        ip.run_line_magic("tune", "space -w wl")
+        ip.run_line_magic("tune", "space -m loss -w wl")
 
 
 def test_dashboard_outside_a_kernel_prints_the_summary(ip, capsys):
-    ip.run_line_magic("tune", "space -w wl -b 3 -n 3 -a random --name shown")
+    ip.run_line_magic("tune", "space -m loss -w wl -b 3 -n 3 -a random --name shown")
     assert "experiment 'shown'" in capsys.readouterr().out
 
 
 def test_line_magics(ip):
-    ip.run_line_magic("tune", "space -w wl -b 3 -n 3 -a random --name a1 --no-dashboard")
-    ip.run_line_magic("tune", "space -w wl -b 3 -n 4 -a random --name a2 --as other "
+    ip.run_line_magic("tune", "space -m loss -w wl -b 3 -n 3 -a random --name a1 --no-dashboard")
+    ip.run_line_magic("tune", "space -m loss -w wl -b 3 -n 4 -a random --name a2 --as other "
                       "--no-dashboard")
     table = ip.run_line_magic("tune_list", "")
     assert list(table["name"]) == ["a1", "a2"] and list(table["trials"]) == [3, 4]
@@ -139,13 +139,13 @@ def test_in_a_kernel_the_dashboard_is_built_before_the_run(ip, monkeypatch, wire
     from nbtune.ui.dashboard import dashboard_for
 
     monkeypatch.setattr(ip, "kernel", object(), raising=False)
-    ip.run_line_magic("tune", "space -w wl -b 3 -n 3 -a random --name with-dash")
+    ip.run_line_magic("tune", "space -m loss -w wl -b 3 -n 3 -a random --name with-dash")
     exp = ip.user_ns["exp"]
     dash = dashboard_for(exp)
     assert dash.experiment is exp and dash.finished
     assert len(dash.figures.table_src.data["trial_id"]) == 3
     with pytest.raises(UsageError):  # a bad option: the prebuilt dashboard is closed again
-        ip.run_line_magic("tune", "space -w wl -b 3 -o nope=1 --name broken")
+        ip.run_line_magic("tune", "space -m loss -w wl -b 3 -o nope=1 --name broken")
     dash.close()
 
 
@@ -154,7 +154,7 @@ def test_without_a_name_the_line_magics_mean_the_experiment_started_last(ip):
 
     ip.user_ns["first"] = nbtune.tune(workload(max_budget=3), SPACE, algorithm="random",
                                       metric="loss", max_budget=3, num_trials=2, name="older")
-    ip.run_line_magic("tune", "space -w wl -b 3 -n 2 -a random --name newer --as later "
+    ip.run_line_magic("tune", "space -m loss -w wl -b 3 -n 2 -a random --name newer --as later "
                       "--no-dashboard")
     ip.user_ns["first"] = ip.user_ns["first"]  # rebinding an old variable changes nothing
     magics = ip.magics_manager.registry["TuneMagics"]
@@ -172,7 +172,7 @@ def _cell(ip, line: str, body: str = "# simulated\n") -> str:
 
 
 def test_rerunning_a_cell_starts_a_new_experiment_under_the_next_free_name(ip):
-    line = "space -w wl -b 3 -n 2 -a random --name again --no-dashboard"
+    line = "space -m loss -w wl -b 3 -n 2 -a random --name again --no-dashboard"
     _cell(ip, line)
     first = ip.user_ns["exp"]
     out = _cell(ip, line)
@@ -186,7 +186,7 @@ def test_rerunning_a_cell_starts_a_new_experiment_under_the_next_free_name(ip):
 
 
 def test_rerunning_a_cell_with_a_store_and_replace(ip, tmp_path):
-    line = f"space -w wl -b 3 -n 2 -a random --name kept --store {tmp_path} --no-dashboard"
+    line = f"space -m loss -w wl -b 3 -n 2 -a random --name kept --store {tmp_path} --no-dashboard"
     out = _cell(ip, line)
     assert ip.user_ns["exp"].name == "kept", out
     _cell(ip, line)  # today: "already exists ... pick another name=": an error
@@ -205,11 +205,26 @@ def test_rerunning_a_cell_with_a_store_and_replace(ip, tmp_path):
 
 
 def test_errors_speak_the_magics_options_and_never_quote_the_cell_body(ip):
-    out = _cell(ip, "space -w wl -b 3 -n 0 --no-dashboard", "# BODY-MARKER\n")
+    out = _cell(ip, "space -m loss -w wl -b 3 -n 0 --no-dashboard", "# BODY-MARKER\n")
     assert "--num-trials" in out and "num_trials" not in out
-    out = _cell(ip, "space -w wl -b 3 -n 2 --store /proc/nbtune-nope/x.db --no-dashboard",
+    out = _cell(ip, "space -m loss -w wl -b 3 -n 2 --store /proc/nbtune-nope/x.db --no-dashboard",
                 "# BODY-MARKER\n")
     assert "UsageError" in out and "--store" in out
     assert "BODY-MARKER" not in out and "Traceback" not in out
-    out = _cell(ip, "space -w wl -b 3 -n 2 --replace --no-dashboard")
+    out = _cell(ip, "space -m loss -w wl -b 3 -n 2 --replace --no-dashboard")
     assert "--replace" in out and "--name" in out
+
+
+def test_the_magic_has_tunes_defaults(ip):
+    """%%tune's options default as nbtune.tune's keywords do: the metric has none, the
+    allocator is tune's (``auto``)."""
+    from nbtune.build.run_options import ResourceOptions, SearchOptions
+
+    ip.run_cell("from nbtune import SyntheticWorkload, loguniform\n"
+                "space = {'lr': loguniform(1e-4, 1e-1)}\nwl = SyntheticWorkload(space, seed=0)")
+    with pytest.raises(UsageError, match="--metric"):
+        ip.run_line_magic("tune", "space -w wl -b 3 -n 2 --no-dashboard")
+    ip.run_line_magic("tune", "space -m loss -w wl -b 3 -n 2 --name defaults --no-dashboard")
+    exp = ip.user_ns["exp"]
+    assert ResourceOptions().allocator == "auto" and exp.engine.allocator.name == "auto"
+    assert SearchOptions().algorithm == exp.engine.algorithm.name

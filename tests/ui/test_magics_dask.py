@@ -31,7 +31,7 @@ OFFSET = 0.5
 def test_cell_body_runs_as_trials_on_dask_with_a_live_dashboard(ip, wire):
     from nbtune.ui.dashboard import Dashboard
 
-    ip.run_cell_magic("tune", "space -b 4 -n 4 -a random --runtime rt --name on-dask "
+    ip.run_cell_magic("tune", "space -m loss -b 4 -n 4 -a random --runtime rt --name on-dask "
                       "--no-dashboard", """
 for step in trial.steps():
     time.sleep(0.05)
@@ -67,7 +67,7 @@ def test_a_dashboard_attached_to_an_idle_run_shows_everything(ip, wire, tmp_path
                                               sample_interval=60.0,
                                               checkpoint_dir=str(tmp_path / "ck"))
     try:
-        ip.run_cell_magic("tune", "space -b 3 -n 2 -a random --runtime quiet_rt --name idle "
+        ip.run_cell_magic("tune", "space -m loss -b 3 -n 2 -a random --runtime quiet_rt --name idle "
                           "--no-dashboard", f"""
 import os
 for step in trial.steps():
