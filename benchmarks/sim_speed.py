@@ -2,8 +2,8 @@
 
 Run: ``python benchmarks/sim_speed.py`` (``--trials`` / ``--gpus`` to vary it).
 
-A Hyperband job of 10,000 trials on 1,024 simulated GPUs under FIFO in <= 5 s of
-wall time. The water-filling allocators at scale have their own benchmark,
+A Hyperband job of 10,000 trials on 1,024 simulated GPUs under FIFO in <= 2 s of
+wall time, the median of ``--rounds`` runs (3). The water-filling allocators at scale have their own benchmark,
 ``sim_speed_fluid.py``.
 
 Wall time covers building the experiment and simulating it to the end under
@@ -22,7 +22,7 @@ from _results import record  # benchmarks/_results.py: notes the load at start
 import nbtune
 from nbtune import SimRuntime, SyntheticWorkload, loguniform, uniform
 
-GOAL_S = 5.0
+GOAL_S = 2.0
 
 
 # what this benchmark measures: summary.py marks its figure stale when these change
@@ -72,9 +72,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--gpus", type=int, default=1024)
     p.add_argument("--max-budget", type=float, default=81)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args(argv)
 
-    figures: dict[str, Any] = fifo_run(a.trials, a.gpus, a.max_budget, a.seed)
+    runs = [fifo_run(a.trials, a.gpus, a.max_budget, a.seed) for _ in range(a.rounds)]
+    figures: dict[str, Any] = dict(sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2])
+    figures["rounds_wall_s"] = [r["wall_s"] for r in runs]  # the median run's figures above
     met = figures["wall_s"] <= GOAL_S and figures["trials"] >= 10_000 and a.gpus >= 1024
     goal: dict[str, Any] = {"wall_s_max": GOAL_S, "trials": 10_000, "gpus": 1024}
     for k, v in figures.items():
