@@ -35,7 +35,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 START, END = "<!-- summary:start -->", "<!-- summary:end -->"
-NOT_BENCHMARKS = {"summary.py"}
+NOT_BENCHMARKS = {"summary.py", "tta_svg.py"}  # tools over the records, no goal of their own
 CELL = 110  # longest figures cell, characters
 
 
