@@ -1,7 +1,7 @@
 """How fast the Dask runtime's channels are, on a real 2-worker LocalCluster.
 
 Part 1 compares the ways a worker can stream small messages to the driver
-(the choice behind :mod:`nbtune.runtimes.dask.executor`): ``log_event`` +
+(the choice behind :mod:`nbtune.runtimes.dask.worker_side.rank_runner`): ``log_event`` +
 ``subscribe_topic`` (push), ``distributed.Queue`` (scheduler-held, polled),
 ``distributed.Variable`` (set/get), and the control path ``client.run``.
 (``distributed.Pub``/``Sub`` no longer exist in this Dask release.)
@@ -63,7 +63,7 @@ def _emit_queue(name: str, n: int) -> None:
 def bench_channels(client) -> dict[str, float]:
     from distributed import Queue, Variable
 
-    from nbtune.runtimes.dask.executor import deliver
+    from nbtune.runtimes.dask.worker_side.rank_runner import deliver
 
     out: dict[str, float] = {}
     lat: list[float] = []

@@ -91,7 +91,9 @@ def _auto_type(algorithm: Any, trainable: Any,
     out = dict(options)
     if (isinstance(algorithm, str) and algorithm.strip().lower() in ("asha", "bohb")
             and "type" not in out and not isinstance(trainable, WorkloadModel)):
-        from nbtune.runtimes.dask.trial_api import uses_checkpoints  # no distributed import
+        from nbtune.runtimes.dask.trial_side.trial_api import (
+            uses_checkpoints,  # no distributed import
+        )
 
         if uses_checkpoints(trainable):
             out["type"] = "promotion"
@@ -191,7 +193,9 @@ def tune(
     check_mode(metric, mode)  # accuracy minimised by mistake: say so before anything runs
     _check_numbers(max_failures, trial_timeout)
     if execution is not None:
-        from nbtune.runtimes.dask.execution import check_execution  # no distributed import
+        from nbtune.runtimes.dask.driver_side.execution_mode import (
+            check_execution,  # no distributed import
+        )
 
         check_execution(execution)
     f_max, keys = _check_fusion(fusion, shape_keys, trainable, space)
@@ -248,7 +252,7 @@ def tune(
     # no workload model in the hints: the runtime's profiler measures what allocators read
     engine = Engine(algo, alloc, validate=validate, max_failures=max_failures)
     if f_max:  # elastic split (Hydro §5.3) through per-member checkpoints, if it saves any
-        from nbtune.runtimes.dask.trial_api import uses_checkpoints
+        from nbtune.runtimes.dask.trial_side.trial_api import uses_checkpoints
 
         fusion_units.enable(engine, f_max, keys, elastic=uses_checkpoints(trainable),
                             memory=fusion is True)

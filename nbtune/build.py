@@ -81,7 +81,9 @@ def make_runtime(spec: str | Runtime, *, trainable: Any = None, **options: Any) 
 
             spec = "sim" if isinstance(trainable, WorkloadModel) else "dask"
         if spec == "dask" and not options:
-            from nbtune.runtimes.dask.shared import shared_runtime  # heavy import, on demand
+            from nbtune.runtimes.dask.driver_side.shared import (
+                shared_runtime,  # heavy import, on demand
+            )
 
             return shared_runtime()
         return runtime_class(spec)(**options)

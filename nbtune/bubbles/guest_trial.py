@@ -1,7 +1,7 @@
 """A tuning trial run as a gated guest: the user's ``train(config, trial)`` inside a stage's bubbles.
 
-The trial process is the Dask runtime's (:func:`nbtune.runtimes.dask._child.run_job`
-with its :class:`~nbtune.runtimes.dask.trial_api.Trial`), so a training
+The trial process is the Dask runtime's (:func:`nbtune.runtimes.dask.trial_side.trial_process.run_job`
+with its :class:`~nbtune.runtimes.dask.trial_side.trial_api.Trial`), so a training
 function runs unchanged here and there. What differs is the channel: every
 report is a step boundary, where the guest pauses if its stage wants the
 compute slot (:meth:`~nbtune.bubbles.gate.GuestSide.checkpoint`), and a stop
@@ -65,7 +65,7 @@ def _run(job: dict[str, Any], gate: Gate, out: Any, inbox: Any, max_wait: float,
          device: str) -> None:
     """One trial, gated; its running intervals go back with the exit message. Beside a GPU
     stage every checkpoint first waits for the trial's kernels (:mod:`.device`)."""
-    from nbtune.runtimes.dask._child import run_job
+    from nbtune.runtimes.dask.trial_side.trial_process import run_job
 
     side = GuestSide(gate, max_wait=max_wait, sync=synchronizer(device))
     _SIDE.append(side)

@@ -30,7 +30,7 @@ def measure_worker_start(runtime: Any, cluster: Any, *, timeout: float = 120.0) 
     ``runtime`` must be connected (``runtime.connect()``) so its warm-pool plugin
     reaches the new worker; the cluster keeps the extra worker.
     """
-    from nbtune.runtimes.dask.pool import wait_pool_ready
+    from nbtune.runtimes.dask.worker_side.pool import wait_pool_ready
 
     client = runtime.client
     n = len(client.scheduler_info(n_workers=-1)["workers"])

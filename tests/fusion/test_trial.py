@@ -191,7 +191,7 @@ def test_a_relaunch_with_no_checkpoint_trains_again_from_the_start():
     """A trial relaunched at step 2 with nothing to restore (its loop keeps no checkpoint:
     paused, resized or requeued) must not train a fresh model from step 3: it recomputes
     steps 1-2 and reports step 3 as an uninterrupted run does."""
-    from nbtune.runtimes.dask.trial_api import Trial
+    from nbtune.runtimes.dask.trial_side.trial_api import Trial
 
     full = Recorder()
     run_group(train, [CONFIGS[1]], [full], budget=3)

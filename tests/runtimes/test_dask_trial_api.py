@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nbtune.runtimes.dask import checkpoints as ck
-from nbtune.runtimes.dask.trial_api import Trial, TrialInterrupted
+from nbtune.runtimes.dask.trial_side.trial_api import Trial, TrialInterrupted
 
 
 class MemoryChannel:
@@ -182,7 +182,7 @@ def test_a_trial_waits_for_the_verdict_after_reporting_a_stop_rung(tmp_path):
 
 
 def test_uses_checkpoints_reads_the_code():
-    from nbtune.runtimes.dask.trial_api import uses_checkpoints
+    from nbtune.runtimes.dask.trial_side.trial_api import uses_checkpoints
 
     def saves(config, trial):
         def inner():

@@ -1,4 +1,4 @@
-"""Choosing where a trial runs (``nbtune.runtimes.dask.execution``), as pure code.
+"""Choosing where a trial runs (``nbtune.runtimes.dask.driver_side.execution_mode``), as pure code.
 
 The decision reads two measurements: the process path's extra seconds per
 report and the loop's work per report; these tests give it measured-looking
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nbtune.runtimes.dask.execution import (
+from nbtune.runtimes.dask.driver_side.execution_mode import (
     MAX_INTERVAL,
     MIN_SAMPLES,
     THRESHOLD,
@@ -103,7 +103,7 @@ def test_tune_checks_execution_before_it_starts_a_runtime():
 
 def test_auto_keeps_processes_where_workers_share_one_process():
     """LocalCluster(processes=False): every worker's trial threads would share one GIL."""
-    from nbtune.runtimes.dask.execution import share_a_process
+    from nbtune.runtimes.dask.driver_side.execution_mode import share_a_process
 
     apart = {"tcp://a:1": {"host": "h", "pid": 10}, "tcp://a:2": {"host": "h", "pid": 11}}
     together = {"tcp://a:1": {"host": "h", "pid": 10}, "tcp://a:2": {"host": "h", "pid": 10}}

@@ -4,7 +4,7 @@ The engine launches a fused unit (``tune(..., fusion=F)``, :mod:`nbtune.engine.f
 as one Launch per member, all with the same ``unit`` in one batch. Here they become *one*
 run: one job whose ``members`` list holds each member's trial id, config and checkpoint
 to resume from; the trial process (:mod:`.fused_child`) builds one
-:class:`~nbtune.runtimes.dask.trial_api.Trial` per member and hands the user's
+:class:`~nbtune.runtimes.dask.trial_side.trial_api.Trial` per member and hands the user's
 ``train(config, trial)`` a :class:`nbtune.fusion.fusion_trial.FusionTrial` over them.
 
 Each member reports as its own trial (its messages carry ``"m"``: its trial id), so the
@@ -16,7 +16,7 @@ its budget (an error, the function returned early) fails alone; a lost worker fa
 member it held (the engine requeues them, from their checkpoints).
 
 :class:`FusedUnits` is a collaborator of the experiment's
-:class:`~nbtune.runtimes.dask.driver.RunDriver` (its ``units``), which offers it each
+:class:`~nbtune.runtimes.dask.driver_side.driver.RunDriver` (its ``units``), which offers it each
 batch of commands, each message, failed launch and run end first. Fused runs live in the
 driver's ``runs`` under the key ``-1 - run_id`` (never a trial id), so the driver's loop,
 its Finish grace and ``trial_timeout`` handle them like any run.
@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 from nbtune.core import events as ev
 from nbtune.core.commands import Command, Launch, Pause, Stop
 from nbtune.core.trial import TrialState
-from nbtune.runtimes.dask.jobs import restore_point
-from nbtune.runtimes.dask.runs import EPS, Run
+from nbtune.runtimes.dask.driver_side.jobs import restore_point
+from nbtune.runtimes.dask.driver_side.runs import EPS, Run
 
 if TYPE_CHECKING:
-    from nbtune.runtimes.dask.driver import RunDriver
+    from nbtune.runtimes.dask.driver_side.driver import RunDriver
 
 __all__ = ["FusedUnits", "MemberRun", "UnitRun"]
 

@@ -4,7 +4,7 @@ Each trial rank is started by the worker's ``nbtune_launch`` handler
 (:mod:`.handlers`) on the worker that owns its GPU, so a one-thread worker
 can host several packed trials and a launch costs one direct message instead
 of a scheduler round trip. It takes a pre-started process from the worker's
-:class:`~nbtune.runtimes.dask.pool.WarmPool` (torch already imported) and
+:class:`~nbtune.runtimes.dask.worker_side.pool.WarmPool` (torch already imported) and
 hands it the job over a pipe; the event loop forwards what the process says
 to the driver (:class:`_PipeReader`) and a relay thread passes control
 messages from the driver (:func:`deliver`) to the process. The relay also enforces ``trial_memory_limit`` and
@@ -27,8 +27,8 @@ from typing import Any
 
 import psutil
 
-from nbtune.runtimes.dask._child import cuda_key
-from nbtune.runtimes.dask.pool import _Child, get_pool
+from nbtune.runtimes.dask.trial_side.trial_process import cuda_key
+from nbtune.runtimes.dask.worker_side.pool import _Child, get_pool
 
 __all__ = ["start_rank", "run_rank", "deliver", "active_children"]
 
@@ -210,7 +210,7 @@ def start_rank(worker: Any, job: dict[str, Any], emit: Emit, put: Emit) -> None:
         entry.control.put(m)
     entry.killed = any(m.get("k") == "kill" for m in early)
     if job.get("execution") == "thread":  # in a thread of this process (.threads)
-        from nbtune.runtimes.dask.threads import start_thread
+        from nbtune.runtimes.dask.worker_side.threads import start_thread
 
         start_thread(job, entry, emit, lambda: _forget(key))
         return

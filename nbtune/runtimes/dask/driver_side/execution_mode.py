@@ -10,7 +10,7 @@ The decision (:func:`choose`) compares two measured numbers:
   (probe trials that report and wait for a verdict, as a trial at an ASHA rung
   does, run both ways, alternating; the launch is spread over the reports);
 * ``work``: the median seconds a trial's loop works between two reports
-  (:attr:`Trial._work <nbtune.runtimes.dask.trial_api.Trial>`: from the end
+  (:attr:`Trial._work <nbtune.runtimes.dask.trial_side.trial_api.Trial>`: from the end
   of one ``report`` to the start of the next, so waiting for verdicts is not
   counted), from the reports of the first trials, which run in processes.
 
@@ -160,7 +160,7 @@ def for_experiment(runtime: Any) -> ExecutionChoice:
 
 
 def _measure_after(runtime: Any, done: threading.Event, worker: str) -> None:
-    from nbtune.runtimes.dask.overhead import probe_overhead
+    from nbtune.runtimes.dask.worker_side.overhead import probe_overhead
 
     done.wait()
     if runtime.client is not None and not runtime.closed:

@@ -1,7 +1,7 @@
 """Trial-process side of a fused unit: one ``train(config, trial)`` call for F members.
 
 The job of a fused run (:mod:`.fused_job`) lists its members. Each gets its own
-:class:`~nbtune.runtimes.dask.trial_api.Trial` (its trial id, config, checkpoint to
+:class:`~nbtune.runtimes.dask.trial_side.trial_api.Trial` (its trial id, config, checkpoint to
 restore) over a :class:`MemberChannel`: what a member sends carries ``"m"`` (its trial id)
 so the driver files it under that trial, and control messages addressed to one member
 (``"m"``) reach only it (a stop for one member slices it out of the fused model, see
@@ -86,7 +86,7 @@ class MemberChannel:
 def run_fused(fn: Any, job: dict[str, Any], channel: Any) -> Any:
     """Run ``fn(config, FusionTrial)`` for the job's members; returns the FusionTrial."""
     from nbtune.fusion.fusion_trial import FusionTrial, resume_step
-    from nbtune.runtimes.dask.trial_api import Trial
+    from nbtune.runtimes.dask.trial_side.trial_api import Trial
 
     members = job["members"]
     hub = _Hub(channel, [int(m["trial_id"]) for m in members], job.get("device", "cpu"))

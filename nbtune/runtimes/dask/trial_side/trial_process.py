@@ -1,8 +1,8 @@
-"""The trial process: ``python -m nbtune.runtimes.dask._child <fd> <preload>``, or forked.
+"""The trial process: ``python -m nbtune.runtimes.dask.trial_side.trial_process <fd> <preload>``, or forked.
 
 Started ahead of time by a worker's warm pool (so torch is already imported
 when a trial lands), it waits on a pipe for exactly one job, runs the user's
-training function with a :class:`~nbtune.runtimes.dask.trial_api.Trial`, sends
+training function with a :class:`~nbtune.runtimes.dask.trial_side.trial_api.Trial`, sends
 an ``exit`` message. A process that ended cleanly (no error, no stray
 threads) is handed back to the pool and serves the next trial without
 re-importing. On GPUs it keeps its CUDA context, which was made for one GPU
@@ -182,9 +182,8 @@ def call_trainable(job: dict[str, Any], channel: Any, load: Any, *,
     """Call the training function ``load()`` returns with a Trial on ``channel``; return the
     exit message (never raises). Shared by trial processes and thread mode (:mod:`.threads`):
     the user's error, whatever it is, becomes the trial's error, never the caller's."""
-    from nbtune.runtimes.dask import ddp
-    from nbtune.runtimes.dask.current import running
-    from nbtune.runtimes.dask.trial_api import Trial, TrialInterrupted
+    from nbtune.runtimes.dask.trial_side import ddp
+    from nbtune.runtimes.dask.trial_side.trial_api import Trial, TrialInterrupted, running
 
     trial = Trial(job, channel)
     out: dict[str, Any] = {"k": "exit", "ok": True}
@@ -197,7 +196,7 @@ def call_trainable(job: dict[str, Any], channel: Any, load: Any, *,
         channel.send({"k": "started", "pid": os.getpid()})
         with running(trial, in_thread=in_thread):
             if job.get("members"):  # a fused unit: one call for all its member trials
-                from nbtune.runtimes.dask.fused_child import run_fused
+                from nbtune.runtimes.dask.trial_side.fused_child import run_fused
 
                 run_fused(fn, job, channel)
             elif _takes_trial(fn):

@@ -1,11 +1,11 @@
 """Thread mode (``DaskRuntime(execution="thread")``): a trial runs in a thread of its worker.
 
-A trial process (:mod:`._child`) isolates a trial: a crash, a hang or a leak
+A trial process (:mod:`.trial_process`) isolates a trial: a crash, a hang or a leak
 takes the process, never the worker, and a kill always works. The price is a
 process boundary on every message: the job and the pickled function down a
 pipe at each launch, each report up the pipe to the worker and each verdict
 or stop down it through the relay thread. For a loop whose steps take a few
-milliseconds that costs more than the work (:mod:`.execution` measures it),
+milliseconds that costs more than the work (:mod:`.execution_mode` measures it),
 so here the training function runs in a thread of the Dask worker process
 itself, with the same :class:`~.trial_api.Trial` and the same messages: its
 reports go straight onto the worker's stream to the driver and its control
@@ -17,11 +17,11 @@ What a thread cannot do, and what thread mode does instead:
   ``report``, as in a process. A kill (Finish's grace over, a lost link, the
   runtime closed) ends the run at once for the driver (its exit is sent for
   it), the thread is told to stop and raises at its next ``report``; until
-  then it runs on, unseen. So :mod:`.execution` picks threads only for loops
+  then it runs on, unseen. So :mod:`.execution_mode` picks threads only for loops
   that report often, and ``trial_timeout`` and ``trial_memory_limit`` (which
   need a process to kill or to measure) refuse thread mode.
 * **An exception is the trial's error**, never the worker's: the function is
-  called by the same :func:`._child.call_trainable` as in a process. A crash
+  called by the same :func:`.trial_process.call_trainable` as in a process. A crash
   of the interpreter itself (a segfault in an extension) takes the worker.
 * **The GIL**: Python code in two trial threads of one worker takes turns.
   With one core per worker (the LocalCluster nbtune starts) only one trial
@@ -109,7 +109,7 @@ class ThreadChannel:
 
     @staticmethod
     def _seen(msg: dict[str, Any]) -> dict[str, Any]:
-        # the kill itself was acted on when it was delivered (executor.deliver -> kill)
+        # the kill itself was acted on when it was delivered (rank_runner.deliver -> kill)
         return {"k": "stop", "reason": "killed"} if msg.get("k") == "kill" else msg
 
 
@@ -131,7 +131,7 @@ def _load(fn: bytes) -> Any:
 
 def _prepare(job: dict[str, Any]) -> None:
     """What a trial process does to itself, where a thread can: path, cores, torch threads."""
-    from nbtune.runtimes.dask._child import _pin
+    from nbtune.runtimes.dask.trial_side.trial_process import _pin
 
     for p in job.get("sys_path", ()):
         if p not in sys.path:
@@ -145,9 +145,9 @@ def _prepare(job: dict[str, Any]) -> None:
 
 
 def start_thread(job: dict[str, Any], entry: Any, emit: Emit, forget: Callable[[], None]) -> None:
-    """Run one trial rank in a new thread of this worker (from ``executor.start_rank``).
+    """Run one trial rank in a new thread of this worker (from ``rank_runner.start_rank``).
 
-    ``entry`` is the rank's :class:`~.executor._Active` (its control queue; a kill
+    ``entry`` is the rank's :class:`~.rank_runner._Active` (its control queue; a kill
     reaches :meth:`ThreadChannel.kill` through ``entry.on_kill``); ``forget``
     drops it from the worker's table once the function has returned.
     """
@@ -175,7 +175,7 @@ def start_thread(job: dict[str, Any], entry: Any, emit: Emit, forget: Callable[[
 
 
 def _child_call(job: dict[str, Any], channel: ThreadChannel) -> dict[str, Any]:
-    from nbtune.runtimes.dask._child import call_trainable
+    from nbtune.runtimes.dask.trial_side.trial_process import call_trainable
 
     out = call_trainable(job, channel, lambda: _load(job["fn"]), in_thread=True)
     out["pid"] = os.getpid()

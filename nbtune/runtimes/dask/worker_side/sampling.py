@@ -19,7 +19,8 @@ from typing import Any
 import psutil
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from nbtune.runtimes.dask import executor, gpu, handlers
+from nbtune.runtimes.dask import gpu
+from nbtune.runtimes.dask.worker_side import handlers, rank_runner
 
 __all__ = ["UtilizationSampler", "cpu_sample", "cpu_slots", "thread_times"]
 
@@ -42,9 +43,9 @@ class _CpuMeter:
     """
 
     def __init__(self, active: Any = None, threads: Any = None) -> None:
-        self._active = active or executor.active_children
+        self._active = active or rank_runner.active_children
         #: trials run as threads of the worker (``execution="thread"``): their own CPU time
-        self._threads = threads or executor.active_threads
+        self._threads = threads or rank_runner.active_threads
         self._cpu: dict[int, float] = {}  # pid -> CPU seconds at the previous call
         self._wait: dict[int, tuple[float, float, float]] = {}  # pid -> (when, CPU, run queue)
         self._last: float | None = None

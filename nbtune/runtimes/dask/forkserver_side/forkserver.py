@@ -62,7 +62,7 @@ class ForkServer:
         child_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (root, child_env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nbtune.runtimes.dask.forkserver", self.address,
+            [sys.executable, "-m", "nbtune.runtimes.dask.forkserver_side.forkserver", self.address,
              ",".join(preload), str(os.getpid())],
             env=child_env, start_new_session=True,  # a kernel interrupt is not for it
         )
@@ -289,7 +289,7 @@ def _child(fd: int, req: dict[str, Any], closing: list[socket.socket], fds: list
         os.environ.update(req["env"])
         if "numpy" in sys.modules:  # spawned processes each drew their own seed
             sys.modules["numpy"].random.seed()
-        from nbtune.runtimes.dask import _child as trial
+        from nbtune.runtimes.dask.trial_side import trial_process as trial
 
         trial.serve(fd, [], list(req.get("imports", ())), watch=int(req["worker"]))
     finally:
@@ -302,7 +302,7 @@ def serve(address: str, preload: list[str], parent: int | None = None) -> None:
     It ends when ``parent`` (the driver that started it; default: its parent now) is no
     longer its parent: given by the driver, a server orphaned while still starting ends too.
     """
-    from nbtune.runtimes.dask._child import _import
+    from nbtune.runtimes.dask.trial_side.trial_process import _import
 
     parent = os.getppid() if parent is None else parent
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

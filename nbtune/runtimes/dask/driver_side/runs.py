@@ -18,7 +18,7 @@ from nbtune.core.resources import Placement
 from nbtune.core.tolerance import EPS
 
 if TYPE_CHECKING:
-    from nbtune.runtimes.dask.cluster import Slot
+    from nbtune.runtimes.dask.driver_side.cluster import Slot
 
 __all__ = ["Run", "RunRank", "job_hints", "rank_env", "overdue", "check_timeout",
            "check_memory_limit", "WallClock", "EPS"]

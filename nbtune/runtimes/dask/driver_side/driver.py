@@ -29,14 +29,19 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import Placement
 from nbtune.core.trial import TrialState
-from nbtune.runtimes.dask import runs
-from nbtune.runtimes.dask.jobs import RunSettings, rank_jobs, resizes_in_place, restore_point
-from nbtune.runtimes.dask.runs import EPS, Run, RunRank, WallClock, overdue, rank_env
+from nbtune.runtimes.dask.driver_side import runs
+from nbtune.runtimes.dask.driver_side.jobs import (
+    RunSettings,
+    rank_jobs,
+    resizes_in_place,
+    restore_point,
+)
+from nbtune.runtimes.dask.driver_side.runs import EPS, Run, RunRank, WallClock, overdue, rank_env
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
-    from nbtune.runtimes.dask.cluster import Inventory, Slot
-    from nbtune.runtimes.dask.links import WorkerLinks
+    from nbtune.runtimes.dask.driver_side.cluster import Inventory, Slot
+    from nbtune.runtimes.dask.driver_side.links import WorkerLinks
 
 __all__ = ["RunDriver", "UnitRuns"]
 
