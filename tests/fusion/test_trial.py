@@ -7,6 +7,7 @@ import pytest
 
 from nbtune.examples.fusion_digits import train
 from nbtune.fusion.fusion_trial import FusionTrial, run_group
+from nbtune.runtimes.dask.protocol import encode
 
 
 class Recorder:
@@ -181,7 +182,7 @@ class Inbox:
         self.sent = []
 
     def send(self, msg):
-        self.sent.append(msg)
+        self.sent.append(encode(msg))  # as it goes over the wire
 
     def poll_control(self):
         return []

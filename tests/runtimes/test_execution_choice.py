@@ -20,6 +20,7 @@ from nbtune.runtimes.dask.driver_side.execution_mode import (
     check_thread_limits,
     choose,
 )
+from nbtune.runtimes.dask.protocol import Report
 
 OVERHEAD = 0.020  # s per report: what overhead.py measured on the 2-core test machine
 
@@ -71,8 +72,8 @@ def test_the_choice_per_launch():
     c = ExecutionChoice("auto", OVERHEAD)
     assert c.mode() == "process"  # nothing measured yet
     for _ in range(MIN_SAMPLES):
-        c.observe({"k": "report", "step": 1.0, "work": 0.004})
-    c.observe({"k": "report", "step": 1.0})  # a first report says no work interval
+        c.observe(Report(step=1.0, metrics={}, work=0.004))
+    c.observe(Report(step=1.0, metrics={}))  # a first report says no work interval
     assert c.mode() == "thread"
     assert c.mode(world_size=2) == "process" and c.mode(fused=True) == "process"
     assert c.launched == {"process": 3, "thread": 1}

@@ -13,6 +13,7 @@ import time
 import cloudpickle
 import pytest
 
+from nbtune.runtimes.dask.protocol import Exit, Job, Report, decode, encode
 from nbtune.runtimes.dask.worker_side.pool import WarmPool
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -49,17 +50,18 @@ def modules_seen(config, trial):
 
 def run_one(child, tmp_path, fn, **job) -> dict:
     """One job through the trial process's real protocol; its report's metrics."""
-    child.conn.send({"k": "job", "trial_id": 0, "config": {}, "start_step": 0.0, "budget": 1.0,
-                     "checkpoint_dir": str(tmp_path), "fn": cloudpickle.dumps(fn),
-                     "sys_path": list(sys.path), **job})
+    child.conn.send(encode(Job(spec={
+        "trial_id": 0, "config": {}, "start_step": 0.0, "budget": 1.0,
+        "checkpoint_dir": str(tmp_path), "fn": cloudpickle.dumps(fn),
+        "sys_path": list(sys.path), **job})))
     metrics = None
     while True:
         assert child.conn.poll(60), "the trial process did not answer"
-        msg = child.conn.recv()
-        if msg["k"] == "report":
-            metrics = msg["metrics"]
-        if msg["k"] == "exit":
-            assert msg["ok"], msg.get("error")
+        msg = decode(child.conn.recv())
+        if isinstance(msg, Report):
+            metrics = msg.metrics
+        if isinstance(msg, Exit):
+            assert msg.ok, msg.error
             return metrics
 
 

@@ -35,7 +35,10 @@ from __future__ import annotations
 import statistics
 import threading
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nbtune.runtimes.dask.protocol import Report
 
 __all__ = ["EXECUTIONS", "THRESHOLD", "MAX_INTERVAL", "MIN_SAMPLES", "check_execution",
            "check_thread_limits", "choose", "ExecutionChoice", "share_a_process",
@@ -98,11 +101,10 @@ class ExecutionChoice:
         #: how many launches went each way (for the benchmark and the tests)
         self.launched = {"process": 0, "thread": 0}
 
-    def observe(self, msg: dict[str, Any]) -> None:
+    def observe(self, msg: Report) -> None:
         """A report from a trial: its work interval, when it says one."""
-        w = msg.get("work")
-        if w is not None:
-            self.work.append(float(w))
+        if msg.work is not None:
+            self.work.append(float(msg.work))
 
     def decided(self) -> str:
         """What ``auto`` would choose now (``execution`` itself when fixed)."""

@@ -297,7 +297,7 @@ class DaskRuntime:
         fn, checkpointing = pickled(trainable), uses_checkpoints(trainable)
         ws.preload_trainable(self.connect().client, trainable)  # its modules, in warm processes
         assert self.inventory is not None
-        execution = for_experiment(self)  # process or thread per launch, checked (.execution)
+        execution = for_experiment(self)  # process or thread per launch, checked (.execution_mode)
         self._engine = engine
         self.checkpoint_dir = ck.experiment_dir(self.checkpoint_dir)
         self.client.subscribe_topic(self._topic, self._inbox.on_topic)

@@ -53,6 +53,17 @@ from typing import Any, Protocol
 from nbtune.core.code_names import names_used
 from nbtune.core.tolerance import EPS
 from nbtune.runtimes.dask import checkpoints as ck
+from nbtune.runtimes.dask.protocol import (
+    Checkpointed,
+    Control,
+    Go,
+    Held,
+    Recomputed,
+    Report,
+    StopRequest,
+    TrialMessage,
+    Verdict,
+)
 
 __all__ = ["Trial", "TrialInterrupted", "report", "should_stop", "get_trial", "running", "uses_checkpoints",
            "check_metric", "clean"]
@@ -67,9 +78,9 @@ class TrialInterrupted(BaseException):
 class Channel(Protocol):
     """How a Trial talks to the runtime: messages out, control messages in."""
 
-    def send(self, msg: dict[str, Any]) -> None: ...
+    def send(self, msg: TrialMessage) -> None: ...
 
-    def poll_control(self) -> list[dict[str, Any]]: ...
+    def poll_control(self) -> list[Control]: ...
 
 
 class Trial:
@@ -102,7 +113,7 @@ class Trial:
         self._last = -math.inf  # the last step reported by this run, recomputed or not
         self._yielded: float | None = None  # the step steps() handed out last
         self._restored = False
-        self._early: list[dict[str, Any]] = []
+        self._early: list[Go] = []
         self._channel = channel
         self._over = False  # budget reached
         self._requested: str | None = None  # "stop" | "pause" | "resize"
@@ -158,7 +169,7 @@ class Trial:
             self._last = step
             self.recomputed += 1
             if self.rank == 0:
-                self._channel.send({"k": "recomputed", "step": step})
+                self._channel.send(Recomputed(step=step))
             return self.should_stop()
         if step > self.budget + EPS:
             raise ValueError(
@@ -169,10 +180,9 @@ class Trial:
                                              for b in self._verdicts)
         self._last = self.step = step
         if self.rank == 0:
-            msg = {"k": "report", "step": step, "metrics": clean(metrics)}
-            if self._work is not None:  # what auto execution decides on (.execution)
-                msg["work"] = self._work
-            self._channel.send({**msg, "wait": True} if wait else msg)
+            # work: what auto execution decides on (.execution_mode)
+            self._channel.send(Report(step=step, metrics=clean(metrics), work=self._work,
+                                      wait=True if wait else None))
         if wait and self._await_verdict() and ray_form:
             # Ray's report never returns to a stopped trial; its users' loops do not check
             raise TrialInterrupted(f"trial {self.trial_id} stopped at its rung")
@@ -239,21 +249,20 @@ class Trial:
 
     def _hold(self) -> bool:
         """Block until the engine says ``go`` (new budget: return False) or stop (raise)."""
-        self._channel.send({"k": "held", "step": self.step})
+        self._channel.send(Held(step=self.step))
         wait = getattr(self._channel, "wait_control", None)
         early, self._early = self._early, []
         while True:
             msgs = early or (wait(1.0) if wait is not None else self._channel.poll_control())
             early = []
             for msg in msgs:
-                if msg.get("k") == "go":
-                    self.budget = float(msg["budget"])
-                    threads = msg.get("threads")
-                    if threads:
-                        _set_threads(int(threads))
+                if isinstance(msg, Go):
+                    self.budget = float(msg.budget)
+                    if msg.threads:
+                        _set_threads(int(msg.threads))
                     return False
-                if msg.get("k") == "stop":
-                    self._requested = str(msg.get("reason", "stop"))
+                if isinstance(msg, StopRequest):
+                    self._requested = str(msg.reason)
                     self._told = True
                     raise TrialInterrupted(f"trial {self.trial_id} stopped at its rung")
             if wait is None:
@@ -271,12 +280,11 @@ class Trial:
         while (left := deadline - time.monotonic()) > 0:
             msgs = wait(min(left, 1.0)) if wait is not None else self._channel.poll_control()
             for msg in msgs:
-                k = msg.get("k")
-                if k == "stop" and self._requested is None:
-                    self._requested = str(msg.get("reason", "stop"))
-                elif k == "go":
+                if isinstance(msg, StopRequest) and self._requested is None:
+                    self._requested = str(msg.reason)
+                elif isinstance(msg, Go):
                     self._early.append(msg)
-                if k in ("stop", "verdict"):
+                if isinstance(msg, StopRequest | Verdict):
                     return self._requested is not None
             if wait is None:
                 time.sleep(0.005)
@@ -317,7 +325,7 @@ class Trial:
         path = ck.save_state(state, ck.checkpoint_path(self.checkpoint_dir, self.trial_id, step))
         self.last_checkpoint = str(path)
         self.checkpoints = True
-        self._channel.send({"k": "ckpt", "step": step, "path": str(path)})
+        self._channel.send(Checkpointed(step=step, path=str(path)))
         return str(path)
 
     def restore(self) -> Any | None:
@@ -363,9 +371,9 @@ class Trial:
 
     def _poll(self) -> None:
         for msg in self._channel.poll_control():
-            if msg.get("k") == "stop" and self._requested is None:
-                self._requested = str(msg.get("reason", "stop"))
-            elif msg.get("k") == "go":
+            if isinstance(msg, StopRequest) and self._requested is None:
+                self._requested = str(msg.reason)
+            elif isinstance(msg, Go):
                 self._early.append(msg)  # read before report() started to wait: kept for it
 
     def _agree(self) -> None:

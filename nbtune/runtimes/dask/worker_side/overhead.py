@@ -38,6 +38,7 @@ def _probe_train(config: dict[str, Any], trial: Any) -> None:
 
 async def _one(worker: Any, mode: str, fn: bytes, n: int) -> float | None:
     """Seconds from launch to exit of one probe trial run ``mode``'s way (None: it failed)."""
+    from nbtune.runtimes.dask.protocol import Exit, Report, Verdict, decode, encode
     from nbtune.runtimes.dask.worker_side.rank_runner import deliver, start_rank
 
     loop = asyncio.get_running_loop()
@@ -46,11 +47,11 @@ async def _one(worker: Any, mode: str, fn: bytes, n: int) -> float | None:
     key = f"nbtune-probe-{uuid.uuid4().hex[:8]}"
 
     def put(topic: str, batch: list[dict[str, Any]]) -> None:
-        for m in batch:
-            if m.get("k") == "report":
-                deliver([f"{key}/0"], {"k": "verdict", "step": m["step"]})
-            elif m.get("k") == "exit":
-                ok.append(bool(m.get("ok")))
+        for m in map(decode, batch):
+            if isinstance(m, Report):
+                deliver([f"{key}/0"], encode(Verdict(step=m.step)))
+            elif isinstance(m, Exit):
+                ok.append(bool(m.ok))
                 done.set()
 
     def emit(topic: str, batch: list[dict[str, Any]]) -> None:

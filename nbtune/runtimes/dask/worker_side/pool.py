@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from nbtune.runtimes.dask.protocol import Import, Ready, encode, kind_of
+
 if TYPE_CHECKING:
     from nbtune.runtimes.dask.forkserver_side.forkserver import ForkedProcess
 
@@ -57,7 +59,7 @@ class _Child:
         """Read the process's "ready" (only while no trial owns it: one reader per pipe)."""
         with contextlib.suppress(EOFError, OSError):
             while not self.ready and self.conn.poll(max(timeout, 0.0)):
-                self.ready = self.conn.recv().get("k") == "ready"
+                self.ready = kind_of(self.conn.recv()) is Ready
         return self.ready
 
     def kill(self) -> None:
@@ -331,7 +333,7 @@ class WarmPool:
 def _send_imports(child: _Child, modules: list[str]) -> None:
     """Tell a process that has no job yet to import ``modules`` (after its preload)."""
     with contextlib.suppress(OSError, ValueError):
-        child.conn.send({"k": "import", "modules": modules})
+        child.conn.send(encode(Import(modules=modules)))
 
 
 def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None,

@@ -44,6 +44,16 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from nbtune.runtimes.dask.protocol import (
+    Control,
+    Exit,
+    Kill,
+    StopRequest,
+    TrialMessage,
+    decode,
+    encode,
+)
+
 __all__ = ["ThreadChannel", "start_thread"]
 
 Emit = Callable[[str, list[dict[str, Any]]], None]
@@ -71,35 +81,34 @@ class ThreadChannel:
         self.ended = False
         self._lock = threading.Lock()
 
-    def send(self, msg: dict[str, Any]) -> None:
-        msg.setdefault("t", time.time())
-        msg.update(self.tag)
+    def send(self, msg: TrialMessage) -> None:
+        raw = encode(msg, **self.tag)
+        raw.setdefault("t", time.time())
         with self._lock:
             if not self.ended:
-                self.emit(self.topic, [msg])
+                self.emit(self.topic, [raw])
 
-    def end(self, msg: dict[str, Any]) -> bool:
+    def end(self, msg: Exit) -> bool:
         """Send the rank's exit (False: it was sent already, for a kill)."""
         with self._lock:
             if self.ended:
                 return False
             self.ended = True
-            self.emit(self.topic, [{**msg, **self.tag}])
+            self.emit(self.topic, [encode(msg, **self.tag)])
             return True
 
-    def kill(self, msg: dict[str, Any]) -> None:
+    def kill(self, msg: Kill) -> None:
         """A kill: the run ends now for the driver; the thread stops at its next ``report``."""
-        self.end({"k": "exit", "ok": False, "killed": True, "oom": False,
-                  "error": str(msg.get("reason", "killed by the runtime"))})
+        self.end(Exit(ok=False, killed=True, oom=False, error=str(msg.reason)))
 
-    def poll_control(self) -> list[dict[str, Any]]:
+    def poll_control(self) -> list[Control]:
         out = []
         with contextlib.suppress(queue.Empty):
             while True:
                 out.append(self._seen(self.control.get_nowait()))
         return out
 
-    def wait_control(self, timeout: float) -> list[dict[str, Any]]:
+    def wait_control(self, timeout: float) -> list[Control]:
         """Control messages, waiting up to ``timeout`` s for the first (a held trial)."""
         try:
             first = self._seen(self.control.get(timeout=max(timeout, 0.0)))
@@ -108,9 +117,11 @@ class ThreadChannel:
         return [first, *self.poll_control()]
 
     @staticmethod
-    def _seen(msg: dict[str, Any]) -> dict[str, Any]:
+    def _seen(raw: dict[str, Any]) -> Control:
         # the kill itself was acted on when it was delivered (rank_runner.deliver -> kill)
-        return {"k": "stop", "reason": "killed"} if msg.get("k") == "kill" else msg
+        msg = decode(raw)
+        assert isinstance(msg, Control)
+        return StopRequest(reason="killed") if isinstance(msg, Kill) else msg
 
 
 def _load(fn: bytes) -> Any:
@@ -155,7 +166,7 @@ def start_thread(job: dict[str, Any], entry: Any, emit: Emit, forget: Callable[[
     channel = ThreadChannel(entry.control, emit, job["topic"], tag)
     entry.on_kill = channel.kill
     if entry.killed:  # a kill overtook the launch
-        channel.kill({"reason": "killed before it started"})
+        channel.kill(Kill(reason="killed before it started"))
         forget()
         return
 
@@ -165,7 +176,7 @@ def start_thread(job: dict[str, Any], entry: Any, emit: Emit, forget: Callable[[
             _prepare(job)
             out = _child_call(job, channel)
         except BaseException:  # noqa: BLE001 - nbtune's own failure: still the trial's error
-            out = {"k": "exit", "ok": False, "oom": False, "error": traceback.format_exc()}
+            out = Exit(ok=False, oom=False, error=traceback.format_exc())
         finally:
             forget()
         channel.end(out)
@@ -174,9 +185,9 @@ def start_thread(job: dict[str, Any], entry: Any, emit: Emit, forget: Callable[[
                      name=f"nbtune-trial-{job['run_key']}-r{job['rank']}").start()
 
 
-def _child_call(job: dict[str, Any], channel: ThreadChannel) -> dict[str, Any]:
+def _child_call(job: dict[str, Any], channel: ThreadChannel) -> Exit:
     from nbtune.runtimes.dask.trial_side.trial_process import call_trainable
 
     out = call_trainable(job, channel, lambda: _load(job["fn"]), in_thread=True)
-    out["pid"] = os.getpid()
+    out.pid = os.getpid()
     return out
