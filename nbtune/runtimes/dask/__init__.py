@@ -36,7 +36,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DaskRuntime", "DaskRuntimeError", "Trial", "TrialInterrupted"]
+__all__ = ["DaskRuntime", "DaskRuntimeError", "Trial", "TrialInterrupted", "DaskClusterOptions",
+           "DaskTrialOptions"]
 
 
 def __getattr__(name: str) -> Any:
@@ -44,6 +45,10 @@ def __getattr__(name: str) -> Any:
         from nbtune.runtimes.dask.driver_side import runtime
 
         return getattr(runtime, name)
+    if name in ("DaskClusterOptions", "DaskTrialOptions"):
+        from nbtune.runtimes.dask.driver_side import dask_options
+
+        return getattr(dask_options, name)
     if name in ("Trial", "TrialInterrupted"):
         from nbtune.runtimes.dask.trial_side import trial_api
 

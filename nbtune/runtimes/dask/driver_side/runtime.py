@@ -98,6 +98,10 @@ class DaskRuntime:
     at a report) or ``"auto"``: threads where steps are tiny, measured (:mod:`.execution_mode`).
     It runs experiments one after another on one cluster and its warm processes; a cluster
     it started ends with an experiment unless ``keep=True`` (then on :meth:`close`).
+
+    The keywords also come grouped, as :class:`~.dask_options.DaskClusterOptions` and
+    :class:`~.dask_options.DaskTrialOptions`, which unpack into them:
+    ``DaskRuntime(**DaskClusterOptions(n_workers=4), **DaskTrialOptions(warm_processes=4))``.
     """
 
     name = "dask"
