@@ -3,10 +3,10 @@
 Started ahead of time by a worker's warm pool (so torch is already imported
 when a trial lands), it waits on a pipe for exactly one job, runs the user's
 training function with a :class:`~nbtune.runtimes.dask.trial_side.trial_api.Trial`, sends
-an ``exit`` message. A process that ended cleanly (no error, no stray
-threads) is handed back to the pool and serves the next trial without
+an :class:`~nbtune.runtimes.dask.protocol.Exit`. A process that ended cleanly (no error,
+no stray threads) is handed back to the pool and serves the next trial without
 re-importing. On GPUs it keeps its CUDA context, which was made for one GPU
-and one MPS thread percentage: it says which (``"cuda"`` in its exit, see
+and one MPS thread percentage: it says which (``Exit.cuda``, see
 :func:`cuda_key`), and the pool gives it only trials with the same ones.
 On a local CPU cluster it is forked by a :mod:`.forkserver` instead of started.
 """
