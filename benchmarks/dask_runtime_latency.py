@@ -1,7 +1,7 @@
 """How fast the Dask runtime's channels are, on a real 2-worker LocalCluster.
 
 Part 1 compares the ways a worker can stream small messages to the driver
-(the choice behind :mod:`nbtune.runtimes.dask.executor`): ``log_event`` +
+(the choice behind :mod:`nbtune.runtimes.dask.worker_side.rank_runner`): ``log_event`` +
 ``subscribe_topic`` (push), ``distributed.Queue`` (scheduler-held, polled),
 ``distributed.Variable`` (set/get), and the control path ``client.run``.
 (``distributed.Pub``/``Sub`` no longer exist in this Dask release.)
@@ -63,7 +63,8 @@ def _emit_queue(name: str, n: int) -> None:
 def bench_channels(client) -> dict[str, float]:
     from distributed import Queue, Variable
 
-    from nbtune.runtimes.dask.executor import deliver
+    from nbtune.runtimes.dask.protocol import Verdict, encode
+    from nbtune.runtimes.dask.worker_side.rank_runner import deliver
 
     out: dict[str, float] = {}
     lat: list[float] = []
@@ -96,7 +97,7 @@ def bench_channels(client) -> dict[str, float]:
     rt = []
     for _ in range(50):
         t0 = time.time()
-        client.run(deliver, ["nobody/0"], {"k": "noop"}, workers=[w])
+        client.run(deliver, ["nobody/0"], encode(Verdict(step=0.0)), workers=[w])
         rt.append(time.time() - t0)
     out["client_run_p50_ms"] = pct(rt, 0.5)
     return out

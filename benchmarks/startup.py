@@ -7,7 +7,7 @@ call, as in a new notebook) and *warm* (a second experiment in the same
 process: the cluster and warm processes are kept). Printed phases, in seconds:
 
 * ``cluster``: the LocalCluster and its worker processes up, a client connected;
-* ``workers``, ``plugins``: :func:`nbtune.runtimes.dask.worker_setup.prepare_workers`
+* ``workers``, ``plugins``: :func:`nbtune.runtimes.dask.driver_side.worker_setup.prepare_workers`
   (workers probed, worker plugins installed; ``warm``: its wait for the warm
   processes, in versions that waited);
 * ``tune``: the whole ``tune()`` call (the above plus the experiment's start);
@@ -73,8 +73,8 @@ def train(config: dict[str, Any], trial: Any) -> None:
 
 def one(kind: str, space: dict[str, Any]) -> dict[str, float]:
     import nbtune
-    from nbtune.runtimes.dask import runtime as rt_mod
-    from nbtune.runtimes.dask import worker_setup
+    from nbtune.runtimes.dask.driver_side import runtime as rt_mod
+    from nbtune.runtimes.dask.driver_side import worker_setup
 
     real_connect, spent = rt_mod.connect, {}
 
@@ -98,8 +98,8 @@ def one(kind: str, space: dict[str, Any]) -> dict[str, float]:
     t1 = time.time()
     exp.wait()
     done = time.time()
-    from nbtune.runtimes.dask import pool
-    from nbtune.runtimes.dask.shared import shared_runtime
+    from nbtune.runtimes.dask.driver_side.shared import shared_runtime
+    from nbtune.runtimes.dask.worker_side import pool
 
     # worker -> when its processes said ready (versions without it waited inside tune())
     times = getattr(pool, "pool_ready_times", None)
@@ -122,13 +122,13 @@ def one(kind: str, space: dict[str, Any]) -> dict[str, float]:
 
 def import_floor() -> float:
     """Seconds a fresh interpreter takes to import what the fork server imports before any
-    warm process can exist (torch, ``torch._dynamo``, pandas: ``_child._import``), timed
+    warm process can exist (torch, ``torch._dynamo``, pandas: ``trial_process._import``), timed
     inside it: no design that hands trials a process with torch loaded starts faster."""
     import subprocess
 
     code = ("import time; t = time.perf_counter(); "
-            "from nbtune.runtimes.dask._child import _import; "
-            "from nbtune.runtimes.dask.forkserver import DEFAULT_PRELOAD; "
+            "from nbtune.runtimes.dask.trial_side.trial_process import _import; "
+            "from nbtune.runtimes.dask.forkserver_side.forkserver import DEFAULT_PRELOAD; "
             "_import(list(DEFAULT_PRELOAD), preload=True); print(time.perf_counter() - t)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
@@ -154,7 +154,7 @@ def main() -> None:
     print(f" cold: the fork server's imports alone take {floor:.2f} s in a fresh interpreter; "
           f"start-up is {cold['over_floor']:.2f} s more")
     warm = one("warm", space)
-    from nbtune.runtimes.dask.shared import shared_runtime
+    from nbtune.runtimes.dask.driver_side.shared import shared_runtime
 
     shared_runtime().close()
     os.remove(LOG)

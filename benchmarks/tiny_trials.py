@@ -5,9 +5,9 @@ down a pipe, each report up it, each verdict down it through the relay
 thread) costs more than the work; ``DaskRuntime(execution="thread")`` runs
 the function in a thread of its worker instead, and ``"auto"`` (the default)
 picks threads when the measured overhead per report is at least a quarter of
-the measured work per report (:mod:`nbtune.runtimes.dask.execution`).
+the measured work per report (:mod:`nbtune.runtimes.dask.driver_side.execution_mode`).
 
-Part 1, per-report overhead: :func:`nbtune.runtimes.dask.overhead.measure_overhead`
+Part 1, per-report overhead: :func:`nbtune.runtimes.dask.worker_side.overhead.measure_overhead`
 on one worker: probe trials that report and wait for a verdict after each
 report, run in a trial process and in a thread, alternating.
 
@@ -96,7 +96,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from nbtune.runtimes.dask import DaskRuntime
-    from nbtune.runtimes.dask.overhead import measure_overhead
+    from nbtune.runtimes.dask.worker_side.overhead import measure_overhead
     from tests.dask_cluster import local_client
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])

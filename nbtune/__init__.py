@@ -100,7 +100,7 @@ def _lazy(name: str) -> object:
 
         return resume
     if name in ("report", "should_stop", "get_trial"):  # inside a trial: Ray-style loops
-        from nbtune.runtimes.dask import trial_api
+        from nbtune.runtimes.dask.trial_side import trial_api
 
         return getattr(trial_api, name)
     if name == "DaskRuntime":

@@ -12,7 +12,7 @@ import sys
 
 
 def test_nbtune_and_its_worker_plugins_import_without_torch():
-    code = ("import sys, nbtune, nbtune.runtimes.dask.plugin, nbtune.engine.engine\n"
+    code = ("import sys, nbtune, nbtune.runtimes.dask.worker_side.plugin, nbtune.engine.engine\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n"
             "from nbtune.fusion import FusedSGD, fuse, fused_loss\n"
             "assert 'torch' in sys.modules and FusedSGD.__name__ == 'FusedSGD'\n")
@@ -31,7 +31,7 @@ def test_worker_side_imports_leave_out_pandas_and_the_experiment():
     # every Dask worker imports the plugin module to unpickle the warm-pool plugin, and the
     # fork server runs its own module: neither needs tune() or the engine, which would
     # cost CPU each at a cluster's start-up
-    _run("import sys, nbtune.runtimes.dask.plugin, nbtune.runtimes.dask.forkserver\n"
+    _run("import sys, nbtune.runtimes.dask.worker_side.plugin, nbtune.runtimes.dask.forkserver_side.forkserver\n"
          "heavy = {'pandas', 'nbtune.api', 'nbtune.experiment', 'nbtune.engine.engine',\n"
          "         'nbtune.runtimes.sim'} & set(sys.modules)\n"
          "assert not heavy, heavy\n")

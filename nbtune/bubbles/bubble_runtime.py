@@ -57,6 +57,16 @@ from nbtune.bubbles.timeline import Interval, now
 from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import GPU, ClusterSpec
+from nbtune.runtimes.dask.protocol import (
+    Exit,
+    Job,
+    Quit,
+    Recomputed,
+    Report,
+    Started,
+    StopRequest,
+    TrialMessage,
+)
 from nbtune.runtimes.profiler import attach_profiler
 
 if TYPE_CHECKING:
@@ -83,7 +93,7 @@ class GuestRecord:
         self.cancelled: str | None = None
         self.reports: list[tuple[float, dict[str, Any]]] = []
         self.intervals: list[Interval] = []  # ("run"/"free", start, end) on now()'s clock
-        self.exit: dict[str, Any] | None = None
+        self.exit: Exit | None = None
         self.sampled = False
 
 
@@ -236,7 +246,7 @@ class BubbleRuntime:
                     if self.host.take(msg):
                         republish = msg[0] == "iter" and msg[1] == self.spec.stages - 1
                     elif msg[0] == "trial":
-                        events += self._on_trial(self.guests[msg[1]][msg[2]], msg[3])
+                        events += self._on_trial(self.guests[msg[1]][msg[2]], msg[3], msg[4])
                 events += self._reap()
                 if self._done.is_set():
                     continue
@@ -249,9 +259,9 @@ class BubbleRuntime:
             self._done.set()
         finally:
             for rec in list(self.on_stage.values()):  # a stop first: it leaves the gate cleanly
-                rec.control.put({"k": "stop", "reason": "stop"})
+                rec.control.put(StopRequest(reason="stop"))
             for _, inbox in self.workers.values():
-                inbox.put({"k": "quit"})
+                inbox.put(Quit())
             for proc, _ in self.workers.values():
                 proc.join(5.0)
                 if proc.is_alive():
@@ -259,33 +269,35 @@ class BubbleRuntime:
             self.host.close()
             self._over.set()
 
-    def _on_trial(self, rec: GuestRecord, m: dict[str, Any]) -> list[ev.Event]:
+    def _on_trial(self, rec: GuestRecord, m: TrialMessage, extra: Any) -> list[ev.Event]:
+        """Events for what a guest said; ``extra`` is a report's peak memory, an exit's
+        :class:`~nbtune.bubbles.guest_trial.GuestEnd`."""
         tid = rec.launch.trial_id
-        t = m["t"] - self._clock.origin
-        k = m.get("k")
-        if k == "started":
+        t = float(m.t or 0.0) - self._clock.origin
+        if isinstance(m, Started):
             return [] if rec.cancelled else [ev.TrialStarted(t, tid)]
-        if k == "report":
-            rec.reports.append((float(m["step"]), dict(m["metrics"])))
+        if isinstance(m, Report):
+            rec.reports.append((float(m.step), dict(m.metrics)))
             if rec.cancelled:
                 return []
-            out: list[ev.Event] = [ev.TrialReported(t, tid, float(m["step"]), dict(m["metrics"]))]
+            out: list[ev.Event] = [ev.TrialReported(t, tid, float(m.step), dict(m.metrics))]
             if not rec.sampled:  # its own peak, alone on its stage worker: the profiler's sample
                 rec.sampled = True
-                out.insert(0, ev.TrialSampled(t, tid, 1.0, float(m["rss"]) / GB))
+                out.insert(0, ev.TrialSampled(t, tid, 1.0, float(extra) / GB))
             return out
-        if k == "recomputed":
-            return [ev.TrialRecomputed(t, tid, float(m["step"]))]
-        if k == "exit":
-            rec.exit, rec.intervals = m, list(m.get("intervals", ()))
+        if isinstance(m, Recomputed):
+            return [ev.TrialRecomputed(t, tid, float(m.step))]
+        if isinstance(m, Exit):
+            rec.exit, rec.intervals = m, list(extra.intervals if extra is not None else ())
             self._vacate(rec)
             if rec.cancelled:
                 return []
-            if not m.get("ok"):
-                return [ev.TrialFailed(t, tid, error=str(m.get("error", "")))]
-            if float(m.get("step", 0.0)) < rec.launch.budget - 1e-9:
+            if not m.ok:
+                return [ev.TrialFailed(t, tid, error=str(m.error or ""))]
+            step = m.step if m.step is not None else 0.0
+            if float(step) < rec.launch.budget - 1e-9:
                 return [ev.TrialFailed(t, tid, error=(
-                    f"train returned at step {m.get('step')} before its budget "
+                    f"train returned at step {m.step} before its budget "
                     f"{rec.launch.budget:g}"))]
         return []
 
@@ -294,7 +306,7 @@ class BubbleRuntime:
         out: list[ev.Event] = []
         for rec in list(self.on_stage.values()):
             if rec.exit is None and not rec.proc.is_alive() and self.out.empty():
-                rec.exit = {"ok": False}
+                rec.exit = Exit(ok=False)
                 self._spawn_worker(rec.stage)
                 self._vacate(rec)
                 if not rec.cancelled:
@@ -312,7 +324,7 @@ class BubbleRuntime:
                 if recs and recs[-1].exit is None and recs[-1].cancelled is None:
                     rec = recs[-1]
                     rec.cancelled = type(c).__name__.lower()
-                    rec.control.put({"k": "stop", "reason": rec.cancelled})
+                    rec.control.put(StopRequest(reason=rec.cancelled))
                 if isinstance(c, Resize):
                     raise RuntimeError("BubbleRuntime does not resize trials: use allocator='bubbles'")
             elif isinstance(c, Finish):
@@ -330,7 +342,7 @@ class BubbleRuntime:
             self._deferred[stage] = c
             return
         core = self.host.guest_cores[stage]
-        job = {"k": "job", "trial_id": c.trial_id, "config": dict(c.config),
+        job = {"trial_id": c.trial_id, "config": dict(c.config),
                "start_step": c.start_budget, "budget": c.budget, "fn": self._fn,
                "checkpoint_dir": self._tmp.name, "max_budget": self._engine.max_budget,
                "metric": self._engine.metric, "threads": 1,
@@ -340,7 +352,7 @@ class BubbleRuntime:
         rec = GuestRecord(c, stage, proc, inbox)
         self.guests.setdefault(c.trial_id, []).append(rec)
         self.on_stage[stage] = rec
-        inbox.put(job)
+        inbox.put(Job(spec=job))
 
     def _vacate(self, rec: GuestRecord) -> None:
         if self.on_stage.get(rec.stage) is rec:
@@ -353,6 +365,6 @@ class BubbleRuntime:
         self._done.set()
         for rec in list(self.on_stage.values()):
             with contextlib.suppress(Exception):
-                rec.control.put({"k": "stop", "reason": "stop"})
+                rec.control.put(StopRequest(reason="stop"))
         self._over.wait(self.spec.timeout)
         self._tmp.cleanup()

@@ -1,7 +1,7 @@
 """A tuning trial run as a gated guest: the user's ``train(config, trial)`` inside a stage's bubbles.
 
-The trial process is the Dask runtime's (:func:`nbtune.runtimes.dask._child.run_job`
-with its :class:`~nbtune.runtimes.dask.trial_api.Trial`), so a training
+The trial process is the Dask runtime's (:func:`nbtune.runtimes.dask.trial_side.trial_process.run_job`
+with its :class:`~nbtune.runtimes.dask.trial_side.trial_api.Trial`), so a training
 function runs unchanged here and there. What differs is the channel: every
 report is a step boundary, where the guest pauses if its stage wants the
 compute slot (:meth:`~nbtune.bubbles.gate.GuestSide.checkpoint`), and a stop
@@ -14,6 +14,7 @@ stage; :func:`gate_layers` adds Hydro's layer-boundary checkpoints to a model
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 from typing import Any
@@ -22,10 +23,21 @@ from nbtune.bubbles.device import peak_memory, synchronizer, use_mps_share
 from nbtune.bubbles.gate import Gate, GuestSide
 from nbtune.bubbles.guest import pin
 from nbtune.bubbles.timeline import now
+from nbtune.runtimes.dask.protocol import Control, Job, Quit, Recomputed, Report, TrialMessage
 
-__all__ = ["GatedChannel", "gate_layers", "trial_worker"]
+__all__ = ["GatedChannel", "GuestEnd", "gate_layers", "trial_worker"]
 
 _SIDE: list[GuestSide] = []  # the gate of the guest this process runs (at most one)
+
+
+@dataclasses.dataclass(frozen=True)
+class GuestEnd:
+    """What a guest measured over its trial, sent with the trial's exit: its running
+    intervals, how often it paused, its peak memory (bytes)."""
+
+    intervals: list[Any]
+    pauses: int
+    rss: float
 
 
 def gate_layers(model: Any) -> Any:
@@ -37,35 +49,42 @@ def gate_layers(model: Any) -> Any:
 
 
 class GatedChannel:
-    """The Trial's channel: messages to the runtime's queue, a pause at every report."""
+    """The Trial's channel: messages to the runtime's queue, a pause at every report.
+
+    What goes on the queue is ``("trial", trial_id, run, message, rss)``: the typed message
+    (stamped with the bubbles' clock) and, with a report, the guest's measured peak memory.
+    """
 
     def __init__(self, trial_id: int, run: int, side: GuestSide, out: Any, control: Any,
                  device: str = "cpu") -> None:
         self.trial_id, self.run, self.side = trial_id, run, side
         self.out, self.control, self.device = out, control, device
 
-    def send(self, msg: dict[str, Any]) -> None:
-        msg.setdefault("t", now())
-        if msg.get("k") == "report":
-            msg["rss"] = peak_memory(self.device)  # its measured peak so far, for the memory check
-        self.out.put(("trial", self.trial_id, self.run, msg))
-        if msg.get("k") in ("report", "recomputed"):
+    def send(self, msg: TrialMessage) -> None:
+        if msg.t is None:
+            msg = dataclasses.replace(msg, t=now())
+        # a report carries its measured peak so far, for the memory check
+        rss = peak_memory(self.device) if isinstance(msg, Report) else None
+        self.out.put(("trial", self.trial_id, self.run, msg, rss))
+        if isinstance(msg, Report | Recomputed):
             self.side.checkpoint()  # a step boundary: give the slot back if the stage wants it
 
-    def poll_control(self) -> list[dict[str, Any]]:
+    def poll_control(self) -> list[Control]:
         out = []
         while True:
             try:
-                out.append(self.control.get_nowait())
+                msg = self.control.get_nowait()
             except queue.Empty:
                 return out
+            if isinstance(msg, Control):
+                out.append(msg)
 
 
 def _run(job: dict[str, Any], gate: Gate, out: Any, inbox: Any, max_wait: float,
          device: str) -> None:
     """One trial, gated; its running intervals go back with the exit message. Beside a GPU
     stage every checkpoint first waits for the trial's kernels (:mod:`.device`)."""
-    from nbtune.runtimes.dask._child import run_job
+    from nbtune.runtimes.dask.trial_side.trial_process import run_job
 
     side = GuestSide(gate, max_wait=max_wait, sync=synchronizer(device))
     _SIDE.append(side)
@@ -76,8 +95,8 @@ def _run(job: dict[str, Any], gate: Gate, out: Any, inbox: Any, max_wait: float,
     finally:
         side.finish()
         _SIDE.clear()
-    res.update(intervals=side.intervals, pauses=side.pauses, rss=peak_memory(device), t=now())
-    out.put(("trial", tid, run, res))
+    res = dataclasses.replace(res, t=now())
+    out.put(("trial", tid, run, res, GuestEnd(side.intervals, side.pauses, peak_memory(device))))
 
 
 def trial_worker(stage: int, gate: Gate, inbox: Any, out: Any, nice: int, idle_class: bool,
@@ -95,8 +114,8 @@ def trial_worker(stage: int, gate: Gate, inbox: Any, out: Any, nice: int, idle_c
     out.put(("worker", stage, os.getpid()))
     while True:
         msg = inbox.get()
-        if msg.get("k") == "quit":
+        if isinstance(msg, Quit):
             return
-        if msg.get("k") == "job":
-            _run(msg, gate, out, inbox, max_wait, device)
+        if isinstance(msg, Job):
+            _run(msg.spec, gate, out, inbox, max_wait, device)
         # anything else: a stop for a trial that had already returned

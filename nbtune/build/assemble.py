@@ -64,7 +64,9 @@ def make_runtime(spec: str | Runtime, *, trainable: Any = None, **options: Any) 
 
             spec = "sim" if isinstance(trainable, WorkloadModel) else "dask"
         if spec == "dask" and not options:
-            from nbtune.runtimes.dask.shared import shared_runtime  # heavy import, on demand
+            from nbtune.runtimes.dask.driver_side.shared import (
+                shared_runtime,  # heavy import, on demand
+            )
 
             return shared_runtime()
         return runtime_class(spec)(**options)
@@ -230,7 +232,7 @@ def build_run(spec: RunSpec) -> Experiment:
         alloc = executor.allocator
     fusion = None
     if width:  # elastic split (Hydro §5.3) through per-member checkpoints, if it saves any
-        from nbtune.runtimes.dask.trial_api import uses_checkpoints
+        from nbtune.runtimes.dask.trial_side.trial_api import uses_checkpoints
 
         fusion = {"f_max": width, "shape_keys": ex.shape_keys,
                   "elastic": uses_checkpoints(trainable), "memory": ex.fusion is True}

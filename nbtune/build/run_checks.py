@@ -55,7 +55,9 @@ def check_run(spec: RunSpec) -> RunSpec:
     check_mode(search.metric, search.mode, stacklevel=4)
     _check_numbers(ex.max_failures, ex.trial_timeout)
     if ex.execution is not None:
-        from nbtune.runtimes.dask.execution import check_execution  # no distributed import
+        from nbtune.runtimes.dask.driver_side.execution_mode import (
+            check_execution,  # no distributed import
+        )
 
         check_execution(ex.execution)
     width, keys = _check_fusion(ex.fusion, ex.shape_keys, trainable, space)
@@ -171,7 +173,9 @@ def _auto_type(algorithm: Any, trainable: Any,
     out = dict(options)
     if (isinstance(algorithm, str) and algorithm.strip().lower() in ("asha", "bohb")
             and "type" not in out and not isinstance(trainable, WorkloadModel)):
-        from nbtune.runtimes.dask.trial_api import uses_checkpoints  # no distributed import
+        from nbtune.runtimes.dask.trial_side.trial_api import (
+            uses_checkpoints,  # no distributed import
+        )
 
         if uses_checkpoints(trainable):
             out["type"] = "promotion"

@@ -2,7 +2,7 @@
 
 ``nbtune demo`` tunes this module's :func:`train`; it is also the template for
 your own training function. Its shape, stripped to the rules of
-:mod:`nbtune.runtimes.dask.trial_api`::
+:mod:`nbtune.runtimes.dask.trial_side.trial_api`::
 
     def train(config, trial):
         model, opt = build(config)                   # anything: torch, sklearn, JAX ...

@@ -174,7 +174,7 @@ def _stops(member: Member) -> bool:
 
 
 def as_fusion_trial(trial: Any) -> FusionTrial:
-    """A runtime's ordinary trial (``nbtune.runtimes.dask.trial_api.Trial``: ``config``,
+    """A runtime's ordinary trial (``nbtune.runtimes.dask.trial_side.trial_api.Trial``: ``config``,
     ``start_step``, ``budget``, ``report``, ``should_stop``) as a one-member FusionTrial, so a
     loop written for fusion runs unfused with one added line: ``trial = as_fusion_trial(trial)``.
     """

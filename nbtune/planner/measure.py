@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from nbtune.planner.profiles import Latency, ScalingProfile
 
 if TYPE_CHECKING:
-    from nbtune.runtimes.dask.runtime import DaskRuntime
+    from nbtune.runtimes.dask.driver_side.runtime import DaskRuntime
 
 __all__ = ["measure_profile", "measure_worker_start", "profile_from_experiment"]
 
@@ -33,7 +33,7 @@ def measure_worker_start(runtime: DaskRuntime, cluster: Any, *, timeout: float =
     ``runtime`` must be connected (``runtime.connect()``) so its warm-pool plugin
     reaches the new worker; the cluster keeps the extra worker.
     """
-    from nbtune.runtimes.dask.pool import wait_pool_ready
+    from nbtune.runtimes.dask.worker_side.pool import wait_pool_ready
 
     client = runtime.client
     n = len(client.scheduler_info(n_workers=-1)["workers"])

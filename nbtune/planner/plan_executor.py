@@ -30,7 +30,7 @@ from nbtune.planner.plan import Plan
 from nbtune.planner.profiles import CloudProfile
 
 if TYPE_CHECKING:
-    from nbtune.runtimes.dask.runtime import DaskRuntime
+    from nbtune.runtimes.dask.driver_side.runtime import DaskRuntime
 
 __all__ = ["CostMeter", "PlanExecutionError", "PlanExecutor", "check_plan_fits", "predicted_vs_actual"]
 
@@ -177,7 +177,7 @@ class PlanExecutor:
         rt.client.wait_for_workers(n0, timeout=self.scale_timeout_s)
         self._shrink_to(n0, set())
         if getattr(rt, "warm_processes", 0):  # INIT_INSTANCE: the new workers' imports
-            from nbtune.runtimes.dask.pool import wait_pool_ready
+            from nbtune.runtimes.dask.worker_side.pool import wait_pool_ready
 
             rt.client.run(wait_pool_ready, self.scale_timeout_s)
         self.prepare_s = time.monotonic() - t0

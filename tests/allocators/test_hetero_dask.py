@@ -10,7 +10,7 @@ import cloudpickle
 import pytest
 
 from nbtune.core.space import grid
-from nbtune.runtimes.dask.cluster import Inventory
+from nbtune.runtimes.dask.driver_side.cluster import Inventory
 from nbtune.surrogate import TARGET_ID_BASE
 
 distributed = pytest.importorskip("distributed")

@@ -16,7 +16,7 @@ from nbtune.allocators import DynamicFluidAllocator
 from nbtune.allocators.fluid_knapsack import FluidKnapsackAllocator
 from nbtune.core.resources import ClusterSpec
 from nbtune.core.trial import TrialRecord, TrialState
-from nbtune.runtimes.dask.jobs import RunSettings, resize_restarts
+from nbtune.runtimes.dask.driver_side.jobs import RunSettings, resize_restarts
 from tests.allocators.fluid_views import View
 
 

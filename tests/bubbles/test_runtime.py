@@ -20,7 +20,7 @@ from nbtune.bubbles import HostSpec, overlap
 from nbtune.bubbles.bubble_runtime import BubbleRuntime
 from nbtune.bubbles.timeline import subtract
 from nbtune.core.space import choice
-from nbtune.runtimes.dask.trial_api import Trial
+from nbtune.runtimes.dask.trial_side.trial_api import Trial
 from tests.runtimes.test_dask_trial_api import MemoryChannel
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

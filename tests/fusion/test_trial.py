@@ -7,6 +7,7 @@ import pytest
 
 from nbtune.examples.fusion_digits import train
 from nbtune.fusion.fusion_trial import FusionTrial, run_group
+from nbtune.runtimes.dask.protocol import encode
 
 
 class Recorder:
@@ -181,7 +182,7 @@ class Inbox:
         self.sent = []
 
     def send(self, msg):
-        self.sent.append(msg)
+        self.sent.append(encode(msg))  # as it goes over the wire
 
     def poll_control(self):
         return []
@@ -191,7 +192,7 @@ def test_a_relaunch_with_no_checkpoint_trains_again_from_the_start():
     """A trial relaunched at step 2 with nothing to restore (its loop keeps no checkpoint:
     paused, resized or requeued) must not train a fresh model from step 3: it recomputes
     steps 1-2 and reports step 3 as an uninterrupted run does."""
-    from nbtune.runtimes.dask.trial_api import Trial
+    from nbtune.runtimes.dask.trial_side.trial_api import Trial
 
     full = Recorder()
     run_group(train, [CONFIGS[1]], [full], budget=3)

@@ -181,7 +181,7 @@ def test_training_function_on_the_simulator():
 
 
 def test_training_function_with_the_wrong_signature():
-    from nbtune.runtimes.dask.trainable import check_signature
+    from nbtune.runtimes.dask.driver_side.jobs import check_signature
 
     def three(a, b, c):
         pass
@@ -193,7 +193,7 @@ def test_training_function_with_the_wrong_signature():
 def test_training_function_that_cannot_be_pickled():
     import threading
 
-    from nbtune.runtimes.dask.trainable import pickled
+    from nbtune.runtimes.dask.driver_side.jobs import pickled
 
     lock = threading.Lock()
 

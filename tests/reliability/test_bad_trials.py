@@ -181,7 +181,7 @@ def test_gpu_request_larger_than_any_worker_and_one_that_fits(client, tmp_path):
 
 
 def test_cluster_address_that_does_not_answer():
-    from nbtune.runtimes.dask.cluster import DaskConnectError
+    from nbtune.runtimes.dask.driver_side.cluster import DaskConnectError
 
     # its own connect_timeout, not the 30 s default (the error says which it waited)
     with pytest.raises(DaskConnectError,

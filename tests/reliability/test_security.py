@@ -65,7 +65,7 @@ def test_a_tls_cluster_is_joined_with_the_security_given(tmp_path):
     from distributed.security import Security
 
     from nbtune.runtimes.dask import DaskRuntime
-    from nbtune.runtimes.dask.cluster import DaskConnectError
+    from nbtune.runtimes.dask.driver_side.cluster import DaskConnectError
 
     cert, key = make_certs(tmp_path)
     sec = Security(tls_ca_file=cert, tls_client_cert=cert, tls_client_key=key,

@@ -44,7 +44,7 @@ def kill_when_warming(pid: int, killed: threading.Event, gate: Path,
         while time.monotonic() < deadline:
             try:
                 kids = psutil.Process(pid).children(recursive=True)
-                if any("nbtune.runtimes.dask._child" in " ".join(k.cmdline()) for k in kids):
+                if any("nbtune.runtimes.dask.trial_side.trial_process" in " ".join(k.cmdline()) for k in kids):
                     os.kill(pid, signal.SIGKILL)
                     killed.set()
                     return

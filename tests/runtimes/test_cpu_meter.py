@@ -13,7 +13,7 @@ import time
 
 import psutil
 
-from nbtune.runtimes.dask.sampling import _CpuMeter
+from nbtune.runtimes.dask.worker_side.sampling import _CpuMeter
 from tests.runtimes.cpu_bracket import around, ready, share_bounds, tree_cpu, until_cpu
 
 BUSY = ("import time\nprint('ready', flush=True)\n"

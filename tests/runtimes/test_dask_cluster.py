@@ -1,6 +1,6 @@
 """GPU id <-> worker mapping and per-rank environments, from worker probes (no cluster needed).
 
-The probes are the dictionaries :func:`nbtune.runtimes.dask.cluster.probe_worker`
+The probes are the dictionaries :func:`nbtune.runtimes.dask.driver_side.cluster.probe_worker`
 returns; feeding them directly exercises the GPU-mode mapping that cannot run
 on this CPU-only machine.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from nbtune.runtimes.dask.cluster import Inventory, Slot, connect
-from nbtune.runtimes.dask.runs import rank_env
+from nbtune.runtimes.dask.driver_side.cluster import Inventory, Slot, connect
+from nbtune.runtimes.dask.driver_side.runs import rank_env
 
 
 def cpu_probe(name, host="10.0.0.1", gpus=None, nthreads=2):

@@ -57,7 +57,7 @@ def train_steady(config, trial, gate=None):
 
 async def _end_stream(topic: str, dask_worker=None) -> bool:
     """On a worker: end the runtime's stream from the worker's side, as a network fault would."""
-    from nbtune.runtimes.dask import handlers
+    from nbtune.runtimes.dask.worker_side import handlers
 
     q = handlers._STREAMS.get((dask_worker.address, topic))
     if q is None:
@@ -68,7 +68,7 @@ async def _end_stream(topic: str, dask_worker=None) -> bool:
 
 def _active() -> list[str]:
     """On a worker: the ranks it runs now (``run_key/rank``)."""
-    from nbtune.runtimes.dask import executor
+    from nbtune.runtimes.dask.worker_side import rank_runner as executor
 
     with executor._LOCK:
         return [k for k, e in executor._ACTIVE.items() if e.child is not None and e.child.alive()]
@@ -96,7 +96,7 @@ def _busy_loop(here: str) -> None:
 
 def _break_free_port() -> None:
     """On a worker: rank 0 cannot bind a rendezvous port (a contact address it does not own)."""
-    from nbtune.runtimes.dask import ddp
+    from nbtune.runtimes.dask.trial_side import ddp
 
     def free_port(host: str) -> int:
         raise OSError(99, "Cannot assign requested address")
@@ -107,7 +107,7 @@ def _break_free_port() -> None:
 def _mend_free_port() -> None:
     import importlib
 
-    from nbtune.runtimes.dask import ddp
+    from nbtune.runtimes.dask.trial_side import ddp
 
     importlib.reload(ddp)
 
@@ -117,7 +117,7 @@ def _drop_launch_handler(dask_worker) -> None:
 
 
 def _reinstall(dask_worker) -> None:
-    from nbtune.runtimes.dask.handlers import install
+    from nbtune.runtimes.dask.worker_side.handlers import install
 
     install(dask_worker)
 
@@ -275,7 +275,7 @@ def test_workers_the_client_cannot_reach_are_driven_through_the_scheduler(
         client, tmp_path, monkeypatch):
     """A client that reaches only the scheduler (Dask Gateway, some Kubernetes set-ups): no
     direct stream opens, and trials still run, launched and reporting via the scheduler."""
-    from nbtune.runtimes.dask.links import WorkerLinks
+    from nbtune.runtimes.dask.driver_side.links import WorkerLinks
 
     async def unreachable(self, address, timeout):
         raise OSError(f"{address} is not reachable from here")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import nbtune
-from nbtune.runtimes.dask.cluster import Slot
 from nbtune.runtimes.dask.dask_page import snapshot
+from nbtune.runtimes.dask.driver_side.cluster import Slot
 from nbtune.runtimes.sim import SimRuntime
 from nbtune.workloads import SyntheticWorkload
 

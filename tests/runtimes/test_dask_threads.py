@@ -1,7 +1,7 @@
 """Thread mode on a real LocalCluster: trials in a thread of their worker, same protocol.
 
 ``DaskRuntime(execution="thread")`` runs the training function in the Dask
-worker's own process (``nbtune.runtimes.dask.threads``): the same ``trial``
+worker's own process (``nbtune.runtimes.dask.worker_side.threads``): the same ``trial``
 API, reports and verdicts as in a trial process; an exception fails that
 trial only; a stop is obeyed at the next report, a kill ends the run at once.
 ``execution="auto"`` measures and picks threads for tiny steps.

@@ -16,18 +16,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nbtune.runtimes.dask import checkpoints as ck
-from nbtune.runtimes.dask.trial_api import Trial, TrialInterrupted
+from nbtune.runtimes.dask.protocol import Control, Go, StopRequest, TrialMessage, Verdict, encode
+from nbtune.runtimes.dask.trial_side.trial_api import Trial, TrialInterrupted
 
 
 class MemoryChannel:
+    """A Trial's channel in memory: what it sends, in wire form; control to hand it."""
+
     def __init__(self) -> None:
         self.sent: list[dict] = []
-        self.control: list[dict] = []
+        self.control: list[Control] = []
 
-    def send(self, msg: dict) -> None:
-        self.sent.append(msg)
+    def send(self, msg: TrialMessage) -> None:
+        self.sent.append(encode(msg))
 
-    def poll_control(self) -> list[dict]:
+    def poll_control(self) -> list[Control]:
         out, self.control = self.control, []
         return out
 
@@ -61,7 +64,7 @@ def test_stop_request_takes_effect_at_the_next_boundary(tmp_path_factory, stop_a
     trial, ch = make(tmp_path_factory.mktemp("t"), budget=10.0)
     for step in trial.steps():
         if step == stop_after:
-            ch.control.append({"k": "stop", "reason": "pause"})
+            ch.control.append(StopRequest(reason="pause"))
         if trial.report(step=step, loss=0.5):
             break
     assert reports(ch)[-1] == stop_after
@@ -130,22 +133,22 @@ def test_optuna_and_ray_forms(tmp_path):
     assert sent == [(1.0, {"val_loss": 0.7}), (2.0, {"val_loss": 0.6}),
                     (3.0, {"val_loss": 0.5, "acc": 0.9}), (4.0, {"val_loss": 0.4}),
                     (5.0, {"val_loss": 0.3})]
-    ch.control.append({"k": "stop", "reason": "stop"})
+    ch.control.append(StopRequest(reason="stop"))
     assert trial.should_prune() is True
 
 
 def test_a_trial_without_checkpoints_waits_at_its_rung(tmp_path):
     """Below max_budget and no checkpoint: report blocks until go (trains on) or stop (raises)."""
     trial, ch = make(tmp_path, budget=1.0, max_budget=9.0, hold=True)
-    ch.control.append({"k": "go", "budget": 3.0})
+    ch.control.append(Go(budget=3.0))
     assert trial.report(loss=1.0) is False  # held at 1, then promoted to 3
     assert [m["k"] for m in ch.sent] == ["report", "held"]
     assert trial.report(loss=0.9) is False
-    ch.wait_control = lambda timeout: [{"k": "stop", "reason": "stop"}]  # comes while it waits
+    ch.wait_control = lambda timeout: [StopRequest(reason="stop")]  # comes while it waits
     with pytest.raises(TrialInterrupted):
         trial.report(loss=0.8)  # held at 3, then stopped
     early, ch1 = make(tmp_path, budget=1.0, max_budget=9.0, hold=True)
-    ch1.control.append({"k": "stop", "reason": "stop"})
+    ch1.control.append(StopRequest(reason="stop"))
     assert early.report(loss=1.0) is True and early.stop_reason == "stop"  # never waits
     ckpt, ch2 = make(tmp_path, budget=1.0, max_budget=9.0, checkpoints=True, hold=True)
     assert ckpt.report(loss=1.0) is True  # a checkpointing loop returns and resumes later
@@ -160,21 +163,21 @@ def test_a_trial_waits_for_the_verdict_after_reporting_a_stop_rung(tmp_path):
 
     def wait_control(timeout):
         waited.append(trial.step)
-        return [{"k": "verdict", "step": trial.step}]
+        return [Verdict(step=trial.step)]
 
     ch.wait_control = wait_control
     assert [trial.report(loss=1.0) for _ in range(3)] == [False, False, False]
     assert waited == [1.0, 3.0]
     assert [m.get("wait", False) for m in ch.sent if m["k"] == "report"] == [True, False, True]
     stopped, ch2 = make(tmp_path, budget=9.0, max_budget=9.0, verdicts=[1.0, 3.0])
-    ch2.wait_control = lambda timeout: [{"k": "stop", "reason": "stop"}]
+    ch2.wait_control = lambda timeout: [StopRequest(reason="stop")]
     assert stopped.report(1, loss=1.0) is True and stopped.stop_reason == "stop"
     ray, ch5 = make(tmp_path, budget=9.0, max_budget=9.0, verdicts=[1.0, 3.0])
-    ch5.wait_control = lambda timeout: [{"k": "stop", "reason": "stop"}]
+    ch5.wait_control = lambda timeout: [StopRequest(reason="stop")]
     with pytest.raises(TrialInterrupted):  # Ray's form: its loops never look at the answer
         ray.report({"loss": 1.0})
     crossed, ch3 = make(tmp_path, budget=9.0, max_budget=9.0, verdicts=[3.0])
-    ch3.wait_control = lambda timeout: [{"k": "verdict", "step": 4.0}]
+    ch3.wait_control = lambda timeout: [Verdict(step=4.0)]
     assert crossed.report(step=2, loss=1.0) is False and crossed.report(step=4, loss=1.0) is False
     assert [m.get("wait", False) for m in ch3.sent] == [False, True]  # 4 passed the rung at 3
     silent, ch4 = make(tmp_path, budget=9.0, max_budget=9.0, verdicts=[1.0])
@@ -182,7 +185,7 @@ def test_a_trial_waits_for_the_verdict_after_reporting_a_stop_rung(tmp_path):
 
 
 def test_uses_checkpoints_reads_the_code():
-    from nbtune.runtimes.dask.trial_api import uses_checkpoints
+    from nbtune.runtimes.dask.trial_side.trial_api import uses_checkpoints
 
     def saves(config, trial):
         def inner():

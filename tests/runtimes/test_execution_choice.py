@@ -1,4 +1,4 @@
-"""Choosing where a trial runs (``nbtune.runtimes.dask.execution``), as pure code.
+"""Choosing where a trial runs (``nbtune.runtimes.dask.driver_side.execution_mode``), as pure code.
 
 The decision reads two measurements: the process path's extra seconds per
 report and the loop's work per report; these tests give it measured-looking
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nbtune.runtimes.dask.execution import (
+from nbtune.runtimes.dask.driver_side.execution_mode import (
     MAX_INTERVAL,
     MIN_SAMPLES,
     THRESHOLD,
@@ -20,6 +20,7 @@ from nbtune.runtimes.dask.execution import (
     check_thread_limits,
     choose,
 )
+from nbtune.runtimes.dask.protocol import Report
 
 OVERHEAD = 0.020  # s per report: what overhead.py measured on the 2-core test machine
 
@@ -71,8 +72,8 @@ def test_the_choice_per_launch():
     c = ExecutionChoice("auto", OVERHEAD)
     assert c.mode() == "process"  # nothing measured yet
     for _ in range(MIN_SAMPLES):
-        c.observe({"k": "report", "step": 1.0, "work": 0.004})
-    c.observe({"k": "report", "step": 1.0})  # a first report says no work interval
+        c.observe(Report(step=1.0, metrics={}, work=0.004))
+    c.observe(Report(step=1.0, metrics={}))  # a first report says no work interval
     assert c.mode() == "thread"
     assert c.mode(world_size=2) == "process" and c.mode(fused=True) == "process"
     assert c.launched == {"process": 3, "thread": 1}
@@ -103,7 +104,7 @@ def test_tune_checks_execution_before_it_starts_a_runtime():
 
 def test_auto_keeps_processes_where_workers_share_one_process():
     """LocalCluster(processes=False): every worker's trial threads would share one GIL."""
-    from nbtune.runtimes.dask.execution import share_a_process
+    from nbtune.runtimes.dask.driver_side.execution_mode import share_a_process
 
     apart = {"tcp://a:1": {"host": "h", "pid": 10}, "tcp://a:2": {"host": "h", "pid": 11}}
     together = {"tcp://a:1": {"host": "h", "pid": 10}, "tcp://a:2": {"host": "h", "pid": 10}}

@@ -19,9 +19,9 @@ import cloudpickle
 import psutil
 import pytest
 
-from nbtune.runtimes.dask import forkserver
-from nbtune.runtimes.dask.forkserver import ForkServer, worker_env
-from nbtune.runtimes.dask.pool import WarmPool, pool_ready_times
+from nbtune.runtimes.dask.forkserver_side import forkserver
+from nbtune.runtimes.dask.forkserver_side.forkserver import ForkServer, worker_env
+from nbtune.runtimes.dask.worker_side.pool import WarmPool, pool_ready_times
 from tests.runtimes.test_warm_pool import run_one
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -87,7 +87,7 @@ def test_a_forked_process_runs_jobs_in_the_workers_environment_with_its_own_seed
 
 WORKER = textwrap.dedent("""
     import sys, time
-    from nbtune.runtimes.dask.pool import WarmPool
+    from nbtune.runtimes.dask.worker_side.pool import WarmPool
     pool = WarmPool(1, (), fork_server=sys.argv[1])
     assert pool.wait_ready(60)
     print(pool.take(refill=False).proc.pid, flush=True)
@@ -134,7 +134,7 @@ def test_a_server_that_fails_removes_its_directory_so_workers_do_not_wait_for_it
     where = tmp_path / ("d" * 120)  # a Unix socket path this long cannot be bound
     where.mkdir()
     address = str(where / "sock")
-    out = subprocess.run([sys.executable, "-m", "nbtune.runtimes.dask.forkserver", address, ""],
+    out = subprocess.run([sys.executable, "-m", "nbtune.runtimes.dask.forkserver_side.forkserver", address, ""],
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert out.returncode != 0 and not where.exists()
@@ -155,7 +155,7 @@ def test_a_server_whose_driver_died_while_it_started_ends(tmp_path):
     (tmp_path / "s").mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    out = subprocess.run([sys.executable, "-m", "nbtune.runtimes.dask.forkserver",
+    out = subprocess.run([sys.executable, "-m", "nbtune.runtimes.dask.forkserver_side.forkserver",
                           str(tmp_path / "s" / "sock"), "", str(dead.pid)],
                          timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert out.returncode == 0
@@ -220,7 +220,7 @@ def test_trial_processes_are_born_with_pandas_spawned_or_forked(server, tmp_path
 def test_a_fork_server_started_early_is_taken_once_and_only_for_its_preload():
     """``tune()`` starts the fork server before importing ``distributed`` (start_early); the
     runtime's cluster start takes that one instead of starting another, if the preload agrees."""
-    from nbtune.runtimes.dask.forkserver import start_early, take_early
+    from nbtune.runtimes.dask.forkserver_side.forkserver import start_early, take_early
 
     start_early(SLOW)
     start_early(SLOW)  # a second call while one waits starts nothing
@@ -239,14 +239,14 @@ def test_a_fork_server_started_early_is_taken_once_and_only_for_its_preload():
 def test_a_cold_tune_starts_the_fork_server_before_importing_distributed():
     code = textwrap.dedent("""
         import sys
-        from nbtune.runtimes.dask import forkserver
+        from nbtune.runtimes.dask.forkserver_side import forkserver
         seen = []
         real = forkserver.ForkServer.__init__
         def init(self, *a, **k):
             seen.append('distributed' in sys.modules)
             real(self, *a, **k)
         forkserver.ForkServer.__init__ = init
-        from nbtune.runtimes.dask.shared import shared_runtime
+        from nbtune.runtimes.dask.driver_side.shared import shared_runtime
         rt = shared_runtime()
         assert seen == [False], seen
         early = forkserver.take_early(forkserver.DEFAULT_PRELOAD)

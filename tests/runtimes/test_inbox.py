@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from nbtune.core import events as ev
-from nbtune.runtimes.dask.inbox import route_batch
+from nbtune.runtimes.dask.driver_side.inbox import route_batch
 
 
 class Ticking:

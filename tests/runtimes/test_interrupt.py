@@ -124,7 +124,7 @@ def _sigint_ignored() -> bool:
 
 
 def test_workers_of_a_cluster_nbtune_starts_ignore_sigint_also_after_a_restart():
-    from nbtune.runtimes.dask.cluster import close_cluster, connect
+    from nbtune.runtimes.dask.driver_side.cluster import close_cluster, connect
 
     # the driver's own handler, whatever pytest inherited (SIGINT is ignored in a background
     # job of a non-interactive shell); the inherited one is put back at the end

@@ -42,7 +42,7 @@ def test_module_level_tune_is_refused_before_any_cluster_starts(tmp_path):
 @pytest.mark.parametrize("guard", ['if __name__ == "__main__":', "if '__main__' == __name__:"])
 def test_a_guarded_call_is_not_flagged(tmp_path, guard):
     out = run(tmp_path, f'''
-        from nbtune.runtimes.dask.main_guard import unguarded_main_call
+        from nbtune.runtimes.dask.driver_side.main_guard import unguarded_main_call
 
         def probe():
             return unguarded_main_call()

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from nbtune.runtimes.dask.overhead import call_soon
+from nbtune.runtimes.dask.worker_side.overhead import call_soon
 
 
 def test_a_message_after_the_loop_closed_is_dropped_not_raised() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbtune.runtimes.dask.cluster import Slot, pin_cores
+from nbtune.runtimes.dask.driver_side.cluster import Slot, pin_cores
 
 
 def slots(threads, host="h"):

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from nbtune.runtimes.dask.cluster import Slot
-from nbtune.runtimes.dask.jobs import RunSettings, resizes_in_place
-from nbtune.runtimes.dask.runs import Run
+from nbtune.runtimes.dask.driver_side.cluster import Slot
+from nbtune.runtimes.dask.driver_side.jobs import RunSettings, resizes_in_place
+from nbtune.runtimes.dask.driver_side.runs import Run
 
 SLOTS = {g: Slot(g, f"w{g}", 0, "n", None, threads=4.0) for g in range(2)}
 

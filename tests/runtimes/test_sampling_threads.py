@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from nbtune.runtimes.dask.sampling import _CpuMeter, thread_times
+from nbtune.runtimes.dask.worker_side.sampling import _CpuMeter, thread_times
 from tests.runtimes.cpu_bracket import around, share_bounds, until_cpu
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="schedstat: Linux")

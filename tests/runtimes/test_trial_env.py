@@ -88,7 +88,7 @@ def test_trial_processes_are_not_born_with_the_nannys_malloc_setting(own_cluster
 
 EARLY = """
 import sys
-from nbtune.runtimes.dask import forkserver as fs
+from nbtune.runtimes.dask.forkserver_side import forkserver as fs
 fs.start_early(("json",))
 print("dask imported by start_early:", "dask" in sys.modules)
 import distributed  # what the runtime imports next: the config's values

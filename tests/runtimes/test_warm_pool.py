@@ -13,7 +13,8 @@ import time
 import cloudpickle
 import pytest
 
-from nbtune.runtimes.dask.pool import WarmPool
+from nbtune.runtimes.dask.protocol import Exit, Job, Report, decode, encode
+from nbtune.runtimes.dask.worker_side.pool import WarmPool
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -49,17 +50,18 @@ def modules_seen(config, trial):
 
 def run_one(child, tmp_path, fn, **job) -> dict:
     """One job through the trial process's real protocol; its report's metrics."""
-    child.conn.send({"k": "job", "trial_id": 0, "config": {}, "start_step": 0.0, "budget": 1.0,
-                     "checkpoint_dir": str(tmp_path), "fn": cloudpickle.dumps(fn),
-                     "sys_path": list(sys.path), **job})
+    child.conn.send(encode(Job(spec={
+        "trial_id": 0, "config": {}, "start_step": 0.0, "budget": 1.0,
+        "checkpoint_dir": str(tmp_path), "fn": cloudpickle.dumps(fn),
+        "sys_path": list(sys.path), **job})))
     metrics = None
     while True:
         assert child.conn.poll(60), "the trial process did not answer"
-        msg = child.conn.recv()
-        if msg["k"] == "report":
-            metrics = msg["metrics"]
-        if msg["k"] == "exit":
-            assert msg["ok"], msg.get("error")
+        msg = decode(child.conn.recv())
+        if isinstance(msg, Report):
+            metrics = msg.metrics
+        if isinstance(msg, Exit):
+            assert msg.ok, msg.error
             return metrics
 
 
@@ -104,7 +106,7 @@ def test_a_gpu_process_serves_only_trials_of_its_gpu_and_mps_share(pool):
     """A CUDA context is bound to one GPU and one MPS thread percentage: a process handed
     back after a GPU trial gets only trials with the same ones (the same context first), and
     one without a context fits any trial. CPU trials never get a process with a context."""
-    from nbtune.runtimes.dask._child import cuda_key
+    from nbtune.runtimes.dask.trial_side.trial_process import cuda_key
 
     whole = cuda_key({"CUDA_VISIBLE_DEVICES": "GPU-a"})
     half = cuda_key({"CUDA_VISIBLE_DEVICES": "GPU-a", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})
@@ -131,7 +133,7 @@ def test_a_process_refuses_a_trial_its_cuda_context_was_not_made_for():
     The key is the environment CUDA read, kept from the trial that made the context (a
     key read again after the worker's environment is restored, ``'0|'``, would refuse
     every reused process)."""
-    from nbtune.runtimes.dask._child import cuda_key, refusal
+    from nbtune.runtimes.dask.trial_side.trial_process import cuda_key, refusal
 
     base = {"CUDA_VISIBLE_DEVICES": "0", "PATH": "/bin"}  # a dask-cuda worker's own
     job = {"CUDA_VISIBLE_DEVICES": "GPU-a"}

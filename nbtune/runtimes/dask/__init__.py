@@ -20,24 +20,37 @@
         exp.wait()
 
 The rules of ``report`` / ``should_stop`` / ``checkpoint`` are in
-:mod:`.trial_api`. Imported lazily: ``import nbtune`` must not import
-``distributed``. The trial process (:mod:`._child`) also lives here.
+:mod:`.trial_side.trial_api`. Imported lazily: ``import nbtune`` must not import
+``distributed``.
+
+Laid out by the process the code runs in (docs/architecture.md has the map):
+:mod:`.driver_side` (the user's kernel: ``DaskRuntime`` and its driver thread),
+:mod:`.worker_side` (inside each Dask worker), :mod:`.forkserver_side` (the fork
+server) and :mod:`.trial_side` (the trial process, kept light). What more than one
+of them uses sits here: :mod:`.protocol` (every message between them),
+:mod:`.checkpoints`, :mod:`.trial_env`, :mod:`.gpu` and :mod:`.dask_page` (also
+served by the scheduler).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DaskRuntime", "DaskRuntimeError", "Trial", "TrialInterrupted"]
+__all__ = ["DaskRuntime", "DaskRuntimeError", "Trial", "TrialInterrupted", "DaskClusterOptions",
+           "DaskTrialOptions"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("DaskRuntime", "DaskRuntimeError"):
-        from nbtune.runtimes.dask import runtime
+        from nbtune.runtimes.dask.driver_side import runtime
 
         return getattr(runtime, name)
+    if name in ("DaskClusterOptions", "DaskTrialOptions"):
+        from nbtune.runtimes.dask.driver_side import dask_options
+
+        return getattr(dask_options, name)
     if name in ("Trial", "TrialInterrupted"):
-        from nbtune.runtimes.dask import trial_api
+        from nbtune.runtimes.dask.trial_side import trial_api
 
         return getattr(trial_api, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,8 +7,7 @@ allocation, and a threshold set explicitly also freezes the mmap threshold at
 128 KiB: every tensor larger than that is mapped and unmapped (page faults,
 zeroed pages) each time one is made. A trial process would inherit it (the fork
 server is started with the nanny's environment, spawned ones with the worker's)
-and train measurably slower than the same loop in the driver (``vs_peers``' CNN,
-``epoch_cost``). So it is taken out: user code runs in a trial as it
+and train measurably slower than the same loop in the driver. So it is taken out: user code runs in a trial as it
 runs in-process, in Optuna or in Ray: with the allocator settings of the user's
 own environment, which still reaches it.
 """
@@ -58,7 +57,8 @@ def nanny_env(read_config: bool = True) -> dict[str, str]:
 @functools.cache
 def _defaults() -> dict[str, Any]:
     """``distributed.nanny`` from ``distributed.yaml``, without importing ``distributed``
-    (read once: the file is the installed package's)."""
+    (read once: the file is the installed package's). ``dask.config`` knows these defaults
+    only once ``distributed`` is imported, which the early fork server must not wait for."""
     import importlib.util
 
     import yaml
@@ -66,7 +66,7 @@ def _defaults() -> dict[str, Any]:
     spec = importlib.util.find_spec("distributed")
     if spec is None or spec.origin is None:
         return {}
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~5x faster, on start-up
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's where installed
     with open(Path(spec.origin).parent / "distributed.yaml") as f:
         return dict(yaml.load(f, Loader=loader)["distributed"]["nanny"])  # noqa: S506 - safe
 

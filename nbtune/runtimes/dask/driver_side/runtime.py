@@ -7,7 +7,7 @@ launches that failed, events a person submits), routes each item (worker arrival
 and losses to :class:`~.membership.Membership`, trial messages and failed launches to
 the experiment's :class:`~.driver.RunDriver`), calls ``engine.handle`` once on the
 batch and hands the commands to the driver: a Launch becomes one direct call per rank
-to the worker owning each GPU (:mod:`.handlers`, :mod:`.executor`); Stop, Pause and
+to the worker owning each GPU (:mod:`.handlers`, :mod:`.rank_runner`); Stop, Pause and
 Resize a control message to each rank, which leaves at its next ``report``; after
 Finish the experiment is done once the last processes have left. ``ExperimentStarted``
 says which resizes restart a loop with no checkpoint (hint ``"resize_restarts"``).
@@ -33,20 +33,34 @@ import pandas as pd
 
 from nbtune.core import events as ev
 from nbtune.runtimes.dask import checkpoints as ck
-from nbtune.runtimes.dask import worker_setup as ws
-from nbtune.runtimes.dask.cluster import Inventory, close_cluster, connect, listen_all, unlisten_all
 from nbtune.runtimes.dask.dask_page import Publisher, page_link
-from nbtune.runtimes.dask.driver import RunDriver
-from nbtune.runtimes.dask.execution import check_execution, check_thread_limits, for_experiment
-from nbtune.runtimes.dask.forkserver import DEFAULT_PRELOAD, ForkServer
-from nbtune.runtimes.dask.fused_job import FusedUnits
-from nbtune.runtimes.dask.inbox import Inbox, route_batch
-from nbtune.runtimes.dask.jobs import RunSettings, resize_restarts
-from nbtune.runtimes.dask.links import WorkerLinks
-from nbtune.runtimes.dask.membership import Membership
-from nbtune.runtimes.dask.runs import Run, WallClock, check_memory_limit, check_timeout
-from nbtune.runtimes.dask.trainable import check_signature, pickled
-from nbtune.runtimes.dask.worker_setup import tolerate_lost_workers as tolerant
+from nbtune.runtimes.dask.driver_side import worker_setup as ws
+from nbtune.runtimes.dask.driver_side.cluster import (
+    Inventory,
+    close_cluster,
+    connect,
+    listen_all,
+    unlisten_all,
+)
+from nbtune.runtimes.dask.driver_side.driver import RunDriver
+from nbtune.runtimes.dask.driver_side.execution_mode import (
+    check_execution,
+    check_thread_limits,
+    for_experiment,
+)
+from nbtune.runtimes.dask.driver_side.fused_job import FusedUnits
+from nbtune.runtimes.dask.driver_side.inbox import Inbox, route_batch
+from nbtune.runtimes.dask.driver_side.jobs import (
+    RunSettings,
+    check_signature,
+    pickled,
+    resize_restarts,
+)
+from nbtune.runtimes.dask.driver_side.links import WorkerLinks
+from nbtune.runtimes.dask.driver_side.membership import Membership
+from nbtune.runtimes.dask.driver_side.runs import Run, WallClock, check_memory_limit, check_timeout
+from nbtune.runtimes.dask.driver_side.worker_setup import tolerate_lost_workers as tolerant
+from nbtune.runtimes.dask.forkserver_side.forkserver import DEFAULT_PRELOAD, ForkServer
 from nbtune.runtimes.runtime_protocol import check_trainable
 
 if TYPE_CHECKING:
@@ -81,9 +95,13 @@ class DaskRuntime:
     so it serves only trials of its GPU and MPS share), but module globals the training
     function sets persist. ``gpu_speeds``: relative speeds by GPU name.
     ``execution``: a trial runs in a ``"process"``, a ``"thread"`` of its worker (stopped only
-    at a report) or ``"auto"``: threads where steps are tiny, measured (:mod:`.execution`).
+    at a report) or ``"auto"``: threads where steps are tiny, measured (:mod:`.execution_mode`).
     It runs experiments one after another on one cluster and its warm processes; a cluster
     it started ends with an experiment unless ``keep=True`` (then on :meth:`close`).
+
+    The keywords also come grouped, as :class:`~.dask_options.DaskClusterOptions` and
+    :class:`~.dask_options.DaskTrialOptions`, which unpack into them:
+    ``DaskRuntime(**DaskClusterOptions(n_workers=4), **DaskTrialOptions(warm_processes=4))``.
     """
 
     name = "dask"
@@ -276,14 +294,14 @@ class DaskRuntime:
             elif self.checkpoint_dir is not None:
                 self.checkpoint_dir = Path(self.checkpoint_dir) / f"experiment-{self._experiments}"
         self._experiments += 1
-        from nbtune.runtimes.dask.sampling import UtilizationSampler
-        from nbtune.runtimes.dask.trial_api import uses_checkpoints
+        from nbtune.runtimes.dask.trial_side.trial_api import uses_checkpoints
+        from nbtune.runtimes.dask.worker_side.sampling import UtilizationSampler
         from nbtune.runtimes.profiler import attach_profiler
 
         fn, checkpointing = pickled(trainable), uses_checkpoints(trainable)
         ws.preload_trainable(self.connect().client, trainable)  # its modules, in warm processes
         assert self.inventory is not None
-        execution = for_experiment(self)  # process or thread per launch, checked (.execution)
+        execution = for_experiment(self)  # process or thread per launch, checked (.execution_mode)
         self._engine = engine
         self.checkpoint_dir = ck.experiment_dir(self.checkpoint_dir)
         self.client.subscribe_topic(self._topic, self._inbox.on_topic)

@@ -1,11 +1,11 @@
 """The process path's cost per report over the thread path's, measured on a worker.
 
-:mod:`.execution` decides between a trial process and a thread from this
+:mod:`.execution_mode` decides between a trial process and a thread from this
 number and the trials' own work per report. It is measured, not assumed:
 what a boundary costs depends on the machine and its load (a pipe hop, the
 relay thread that forwards control, the launch hand-off). :func:`measure_overhead`
 runs on one worker, where it launches probe trials through the worker's own
-launch path (:func:`.executor.start_rank`) both ways, alternating: each
+launch path (:func:`.rank_runner.start_rank`) both ways, alternating: each
 reports ``REPORTS`` times and waits for a verdict after each report (answered
 at once by the probe, as the driver answers a trial at an ASHA rung), the way
 a short trial spends its reports. The first round warms both paths (imports)
@@ -38,7 +38,8 @@ def _probe_train(config: dict[str, Any], trial: Any) -> None:
 
 async def _one(worker: Any, mode: str, fn: bytes, n: int) -> float | None:
     """Seconds from launch to exit of one probe trial run ``mode``'s way (None: it failed)."""
-    from nbtune.runtimes.dask.executor import deliver, start_rank
+    from nbtune.runtimes.dask.protocol import Exit, Report, Verdict, decode, encode
+    from nbtune.runtimes.dask.worker_side.rank_runner import deliver, start_rank
 
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
@@ -46,11 +47,11 @@ async def _one(worker: Any, mode: str, fn: bytes, n: int) -> float | None:
     key = f"nbtune-probe-{uuid.uuid4().hex[:8]}"
 
     def put(topic: str, batch: list[dict[str, Any]]) -> None:
-        for m in batch:
-            if m.get("k") == "report":
-                deliver([f"{key}/0"], {"k": "verdict", "step": m["step"]})
-            elif m.get("k") == "exit":
-                ok.append(bool(m.get("ok")))
+        for m in map(decode, batch):
+            if isinstance(m, Report):
+                deliver([f"{key}/0"], encode(Verdict(step=m.step)))
+            elif isinstance(m, Exit):
+                ok.append(bool(m.ok))
                 done.set()
 
     def emit(topic: str, batch: list[dict[str, Any]]) -> None:
@@ -102,7 +103,7 @@ async def measure_overhead(reports: int = REPORTS, rounds: int = ROUNDS,
     """
     import cloudpickle
 
-    from nbtune.runtimes.dask.pool import get_pool
+    from nbtune.runtimes.dask.worker_side.pool import get_pool
 
     fn = cloudpickle.dumps(_probe_train)
     times: dict[str, list[float]] = {"process": [], "thread": []}

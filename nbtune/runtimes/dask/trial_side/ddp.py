@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 
 class RankHandle(Protocol):
-    """What DDP needs of the user's trial handle (:class:`nbtune.runtimes.dask.trial_api.Trial`).
+    """What DDP needs of the user's trial handle (:class:`nbtune.runtimes.dask.trial_side.trial_api.Trial`).
 
     A protocol, not an import: the handle uses this module, so importing it back would loop.
     """

@@ -34,10 +34,10 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 
+from nbtune.runtimes.dask.protocol import Fork, Forked, Import, Message, Reaped, decode, encode
 from nbtune.runtimes.dask.trial_env import nanny_env, trial_env, worker_env
 
 __all__ = ["ForkServer", "fork_client", "send_imports", "supported", "ForkedProcess",
@@ -62,7 +62,7 @@ class ForkServer:
         child_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (root, child_env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nbtune.runtimes.dask.forkserver", self.address,
+            [sys.executable, "-m", "nbtune.runtimes.dask.forkserver_side.forkserver", self.address,
              ",".join(preload), str(os.getpid())],
             env=child_env, start_new_session=True,  # a kernel interrupt is not for it
         )
@@ -165,23 +165,22 @@ class _Client:
                 for q in list(self.replies.values()):
                     q.put(None)
                 return
-            msg = json.loads(data)
-            if msg["k"] == "forked":
+            msg = _loads(data)
+            if isinstance(msg, Forked):
                 with contextlib.suppress(KeyError):
-                    self.replies.pop(int(msg["id"])).put(int(msg["pid"]))
-            elif msg["k"] == "exit":
-                self.codes[int(msg["pid"])] = int(msg["rc"])
+                    self.replies.pop(int(msg.id)).put(int(msg.pid))
+            elif isinstance(msg, Reaped):
+                self.codes[int(msg.pid)] = int(msg.rc)
 
     def spawn(self, fd: int, imports: list[str], timeout: float) -> ForkedProcess:
         """A new trial process talking on ``fd`` (waits while the server still imports)."""
         rid, reply = next(self.ids), queue.Queue[int | None]()
-        req = {"k": "fork", "id": rid, "env": trial_env(os.environ), "worker": os.getpid(),
-               "imports": imports}
+        req = Fork(id=rid, env=trial_env(os.environ), worker=os.getpid(), imports=imports)
         self.replies[rid] = reply
         with self.lock:
             if self.closed:
                 raise ConnectionError(f"the fork server at {self.address} is gone")
-            socket.send_fds(self.sock, [json.dumps(req).encode()], [fd])
+            socket.send_fds(self.sock, [_dumps(req)], [fd])
         try:
             pid = reply.get(timeout=timeout)
         except queue.Empty:
@@ -198,7 +197,7 @@ class _Client:
         Never waits for the server (called on the worker's event loop).
         """
         with self.lock, contextlib.suppress(OSError):
-            self.sock.send(json.dumps({"k": "import", "modules": modules}).encode())
+            self.sock.send(_dumps(Import(modules=modules)))
 
 
 _CLIENTS: dict[str, _Client] = {}
@@ -276,7 +275,7 @@ def _running(pid: int) -> bool:
 
 
 # ----------------------------------------------------------------- server side
-def _child(fd: int, req: dict[str, Any], closing: list[socket.socket], fds: list[int]) -> None:
+def _child(fd: int, req: Fork, closing: list[socket.socket], fds: list[int]) -> None:
     """In the forked process: become a trial process as if spawned by the worker; never returns."""
     try:
         for s in closing:
@@ -286,12 +285,12 @@ def _child(fd: int, req: dict[str, Any], closing: list[socket.socket], fds: list
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.environ.clear()
-        os.environ.update(req["env"])
+        os.environ.update(req.env)
         if "numpy" in sys.modules:  # spawned processes each drew their own seed
             sys.modules["numpy"].random.seed()
-        from nbtune.runtimes.dask import _child as trial
+        from nbtune.runtimes.dask.trial_side import trial_process as trial
 
-        trial.serve(fd, [], list(req.get("imports", ())), watch=int(req["worker"]))
+        trial.serve(fd, [], list(req.imports), watch=int(req.worker))
     finally:
         os._exit(1)
 
@@ -302,7 +301,7 @@ def serve(address: str, preload: list[str], parent: int | None = None) -> None:
     It ends when ``parent`` (the driver that started it; default: its parent now) is no
     longer its parent: given by the driver, a server orphaned while still starting ends too.
     """
-    from nbtune.runtimes.dask._child import _import
+    from nbtune.runtimes.dask.trial_side.trial_process import _import
 
     parent = os.getppid() if parent is None else parent
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -315,24 +314,24 @@ def serve(address: str, preload: list[str], parent: int | None = None) -> None:
         ready, _, _ = select.select([listener, *conns], [], [], 0.1)
         for pid, rc in _reaped():
             with contextlib.suppress(OSError, KeyError):
-                owner.pop(pid).send(json.dumps({"k": "exit", "pid": pid, "rc": rc}).encode())
+                owner.pop(pid).send(_dumps(Reaped(pid=pid, rc=rc)))
         if listener in ready:
             conns.append(listener.accept()[0])
         batch = [m for s in ready if s is not listener for m in _drain(s, conns)]
         # imports first: the first forks are asked for as the workers start, the
         # experiment's modules a little later, both while torch is still importing here;
         # forked after them, processes are born with them instead of each importing them
-        batch.sort(key=lambda m: m[1]["k"] != "import")
+        batch.sort(key=lambda m: not isinstance(m[1], Import))
         for i, (s, req, fd) in enumerate(batch):
-            if req["k"] == "import":
-                _import(list(req["modules"]))
+            if isinstance(req, Import):
+                _import(list(req.modules))
                 continue
-            if fd is None:
+            if fd is None or not isinstance(req, Fork):
                 continue
             if s not in conns:  # its worker left meanwhile
                 os.close(fd)
                 continue
-            _import(list(req.get("imports", ())))  # the pool's modules: born with them
+            _import(list(req.imports))  # the pool's modules: born with them
             pid = os.fork()
             if pid == 0:
                 rest = [f for _, _, f in batch[i + 1:] if f is not None]
@@ -340,15 +339,15 @@ def serve(address: str, preload: list[str], parent: int | None = None) -> None:
             os.close(fd)
             owner[pid] = s
             with contextlib.suppress(OSError):
-                s.send(json.dumps({"k": "forked", "id": req["id"], "pid": pid}).encode())
+                s.send(_dumps(Forked(id=req.id, pid=pid)))
     os._exit(0)  # the driver is gone; trial processes end with their own workers
 
 
 def _drain(s: socket.socket, conns: list[socket.socket],
-           ) -> list[tuple[socket.socket, dict[str, Any], int | None]]:
+           ) -> list[tuple[socket.socket, Message, int | None]]:
     """Every request waiting on ``s`` now, with the pipe end it carries (a closed ``s`` leaves
     ``conns``)."""
-    out: list[tuple[socket.socket, dict[str, Any], int | None]] = []
+    out: list[tuple[socket.socket, Message, int | None]] = []
     while True:
         s.setblocking(False)  # socket.recv_fds ignores its flags before Python 3.12
         try:
@@ -364,7 +363,16 @@ def _drain(s: socket.socket, conns: list[socket.socket],
             conns.remove(s)
             s.close()
             return out
-        out.append((s, json.loads(data), fds[0] if fds else None))
+        out.append((s, _loads(data), fds[0] if fds else None))
+
+
+def _dumps(msg: Message) -> bytes:
+    """One datagram on the fork server's socket: the message's wire form as JSON."""
+    return json.dumps(encode(msg)).encode()
+
+
+def _loads(data: bytes) -> Message:
+    return decode(json.loads(data))
 
 
 def _reaped() -> list[tuple[int, int]]:

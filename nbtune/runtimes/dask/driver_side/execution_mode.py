@@ -10,7 +10,7 @@ The decision (:func:`choose`) compares two measured numbers:
   (probe trials that report and wait for a verdict, as a trial at an ASHA rung
   does, run both ways, alternating; the launch is spread over the reports);
 * ``work``: the median seconds a trial's loop works between two reports
-  (:attr:`Trial._work <nbtune.runtimes.dask.trial_api.Trial>`: from the end
+  (:attr:`Trial._work <nbtune.runtimes.dask.trial_side.trial_api.Trial>`: from the end
   of one ``report`` to the start of the next, so waiting for verdicts is not
   counted), from the reports of the first trials, which run in processes.
 
@@ -35,7 +35,10 @@ from __future__ import annotations
 import statistics
 import threading
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nbtune.runtimes.dask.protocol import Report
 
 __all__ = ["EXECUTIONS", "THRESHOLD", "MAX_INTERVAL", "MIN_SAMPLES", "check_execution",
            "check_thread_limits", "choose", "ExecutionChoice", "share_a_process",
@@ -98,11 +101,10 @@ class ExecutionChoice:
         #: how many launches went each way (for the benchmark and the tests)
         self.launched = {"process": 0, "thread": 0}
 
-    def observe(self, msg: dict[str, Any]) -> None:
+    def observe(self, msg: Report) -> None:
         """A report from a trial: its work interval, when it says one."""
-        w = msg.get("work")
-        if w is not None:
-            self.work.append(float(w))
+        if msg.work is not None:
+            self.work.append(float(msg.work))
 
     def decided(self) -> str:
         """What ``auto`` would choose now (``execution`` itself when fixed)."""
@@ -160,7 +162,7 @@ def for_experiment(runtime: Any) -> ExecutionChoice:
 
 
 def _measure_after(runtime: Any, done: threading.Event, worker: str) -> None:
-    from nbtune.runtimes.dask.overhead import probe_overhead
+    from nbtune.runtimes.dask.worker_side.overhead import probe_overhead
 
     done.wait()
     if runtime.client is not None and not runtime.closed:

@@ -4,7 +4,7 @@ The engine launches a fused unit (``tune(..., fusion=F)``, :mod:`nbtune.engine.f
 as one Launch per member, all with the same ``unit`` in one batch. Here they become *one*
 run: one job whose ``members`` list holds each member's trial id, config and checkpoint
 to resume from; the trial process (:mod:`.fused_child`) builds one
-:class:`~nbtune.runtimes.dask.trial_api.Trial` per member and hands the user's
+:class:`~nbtune.runtimes.dask.trial_side.trial_api.Trial` per member and hands the user's
 ``train(config, trial)`` a :class:`nbtune.fusion.fusion_trial.FusionTrial` over them.
 
 Each member reports as its own trial (its messages carry ``"m"``: its trial id), so the
@@ -16,7 +16,7 @@ its budget (an error, the function returned early) fails alone; a lost worker fa
 member it held (the engine requeues them, from their checkpoints).
 
 :class:`FusedUnits` is a collaborator of the experiment's
-:class:`~nbtune.runtimes.dask.driver.RunDriver` (its ``units``), which offers it each
+:class:`~nbtune.runtimes.dask.driver_side.driver.RunDriver` (its ``units``), which offers it each
 batch of commands, each message, failed launch and run end first. Fused runs live in the
 driver's ``runs`` under the key ``-1 - run_id`` (never a trial id), so the driver's loop,
 its Finish grace and ``trial_timeout`` handle them like any run.
@@ -24,17 +24,29 @@ its Finish grace and ``trial_timeout`` handle them like any run.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nbtune.core import events as ev
 from nbtune.core.commands import Command, Launch, Pause, Stop
 from nbtune.core.trial import TrialState
-from nbtune.runtimes.dask.jobs import restore_point
-from nbtune.runtimes.dask.runs import EPS, Run
+from nbtune.runtimes.dask.driver_side.jobs import restore_point
+from nbtune.runtimes.dask.driver_side.runs import EPS, Run
+from nbtune.runtimes.dask.protocol import (
+    Checkpointed,
+    Exit,
+    Kill,
+    Message,
+    Recomputed,
+    Report,
+    Started,
+    StopRequest,
+    TrialMessage,
+)
 
 if TYPE_CHECKING:
-    from nbtune.runtimes.dask.driver import RunDriver
+    from nbtune.runtimes.dask.driver_side.driver import RunDriver
 
 __all__ = ["FusedUnits", "MemberRun", "UnitRun"]
 
@@ -95,7 +107,7 @@ class FusedUnits:
         m = members[c.trial_id]
         if m.cancelled is None and run.cancelled is None:
             m.cancelled = "pause" if isinstance(c, Pause) else "stop"
-            self.driver.signal(run, {"k": "stop", "reason": m.cancelled, "m": c.trial_id})
+            self.driver.signal(run, StopRequest(reason=m.cancelled, member=c.trial_id))
             if all(x.cancelled is not None for x in members.values()):
                 run.cancelled = m.cancelled  # nothing it does later counts
         return True
@@ -161,37 +173,39 @@ class FusedUnits:
             self.live[c.trial_id] = run.run_id
 
     # ------------------------------------------------------------ messages
-    def on_msg(self, m: dict[str, Any], now: float) -> list[ev.Event] | None:
+    def on_msg(self, m: Message, now: float) -> list[ev.Event] | None:
         """Events for a message of a fused run; None for any other message."""
-        unit = self.units.get(int(m.get("run", -1)))
+        if not isinstance(m, TrialMessage) or m.run is None:
+            return None
+        unit = self.units.get(int(m.run))
         if unit is None:
             return None
-        run = self.driver.by_id[int(m["run"])]
-        k = m.get("k")
-        if k == "exit":
-            return self.driver.rank_exited(run, int(m["rank"]), m, now)
-        if k == "started":
-            if int(m["rank"]) == 0 and not run.started:
+        run = self.driver.by_id[int(m.run)]
+        if isinstance(m, Exit):
+            return self.driver.rank_exited(run, int(m.rank or 0), m, now)
+        if isinstance(m, Started):
+            if int(m.rank or 0) == 0 and not run.started:
                 run.started = True
                 return [ev.TrialStarted(now, t) for t, x in unit.members.items()
                         if x.cancelled is None]
             return []
-        member = unit.members.get(int(m.get("m", -1)))
+        member = unit.members.get(int(m.member if m.member is not None else -1))
         if member is None:
             return []
-        if k == "ckpt":  # filed under the member's own trial id
-            return self.driver.on_checkpoint({**m, "trial": member.trial_id})
+        if isinstance(m, Checkpointed):  # filed under the member's own trial id
+            return self.driver.on_checkpoint(dataclasses.replace(m, trial=member.trial_id))
         # the unit's peak memory so far rides on a report (fusion=True sizes units by it)
-        mem = [ev.UnitMemoryMeasured(now, unit.unit, int(m["mem"]))] if "mem" in m else []
+        mem = ([ev.UnitMemoryMeasured(now, unit.unit, int(m.mem))]
+               if isinstance(m, Report) and m.mem is not None else [])
         if member.cancelled is not None:
             return mem  # told to leave: later progress is not counted
-        if k == "report":
-            member.last_step = max(member.last_step, float(m["step"]))
+        if isinstance(m, Report):
+            member.last_step = max(member.last_step, float(m.step))
             run.last_step = max(run.last_step, member.last_step)
-            return [*mem, ev.TrialReported(now, member.trial_id, float(m["step"]),
-                                           dict(m["metrics"]))]
-        if k == "recomputed":
-            return [ev.TrialRecomputed(now, member.trial_id, float(m["step"]))]
+            return [*mem, ev.TrialReported(now, member.trial_id, float(m.step),
+                                           dict(m.metrics))]
+        if isinstance(m, Recomputed):
+            return [ev.TrialRecomputed(now, member.trial_id, float(m.step))]
         return []
 
     def on_launch_failed(self, run_id: int, rank: int, error: str, lost: bool,
@@ -212,7 +226,7 @@ class FusedUnits:
             out = [ev.TrialFailed(now, tid, worker_lost=True, error=error)
                    for tid in self._still_running(unit)]
         run.cancelled = "killed" if finishing else "lost"
-        self.driver.signal(run, {"k": "kill", "reason": error})
+        self.driver.signal(run, Kill(reason=error))
         for r in run.ranks:
             r.exited = True
         return out + self.driver.finalize(run, now)
@@ -253,8 +267,8 @@ class FusedUnits:
             m = unit.members[tid]
             if run.error is not None:
                 out.append(ev.TrialFailed(
-                    now, tid, error=str(run.error.get("error", "fused unit failed")),
-                    out_of_memory=bool(run.error.get("oom"))))
+                    now, tid, error=str(run.error.error or "fused unit failed"),
+                    out_of_memory=bool(run.error.oom)))
             elif m.last_step < m.budget - EPS:
                 out.append(ev.TrialFailed(now, tid, error=(
                     f"the fused training function returned at step {m.last_step:g} of trial "

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 from nbtune.core import events as ev
 from nbtune.core.resources import Placement
 from nbtune.core.tolerance import EPS
+from nbtune.runtimes.dask.protocol import Exit, Report, Verdict
 
 if TYPE_CHECKING:
-    from nbtune.runtimes.dask.cluster import Slot
+    from nbtune.runtimes.dask.driver_side.cluster import Slot
 
 __all__ = ["Run", "RunRank", "job_hints", "rank_env", "overdue", "check_timeout",
            "check_memory_limit", "WallClock", "EPS"]
@@ -66,17 +67,17 @@ class Run:
     resize: bool = False
     last_step: float = 0.0
     started: bool = False
-    error: dict[str, Any] | None = None
+    error: Exit | None = None
     #: its process waits in place at the segment's end (no checkpoint to resume from)
     held: bool = False
     launched: float = field(default_factory=time.monotonic)  # for trial_timeout
     #: its process waits in ``report`` for the verdict on its last report (a stop rung)
     awaiting: bool = False
 
-    def reported(self, msg: dict[str, Any]) -> None:
+    def reported(self, msg: Report) -> None:
         """A report came: where the run is, and whether its process waits for the verdict."""
-        self.last_step = max(self.last_step, float(msg["step"]))
-        self.awaiting = self.awaiting or bool(msg.get("wait"))
+        self.last_step = max(self.last_step, float(msg.step))
+        self.awaiting = self.awaiting or bool(msg.wait)
 
     @staticmethod
     def send_verdicts(runs: Any, signal: Any) -> None:
@@ -91,7 +92,7 @@ class Run:
             if run.awaiting:
                 run.awaiting = False
                 if run.cancelled is None and not run.resize:  # a resize's stop woke it
-                    signal(run, {"k": "verdict", "step": run.last_step})
+                    signal(run, Verdict(step=run.last_step))
 
 
 def job_hints(engine: Any) -> dict[str, Any]:
@@ -117,10 +118,10 @@ def overdue(runs: list[Run], limit: float | None, now: float) -> list[Run]:
     for run in runs:
         if run.cancelled is None and run.error is None and not run.held \
                 and now - run.launched > limit:
-            run.error = {"oom": False, "error": (
+            run.error = Exit(ok=False, oom=False, error=(
                 f"trial {run.trial_id} was still running {now - run.launched:.1f} s after its "
                 f"launch, past trial_timeout={limit:g} s, and was killed; make the training "
-                "function return (or report) sooner, or raise trial_timeout")}
+                "function return (or report) sooner, or raise trial_timeout"))
             out.append(run)
     return out
 

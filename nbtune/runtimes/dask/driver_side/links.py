@@ -173,7 +173,7 @@ class WorkerLinks:
 
     async def _launch_one(self, worker: str, job: dict[str, Any]) -> dict[str, Any]:
         if worker in self.relayed:
-            from nbtune.runtimes.dask.handlers import launch_via_scheduler
+            from nbtune.runtimes.dask.worker_side.handlers import launch_via_scheduler
 
             res = await self.client.run(launch_via_scheduler, pickle.dumps(job),
                                         workers=[worker], asynchronous=True)
@@ -204,7 +204,7 @@ class WorkerLinks:
         async def go() -> None:
             try:
                 if worker in self.relayed:
-                    from nbtune.runtimes.dask.executor import deliver
+                    from nbtune.runtimes.dask.worker_side.rank_runner import deliver
 
                     await self.client.run(deliver, keys, msg, workers=[worker],
                                           on_error="ignore", asynchronous=True)

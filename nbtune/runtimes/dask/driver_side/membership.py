@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from nbtune.core import events as ev
 
 if TYPE_CHECKING:
-    from nbtune.runtimes.dask.cluster import Inventory
-    from nbtune.runtimes.dask.links import WorkerLinks
+    from nbtune.runtimes.dask.driver_side.cluster import Inventory
+    from nbtune.runtimes.dask.driver_side.links import WorkerLinks
 
 __all__ = ["ITEMS", "Membership", "scheduler_item"]
 
@@ -94,7 +94,7 @@ class Membership:
         """
         import asyncio
 
-        from nbtune.runtimes.dask.cluster import probe_worker
+        from nbtune.runtimes.dask.driver_side.cluster import probe_worker
 
         async def go() -> None:
             try:

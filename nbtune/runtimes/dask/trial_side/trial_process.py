@@ -1,12 +1,12 @@
-"""The trial process: ``python -m nbtune.runtimes.dask._child <fd> <preload>``, or forked.
+"""The trial process: ``python -m nbtune.runtimes.dask.trial_side.trial_process <fd> <preload>``, or forked.
 
 Started ahead of time by a worker's warm pool (so torch is already imported
 when a trial lands), it waits on a pipe for exactly one job, runs the user's
-training function with a :class:`~nbtune.runtimes.dask.trial_api.Trial`, sends
-an ``exit`` message. A process that ended cleanly (no error, no stray
-threads) is handed back to the pool and serves the next trial without
+training function with a :class:`~nbtune.runtimes.dask.trial_side.trial_api.Trial`, sends
+an :class:`~nbtune.runtimes.dask.protocol.Exit`. A process that ended cleanly (no error,
+no stray threads) is handed back to the pool and serves the next trial without
 re-importing. On GPUs it keeps its CUDA context, which was made for one GPU
-and one MPS thread percentage: it says which (``"cuda"`` in its exit, see
+and one MPS thread percentage: it says which (``Exit.cuda``, see
 :func:`cuda_key`), and the pool gives it only trials with the same ones.
 On a local CPU cluster it is forked by a :mod:`.forkserver` instead of started.
 """
@@ -21,6 +21,20 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
+
+from nbtune.runtimes.dask.protocol import (
+    Control,
+    Exit,
+    Import,
+    Job,
+    Ready,
+    Started,
+    StopRequest,
+    TrialMessage,
+    Verdict,
+    decode,
+    encode,
+)
 
 __all__ = ["cuda_key", "main"]
 
@@ -67,15 +81,16 @@ class PipeChannel:
         self.conn = conn
         self.lock = threading.Lock()
 
-    def send(self, msg: dict[str, Any]) -> None:
-        msg.setdefault("t", time.time())
+    def send(self, msg: TrialMessage | Ready) -> None:
+        raw = encode(msg)
+        raw.setdefault("t", time.time())
         try:
             with self.lock:
-                self.conn.send(msg)
+                self.conn.send(raw)
         except (BrokenPipeError, EOFError, OSError):
             os._exit(3)
 
-    def wait_control(self, timeout: float) -> list[dict[str, Any]]:
+    def wait_control(self, timeout: float) -> list[Control]:
         """Control messages, waiting up to ``timeout`` s for the first (a held trial)."""
         try:
             if not self.conn.poll(timeout):
@@ -84,12 +99,14 @@ class PipeChannel:
             os._exit(3)
         return self.poll_control()
 
-    def poll_control(self) -> list[dict[str, Any]]:
+    def poll_control(self) -> list[Control]:
         out = []
         try:
             with self.lock:
                 while self.conn.poll(0):
-                    out.append(self.conn.recv())
+                    msg = decode(self.conn.recv())
+                    if isinstance(msg, Control):
+                        out.append(msg)
         except (BrokenPipeError, EOFError, OSError):
             os._exit(3)
         return out
@@ -162,7 +179,7 @@ def _pin(cores: str) -> None:
         os.sched_setaffinity(0, want)
 
 
-def run_job(job: dict[str, Any], channel: PipeChannel) -> dict[str, Any]:
+def run_job(job: dict[str, Any], channel: PipeChannel) -> Exit:
     """Run one training function in this trial process; return the exit message (never raises)."""
     import cloudpickle
 
@@ -178,26 +195,26 @@ def run_job(job: dict[str, Any], channel: PipeChannel) -> dict[str, Any]:
 
 
 def call_trainable(job: dict[str, Any], channel: Any, load: Any, *,
-                   in_thread: bool) -> dict[str, Any]:
+                   in_thread: bool) -> Exit:
     """Call the training function ``load()`` returns with a Trial on ``channel``; return the
     exit message (never raises). Shared by trial processes and thread mode (:mod:`.threads`):
     the user's error, whatever it is, becomes the trial's error, never the caller's."""
-    from nbtune.runtimes.dask import ddp
-    from nbtune.runtimes.dask.current import running
-    from nbtune.runtimes.dask.trial_api import Trial, TrialInterrupted
+    from nbtune.runtimes.dask.trial_side import ddp
+    from nbtune.runtimes.dask.trial_side.trial_api import Trial, TrialInterrupted, running
 
     trial = Trial(job, channel)
-    out: dict[str, Any] = {"k": "exit", "ok": True}
+    error: str | None = None
+    oom: bool | None = None
     grouped = False
     try:
         fn = load()
         if trial.world_size > 1:
             ddp.init_group(job)
             grouped = True
-        channel.send({"k": "started", "pid": os.getpid()})
+        channel.send(Started(pid=os.getpid()))
         with running(trial, in_thread=in_thread):
             if job.get("members"):  # a fused unit: one call for all its member trials
-                from nbtune.runtimes.dask.fused_child import run_fused
+                from nbtune.runtimes.dask.trial_side.fused_child import run_fused
 
                 run_fused(fn, job, channel)
             elif _takes_trial(fn):
@@ -208,14 +225,13 @@ def call_trainable(job: dict[str, Any], channel: Any, load: Any, *,
         pass
     except BaseException as exc:  # the user's error, whatever it is, becomes TrialFailed
         if not (trial.told_to_stop and type(exc).__name__ == "TrialPruned"):  # optuna.TrialPruned
-            out = {"k": "exit", "ok": False, "error": traceback.format_exc(),
-                   "oom": _is_oom(exc)}
+            error, oom = traceback.format_exc(), _is_oom(exc)
     finally:
         if grouped:
             with contextlib.suppress(Exception):
                 ddp.destroy_group()
-    out.update(step=trial.step, reason=trial.stop_reason)
-    return out
+    return Exit(ok=error is None, error=error, oom=oom, step=trial.step,
+                reason=trial.stop_reason)
 
 
 #: modules a preloaded package imports lazily on first use, warmed with it: torch's
@@ -255,37 +271,37 @@ def serve(fd: int, preload: list[str], imports: list[str], watch: int | None = N
     conn = Connection(fd)
     _import(preload, preload=True)
     channel = PipeChannel(conn)
-    channel.send({"k": "ready"})  # imports done: WarmPool.wait_ready counts this process warm
+    channel.send(Ready())  # imports done: WarmPool.wait_ready counts this process warm
     _import(imports)  # the trainables' modules (WarmPool.add_imports): a job may queue behind
     made: str | None = None  # the key of this process's CUDA context, once it has one
     while True:
         try:
-            job = conn.recv()
+            msg = decode(conn.recv())
         except (EOFError, OSError):
             os._exit(0)
-        if job.get("k") == "import":  # an experiment's trainable: its modules, ahead of its jobs
-            _import(list(job.get("modules", ())))
+        if isinstance(msg, Import):  # an experiment's trainable: its modules, ahead of its jobs
+            _import(list(msg.modules))
             continue
-        if job.get("k") in ("stop", "verdict"):
+        if isinstance(msg, StopRequest | Verdict):
             continue  # addressed to the previous trial, which had already returned
-        if job.get("k") != "job":
+        if not isinstance(msg, Job):
             os._exit(0)
+        job = msg.spec
         saved_env = dict(os.environ)
         why = (None if made is None  # no CUDA context yet: any trial may use this process
                else refusal(made, {**os.environ, **job.get("env", {})}))
         if why is not None:
-            channel.send({"k": "exit", "ok": False, "oom": False, "reusable": False,
-                          "error": why})
+            channel.send(Exit(ok=False, oom=False, reusable=False, error=why))
             os._exit(0)
         out = run_job(job, channel)
-        out["cuda"] = made = _cuda_made() or made  # read before the environment is restored
+        out.cuda = made = _cuda_made() or made  # read before the environment is restored
         # serve the next trial (no re-import), unless it failed or left threads behind
-        out["reusable"] = (bool(job.get("reuse")) and out["ok"] and out["cuda"] != "broken"
-                           and threading.active_count() <= 2)
+        out.reusable = (bool(job.get("reuse")) and out.ok and out.cuda != "broken"
+                        and threading.active_count() <= 2)
         channel.send(out)
         sys.stdout.flush()
         sys.stderr.flush()
-        if not out["reusable"]:
+        if not out.reusable:
             conn.close()
             os._exit(0)  # user threads (data loaders) must not keep the process alive
         os.environ.clear()

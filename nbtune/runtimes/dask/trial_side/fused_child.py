@@ -1,13 +1,13 @@
 """Trial-process side of a fused unit: one ``train(config, trial)`` call for F members.
 
 The job of a fused run (:mod:`.fused_job`) lists its members. Each gets its own
-:class:`~nbtune.runtimes.dask.trial_api.Trial` (its trial id, config, checkpoint to
-restore) over a :class:`MemberChannel`: what a member sends carries ``"m"`` (its trial id)
-so the driver files it under that trial, and control messages addressed to one member
-(``"m"``) reach only it (a stop for one member slices it out of the fused model, see
-:meth:`nbtune.fusion.fusion_trial.FusionTrial.report`); control without ``"m"`` reaches all.
+:class:`~nbtune.runtimes.dask.trial_side.trial_api.Trial` (its trial id, config, checkpoint to
+restore) over a :class:`MemberChannel`: what a member sends carries its trial id
+(``member``) so the driver files it under that trial, and control addressed to one member
+(``member``) reaches only it (a stop for one member slices it out of the fused model, see
+:meth:`nbtune.fusion.fusion_trial.FusionTrial.report`); control without one reaches all.
 
-The unit's peak memory rides on its reports (``"mem"``, bytes, sent whenever it grew):
+The unit's peak memory rides on its reports (``Report.mem``, bytes, sent whenever it grew):
 ``torch.cuda.max_memory_allocated`` on a GPU, the process's peak resident set on a CPU
 worker (reset when the unit starts, since a CPU trial process serves job after job). The
 driver passes it to the engine, which sizes fused units from it (``fusion=True``). It is
@@ -20,8 +20,11 @@ reason.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
+
+from nbtune.runtimes.dask.protocol import Control, Report, TrialMessage
 
 __all__ = ["MemberChannel", "run_fused"]
 
@@ -31,7 +34,7 @@ class _Hub:
 
     def __init__(self, channel: Any, ids: list[int], device: str = "cpu") -> None:
         self.channel = channel
-        self.boxes: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
+        self.boxes: dict[int, list[Control]] = {i: [] for i in ids}
         self.cuda = device == "cuda"
         self.sent = 0  # the peak last sent
         self.from_step = math.inf  # the first step whose report carries the peak
@@ -54,18 +57,19 @@ class _Hub:
 
         return process_peak()
 
-    def send(self, msg: dict[str, Any]) -> None:
-        if msg.get("k") == "report" and float(msg.get("step", 0)) >= self.from_step:
+    def send(self, msg: TrialMessage) -> None:
+        if isinstance(msg, Report) and float(msg.step) >= self.from_step:
             peak = self.peak()
             if peak > self.sent:
-                self.sent = msg["mem"] = peak
+                self.sent = peak
+                msg = dataclasses.replace(msg, mem=peak)
         self.channel.send(msg)
 
     def pull(self) -> None:
         for msg in self.channel.poll_control():
-            to = msg.get("m")
+            to = msg.member
             for i in ([to] if to in self.boxes else list(self.boxes)):
-                self.boxes[i].append(dict(msg))
+                self.boxes[i].append(msg)
 
 
 class MemberChannel:
@@ -74,10 +78,10 @@ class MemberChannel:
     def __init__(self, hub: _Hub, trial_id: int) -> None:
         self.hub, self.trial_id = hub, trial_id
 
-    def send(self, msg: dict[str, Any]) -> None:
-        self.hub.send({**msg, "m": self.trial_id})
+    def send(self, msg: TrialMessage) -> None:
+        self.hub.send(dataclasses.replace(msg, member=self.trial_id))
 
-    def poll_control(self) -> list[dict[str, Any]]:
+    def poll_control(self) -> list[Control]:
         self.hub.pull()
         out, self.hub.boxes[self.trial_id] = self.hub.boxes[self.trial_id], []
         return out
@@ -86,7 +90,7 @@ class MemberChannel:
 def run_fused(fn: Any, job: dict[str, Any], channel: Any) -> Any:
     """Run ``fn(config, FusionTrial)`` for the job's members; returns the FusionTrial."""
     from nbtune.fusion.fusion_trial import FusionTrial, resume_step
-    from nbtune.runtimes.dask.trial_api import Trial
+    from nbtune.runtimes.dask.trial_side.trial_api import Trial
 
     members = job["members"]
     hub = _Hub(channel, [int(m["trial_id"]) for m in members], job.get("device", "cpu"))

@@ -29,14 +29,36 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import Placement
 from nbtune.core.trial import TrialState
-from nbtune.runtimes.dask import runs
-from nbtune.runtimes.dask.jobs import RunSettings, rank_jobs, resizes_in_place, restore_point
-from nbtune.runtimes.dask.runs import EPS, Run, RunRank, WallClock, overdue, rank_env
+from nbtune.runtimes.dask.driver_side import runs
+from nbtune.runtimes.dask.driver_side.jobs import (
+    RunSettings,
+    rank_jobs,
+    resizes_in_place,
+    restore_point,
+)
+from nbtune.runtimes.dask.driver_side.runs import EPS, Run, RunRank, WallClock, overdue, rank_env
+from nbtune.runtimes.dask.protocol import (
+    Checkpointed,
+    Control,
+    Exit,
+    Go,
+    Held,
+    Kill,
+    Message,
+    Recomputed,
+    Report,
+    Started,
+    StopRequest,
+    TrialMessage,
+    Utilization,
+    decode,
+    encode,
+)
 
 if TYPE_CHECKING:
     from nbtune.engine.engine import Engine
-    from nbtune.runtimes.dask.cluster import Inventory, Slot
-    from nbtune.runtimes.dask.links import WorkerLinks
+    from nbtune.runtimes.dask.driver_side.cluster import Inventory, Slot
+    from nbtune.runtimes.dask.driver_side.links import WorkerLinks
 
 __all__ = ["RunDriver", "UnitRuns"]
 
@@ -96,55 +118,56 @@ class RunDriver:
 
     # ------------------------------------------------------------ messages
     def translate(self, kind: str, payload: Any, now: float) -> list[ev.Event]:
-        """Engine events for a ``msgs`` batch or a ``launch_failed`` inbox item."""
+        """Engine events for a ``msgs`` batch (wire forms) or a ``launch_failed`` inbox item."""
         if kind == "msgs":
             out: list[ev.Event] = []
-            for m in payload:
-                out.extend(self._on_msg(m, now))
+            for raw in payload:
+                out.extend(self._on_msg(decode(raw), now))
             return out
         if kind == "launch_failed":
             return self._on_launch_failed(*payload, now)
         raise AssertionError(f"unknown inbox item {kind!r}")
 
-    def _on_msg(self, m: dict[str, Any], now: float) -> list[ev.Event]:
+    def _on_msg(self, m: Message, now: float) -> list[ev.Event]:
         fused = self.units.on_msg(m, now)
         if fused is not None:
             return fused
-        k = m.get("k")
-        if k == "util":
+        if isinstance(m, Utilization):
             return self._on_util(m, now)
-        if k == "ckpt":
+        if isinstance(m, Checkpointed):
             return self.on_checkpoint(m)
-        run = self.by_id.get(int(m.get("run", -1)))
+        if not isinstance(m, TrialMessage) or m.run is None:
+            return []
+        run = self.by_id.get(int(m.run))
         if run is None:
             return []
-        if k == "started":
-            if int(m["rank"]) == 0 and not run.started and run.cancelled is None:
+        if isinstance(m, Started):
+            if int(m.rank or 0) == 0 and not run.started and run.cancelled is None:
                 run.started = True
                 return [ev.TrialStarted(now, run.trial_id)]
             return []
-        if k == "report":
+        if isinstance(m, Report):
             if run.cancelled is not None:
                 return []  # the engine already stopped or paused it: later progress is not counted
             run.reported(m)
             self.settings.execution.observe(m)  # auto execution's work per report
-            return [ev.TrialReported(now, run.trial_id, float(m["step"]), dict(m["metrics"]))]
-        if k == "recomputed":
-            return [ev.TrialRecomputed(now, run.trial_id, float(m["step"]))]
-        if k == "held":
+            return [ev.TrialReported(now, run.trial_id, float(m.step), dict(m.metrics))]
+        if isinstance(m, Recomputed):
+            return [ev.TrialRecomputed(now, run.trial_id, float(m.step))]
+        if isinstance(m, Held):
             return self._on_held(run, now)
-        if k == "exit":
-            return self.rank_exited(run, int(m["rank"]), m, now)
+        if isinstance(m, Exit):
+            return self.rank_exited(run, int(m.rank or 0), m, now)
         return []
 
-    def on_checkpoint(self, m: dict[str, Any]) -> list[ev.Event]:
-        """Record a checkpoint a trial wrote (``m["trial"]``), the newest step kept."""
-        if int(m.get("run", -1)) not in self.by_id:
+    def on_checkpoint(self, m: Checkpointed) -> list[ev.Event]:
+        """Record a checkpoint a trial wrote (``m.trial``), the newest step kept."""
+        if m.run is None or int(m.run) not in self.by_id:
             return []  # a run the driver already ended (killed after a broken stream)
-        tid = int(m["trial"])
+        tid = int(m.trial if m.trial is not None else -1)
         prev = self.checkpoints.get(tid)
-        if prev is None or m["step"] >= prev[0] - EPS:
-            self.checkpoints[tid] = (float(m["step"]), str(m["path"]))
+        if prev is None or m.step >= prev[0] - EPS:
+            self.checkpoints[tid] = (float(m.step), str(m.path))
         return []
 
     def _on_held(self, run: Run, now: float) -> list[ev.Event]:
@@ -172,15 +195,15 @@ class RunDriver:
         threads, _ = rank_env(c.trial_id, slot, placement[0][1], gpus=self.settings.gpus,
                               mps=self.settings.mps)
         run.held, run.budget, run.placement = False, float(c.budget), placement
-        self.signal(run, {"k": "go", "budget": float(c.budget), "threads": threads})
+        self.signal(run, Go(budget=float(c.budget), threads=threads))
         self.pending.append(ev.TrialStarted(self.clock.now(), c.trial_id))
         return True
 
-    def _on_util(self, m: dict[str, Any], now: float) -> list[ev.Event]:
-        ids = {s.index: s.gpu_id for s in self.inventory.slots.values() if s.worker == m["worker"]}
-        util = {ids[i]: float(u) for i, u in enumerate(m["util"]) if i in ids}
-        mem = {ids[i]: float(x) for i, x in enumerate(m["mem"]) if i in ids}
-        want = {ids[i]: float(x) for i, x in enumerate(m.get("demand") or ())
+    def _on_util(self, m: Utilization, now: float) -> list[ev.Event]:
+        ids = {s.index: s.gpu_id for s in self.inventory.slots.values() if s.worker == m.worker}
+        util = {ids[i]: float(u) for i, u in enumerate(m.util) if i in ids}
+        mem = {ids[i]: float(x) for i, x in enumerate(m.mem) if i in ids}
+        want = {ids[i]: float(x) for i, x in enumerate(m.demand or ())
                 if i in ids and x is not None}
         return [ev.UtilizationSampled(now, util, mem, want)] if util else []
 
@@ -200,14 +223,14 @@ class RunDriver:
             if running:
                 self.deferred.pop(run.trial_id, None)
             run.cancelled = "lost"
-            self.signal(run, {"k": "kill", "reason": error})
+            self.signal(run, Kill(reason=error))
             for r in run.ranks:
                 r.exited = True
             out = self.finalize(run, now)
             if running:
                 out.insert(0, ev.TrialFailed(now, run.trial_id, worker_lost=True, error=error))
             return out
-        return self.rank_exited(run, rank, {"ok": False, "oom": False, "error": error}, now)
+        return self.rank_exited(run, rank, Exit(ok=False, oom=False, error=error), now)
 
     def enforce_deadlines(self) -> None:
         """Kill the runs still alive after Finish's grace, and those past ``trial_timeout``."""
@@ -216,21 +239,21 @@ class RunDriver:
             for run in list(self.runs.values()):
                 if run.cancelled != "killed":
                     run.cancelled = "killed"
-                    self.signal(run, {"k": "kill", "reason": "still running after Finish"})
+                    self.signal(run, Kill(reason="still running after Finish"))
             self.finish_at = now_m + self.settings.shutdown_grace
         for run in overdue(list(self.runs.values()), self.settings.trial_timeout, now_m):
-            self.signal(run, {"k": "kill", "reason": "trial_timeout"})
+            self.signal(run, Kill(reason="trial_timeout"))
 
     # ------------------------------------------------------------ run ends
-    def rank_exited(self, run: Run, rank: int, m: dict[str, Any], now: float) -> list[ev.Event]:
+    def rank_exited(self, run: Run, rank: int, m: Exit, now: float) -> list[ev.Event]:
         r = run.ranks[rank]
         if r.exited:
             return []
         r.exited = True
-        if not m.get("ok", True) and run.error is None and not m.get("killed"):
+        if not m.ok and run.error is None and not m.killed:
             run.error = m
             if len(run.ranks) > 1:  # the others would hang in a collective
-                self.signal(run, {"k": "kill", "reason": f"rank {rank} failed"})
+                self.signal(run, Kill(reason=f"rank {rank} failed"))
         if all(x.exited for x in run.ranks):
             return self.finalize(run, now)
         return []
@@ -255,8 +278,8 @@ class RunDriver:
         if run.cancelled is not None:
             outcome = None
         elif run.error is not None:
-            outcome = ev.TrialFailed(now, tid, error=str(run.error.get("error", "trial failed")),
-                                     out_of_memory=bool(run.error.get("oom")))
+            outcome = ev.TrialFailed(now, tid, error=str(run.error.error or "trial failed"),
+                                     out_of_memory=bool(run.error.oom))
         elif tid in self.deferred or run.resize or run.last_step >= run.budget - EPS:
             outcome = None
         else:  # completed at its last report, or failed when it never reported
@@ -301,7 +324,7 @@ class RunDriver:
                                           error=f"worker {address} was lost"))
                 self.deferred.pop(run.trial_id, None)
             run.cancelled = "killed" if finishing else "lost"
-            self.signal(run, {"k": "kill", "reason": f"worker {address} was lost"})
+            self.signal(run, Kill(reason=f"worker {address} was lost"))
             for i in hit:
                 run.ranks[i].exited = True
             if all(r.exited for r in run.ranks):
@@ -311,7 +334,7 @@ class RunDriver:
     def kill_all(self, reason: str) -> None:
         """Kill every live run's processes (the runtime closed, or the driver failed)."""
         for run in list(self.runs.values()):
-            self.signal(run, {"k": "kill", "reason": reason})
+            self.signal(run, Kill(reason=reason))
 
     # ------------------------------------------------------------ commands
     def execute(self, cmds: list[Command]) -> None:
@@ -331,14 +354,14 @@ class RunDriver:
                         run.placement = c.placement  # same workers: only the books change
                         continue
                     run.resize = True
-                    self.signal(run, {"k": "stop", "reason": "resize"})
+                    self.signal(run, StopRequest(reason="resize"))
             elif isinstance(c, Pause | Stop):
                 self.deferred.pop(c.trial_id, None)
                 run = self.runs.get(c.trial_id)
                 if run is not None and run.cancelled is None:
                     reason = "pause" if isinstance(c, Pause) else "stop"
                     run.cancelled, run.resize = reason, False
-                    self.signal(run, {"k": "stop", "reason": reason})
+                    self.signal(run, StopRequest(reason=reason))
             elif isinstance(c, Finish):
                 self.finish_at = time.monotonic() + self.settings.shutdown_grace
         Run.send_verdicts(list(self.runs.values()), self.signal)  # after any stop it was sent
@@ -353,7 +376,7 @@ class RunDriver:
                 # placed elsewhere: the waiting process gives its worker away; the trial
                 # restarts (from its checkpoint if any) once it has exited
                 run.cancelled = "released"
-                self.signal(run, {"k": "kill", "reason": "relaunched on another placement"})
+                self.signal(run, Kill(reason="relaunched on another placement"))
             self.deferred[c.trial_id] = c  # after the previous process exits
             return
         t = self.engine.trials.get(c.trial_id)
@@ -383,11 +406,12 @@ class RunDriver:
         self.links.launch(run_id, jobs)
         return run
 
-    def signal(self, run: Run, msg: dict[str, Any]) -> None:
+    def signal(self, run: Run, msg: Control) -> None:
         """Send a control message to every live rank of ``run`` (never blocks the driver)."""
+        raw = encode(msg)
         by_worker: dict[str, list[str]] = {}
         for i, r in enumerate(run.ranks):
             if not r.exited:
                 by_worker.setdefault(r.worker, []).append(f"{run.run_key}/{i}")
         for worker, keys in by_worker.items():
-            self.links.control(worker, keys, msg)
+            self.links.control(worker, keys, raw)

@@ -29,10 +29,10 @@ def shared_runtime() -> Any:
     with _LOCK:
         cold = not _SHARED or _SHARED[0].closed
     if cold and not os.path.exists("/proc/driver/nvidia"):  # a GPU cluster forks nothing
-        from nbtune.runtimes.dask.forkserver import DEFAULT_PRELOAD, start_early
+        from nbtune.runtimes.dask.forkserver_side.forkserver import DEFAULT_PRELOAD, start_early
 
         start_early(DEFAULT_PRELOAD)  # torch imports while `distributed` and the runtime do
-    from nbtune.runtimes.dask.runtime import DaskRuntime
+    from nbtune.runtimes.dask.driver_side.runtime import DaskRuntime
 
     with _LOCK:
         rt = _SHARED[0] if _SHARED else None

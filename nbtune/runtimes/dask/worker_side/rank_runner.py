@@ -4,7 +4,7 @@ Each trial rank is started by the worker's ``nbtune_launch`` handler
 (:mod:`.handlers`) on the worker that owns its GPU, so a one-thread worker
 can host several packed trials and a launch costs one direct message instead
 of a scheduler round trip. It takes a pre-started process from the worker's
-:class:`~nbtune.runtimes.dask.pool.WarmPool` (torch already imported) and
+:class:`~nbtune.runtimes.dask.worker_side.pool.WarmPool` (torch already imported) and
 hands it the job over a pipe; the event loop forwards what the process says
 to the driver (:class:`_PipeReader`) and a relay thread passes control
 messages from the driver (:func:`deliver`) to the process. The relay also enforces ``trial_memory_limit`` and
@@ -27,17 +27,19 @@ from typing import Any
 
 import psutil
 
-from nbtune.runtimes.dask._child import cuda_key
-from nbtune.runtimes.dask.pool import _Child, get_pool
+from nbtune.runtimes.dask.protocol import Exit, Job, Kill, Ready, decode, encode, kind_of
+from nbtune.runtimes.dask.trial_side.trial_process import cuda_key
+from nbtune.runtimes.dask.worker_side.pool import _Child, get_pool
 
 __all__ = ["start_rank", "run_rank", "deliver", "active_children"]
 
 POLL = 0.02
-_WAKE: dict[str, Any] = {"k": "wake"}  # the reader's "the process ended" to a sleeping relay
+_WAKE: dict[str, Any] = {}  # the reader's "the process ended" to a sleeping relay
 MAILBOX_TTL = 600.0  # seconds undelivered control is kept for a rank that has not started
 _LOCK = threading.Lock()
 _ACTIVE: dict[str, _Active] = {}
-_MAILBOX: dict[str, list[dict[str, Any]]] = {}  # control that arrived before its rank started
+#: control (wire form) that arrived before its rank started, with when it arrived
+_MAILBOX: dict[str, list[tuple[float, dict[str, Any]]]] = {}
 
 
 @dataclass
@@ -47,7 +49,7 @@ class _Active:
     child: _Child | None = None
     killed: bool = False
     reader: _PipeReader | None = None
-    on_kill: Callable[[dict[str, Any]], None] | None = None  # thread mode (.threads)
+    on_kill: Callable[[Kill], None] | None = None  # thread mode (.threads)
     thread: int | None = None  # thread mode: the trial thread's native id, for sampling
 
 
@@ -65,7 +67,7 @@ class _PipeReader:
     def __init__(self, loop: Any, child: _Child, tag: dict[str, Any], topic: str,
                  put: Emit, wake: Any = None) -> None:
         self.loop, self.child, self.tag, self.topic, self.put = loop, child, tag, topic, put
-        self.done: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
+        self.done: queue.SimpleQueue[Exit | None] = queue.SimpleQueue()
         self.wake = wake  # the relay's control queue: it sleeps on it (see _relay)
         self._fd = child.conn.fileno()
         self._on = False
@@ -84,13 +86,14 @@ class _PipeReader:
         try:
             while self.child.conn.poll(0):
                 msg = self.child.conn.recv()
-                if msg.get("k") == "ready":  # a process nobody waited on to be ready
+                kind = kind_of(msg)
+                if kind is Ready:  # a process nobody waited on to be ready
                     self.child.ready = True
                     continue
-                msg.update(self.tag)
+                msg.update(self.tag)  # forwarded as it came, with its route
                 batch.append(msg)
-                if msg.get("k") == "exit":
-                    end, exit_msg = True, msg
+                if kind is Exit:
+                    end, exit_msg = True, decode(msg)
                     break
         except (EOFError, OSError):
             end = True
@@ -140,25 +143,27 @@ atexit.register(_kill_active)
 
 # ------------------------------------------------------------------ control
 def deliver(keys: list[str], msg: dict[str, Any]) -> int:
-    """Queue control ``msg`` for the named trial ranks (``run_key/rank``) of this worker.
+    """Queue control ``msg`` (its wire form) for the named trial ranks (``run_key/rank``)
+    of this worker.
 
     A rank that has not started yet finds its mail when it does (a stop can
     overtake its launch: they travel on separate connections).
     """
     n = 0
     now = time.monotonic()
+    kill = decode(msg) if kind_of(msg) is Kill else None
     with _LOCK:
         for k in keys:
             e = _ACTIVE.get(k)
             if e is not None:
                 e.control.put(dict(msg))
-                e.killed = e.killed or msg.get("k") == "kill"
-                if e.on_kill is not None and msg.get("k") == "kill":
-                    e.on_kill(msg)  # a thread cannot be killed: its run ends now (.threads)
+                e.killed = e.killed or kill is not None
+                if e.on_kill is not None and isinstance(kill, Kill):
+                    e.on_kill(kill)  # a thread cannot be killed: its run ends now (.threads)
                 n += 1
             else:
-                _MAILBOX.setdefault(k, []).append({**msg, "_at": now})
-        for k in [k for k, ms in _MAILBOX.items() if now - ms[-1]["_at"] > MAILBOX_TTL]:
+                _MAILBOX.setdefault(k, []).append((now, msg))
+        for k in [k for k, ms in _MAILBOX.items() if now - ms[-1][0] > MAILBOX_TTL]:
             del _MAILBOX[k]  # for runs that ended before their mail came, or never started
     return n
 
@@ -206,11 +211,11 @@ def start_rank(worker: Any, job: dict[str, Any], emit: Emit, put: Emit) -> None:
     with _LOCK:
         _ACTIVE[key] = entry
         early = _MAILBOX.pop(key, [])
-    for m in early:
+    for _, m in early:
         entry.control.put(m)
-    entry.killed = any(m.get("k") == "kill" for m in early)
+    entry.killed = any(kind_of(m) is Kill for _, m in early)
     if job.get("execution") == "thread":  # in a thread of this process (.threads)
-        from nbtune.runtimes.dask.threads import start_thread
+        from nbtune.runtimes.dask.worker_side.threads import start_thread
 
         start_thread(job, entry, emit, lambda: _forget(key))
         return
@@ -220,7 +225,7 @@ def start_rank(worker: Any, job: dict[str, Any], emit: Emit, put: Emit) -> None:
                                            cuda=_cuda_of(child_job))
         if entry.child is not None:
             try:
-                entry.child.conn.send(child_job)
+                entry.child.conn.send(encode(Job(spec=child_job)))
             except OSError:  # it died while idle: the relay thread takes another
                 entry.child = None
     sent = entry.child is not None
@@ -263,39 +268,37 @@ def _child_job(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     env["NBTUNE_WORKER"] = worker.address
     child_job["env"] = env
-    child_job["k"] = "job"
     child_job["sys_path"] = list(dict.fromkeys([*job.get("sys_path", []), *sys.path]))
     return child_job
 
 
 def run_rank(worker: Any, job: dict[str, Any], entry: _Active, child_job: dict[str, Any],
-             sent: bool, emit: Emit, put: Emit) -> dict[str, Any]:
+             sent: bool, emit: Emit, put: Emit) -> Exit:
     """The relay thread of one rank: its process (taken now unless ``sent``), until it exits."""
     key = f"{job['run_key']}/{job['rank']}"
     tag = _tag(job)
     try:
         if not sent:
             if entry.killed:
-                out = {"k": "exit", "ok": False, "killed": True, "oom": False,
-                       "error": "killed before it started", **tag}
-                emit(job["topic"], [out])
+                out = Exit(ok=False, killed=True, oom=False, error="killed before it started")
+                emit(job["topic"], [encode(out, **tag)])
                 return out
             entry.child = get_pool().take(refill=not job.get("reuse"), cuda=_cuda_of(child_job))
-            entry.child.conn.send(child_job)
+            entry.child.conn.send(encode(Job(spec=child_job)))
             entry.reader = _PipeReader(worker.loop.asyncio_loop, entry.child, tag, job["topic"],
                                        put, entry.control)
             worker.loop.add_callback(entry.reader.start)
         out = _relay(entry, tag, job["topic"], job.get("memory_limit"), emit)
         assert entry.child is not None
-        if out.get("reusable") and entry.child.alive():
-            entry.child.cuda = out.get("cuda") or entry.child.cuda
+        if out.reusable and entry.child.alive():
+            entry.child.cuda = out.cuda or entry.child.cuda
             get_pool().give_back(entry.child)
             entry.child = None
     except BaseException as exc:
         import traceback
 
-        out = {"k": "exit", "ok": False, "error": traceback.format_exc(), "oom": False, **tag}
-        emit(job["topic"], [out])
+        out = Exit(ok=False, error=traceback.format_exc(), oom=False)
+        emit(job["topic"], [encode(out, **tag)])
         if not isinstance(exc, Exception):
             raise
     finally:
@@ -308,8 +311,8 @@ def run_rank(worker: Any, job: dict[str, Any], entry: _Active, child_job: dict[s
     return out
 
 
-def _ended(child: _Child, reader: _PipeReader, said: dict[str, Any] | None | bool,
-           tag: dict[str, Any], topic: str, emit: Emit) -> dict[str, Any]:
+def _ended(child: _Child, reader: _PipeReader, said: Exit | None | bool,
+           tag: dict[str, Any], topic: str, emit: Emit) -> Exit:
     """The process is gone (or its pipe closed): its last words, then an exit it did not send.
 
     Normally the reader forwards what is left and the process's own exit; if the
@@ -319,31 +322,33 @@ def _ended(child: _Child, reader: _PipeReader, said: dict[str, Any] | None | boo
     if said is not None:  # the process ended: its pipe gives EOF once the loop reads it
         with contextlib.suppress(queue.Empty):
             said = reader.done.get(timeout=10.0)
-        if said:
+        if isinstance(said, Exit):
             return said
     reader.stop()
     rest: list[dict[str, Any]] = []
     with contextlib.suppress(EOFError, OSError):
         while child.conn.poll(0):
             msg = child.conn.recv()
-            if msg.get("k") != "ready":
+            if kind_of(msg) is not Ready:
                 rest.append({**msg, **tag})
-    out = next((m for m in rest if m.get("k") == "exit"), None)
-    if out is None:
+    said_exit = next((m for m in rest if kind_of(m) is Exit), None)
+    if said_exit is not None:
+        out = decode(said_exit)
+        assert isinstance(out, Exit)
+    else:
         rc = child.proc.poll()
         if rc is None:  # its pipe closed but it lives on: it cannot be talked to any more
             child.kill()
             rc = child.proc.returncode
-        out = {"k": "exit", "ok": False, "oom": rc == -9, **tag,
-               "error": f"trial process died with exit code {rc}"
-               + (" (SIGKILL: likely the kernel's out-of-memory killer)" if rc == -9 else "")}
-        rest.append(out)
+        out = Exit(ok=False, oom=rc == -9, error=f"trial process died with exit code {rc}"
+                   + (" (SIGKILL: likely the kernel's out-of-memory killer)" if rc == -9 else ""))
+        rest.append(encode(out, **tag))
     emit(topic, rest)
     return out
 
 
 def _relay(entry: _Active, tag: dict[str, Any], topic: str, memory_limit: float | None,
-           emit: Emit) -> dict[str, Any]:
+           emit: Emit) -> Exit:
     """Until the rank's process ends: control to it, its death and memory watched.
 
     Its messages are forwarded by its :class:`_PipeReader` on the loop; an exit
@@ -352,10 +357,10 @@ def _relay(entry: _Active, tag: dict[str, Any], topic: str, memory_limit: float 
     """
     child, reader = entry.child, entry.reader
     assert child is not None and reader is not None
-    exit_msg: dict[str, Any] | None = None
+    exit_msg: Exit | None = None
     next_mem = 0.0
     while exit_msg is None:
-        made_up: dict[str, Any] | None = None
+        made_up: Exit | None = None
         msgs: list[dict[str, Any]] = []
         with contextlib.suppress(queue.Empty):  # asleep until control or the end (_WAKE)
             msgs.append(entry.control.get(timeout=POLL))  # a verdict waits no poll
@@ -364,9 +369,10 @@ def _relay(entry: _Active, tag: dict[str, Any], topic: str, memory_limit: float 
         for msg in msgs:
             if msg is _WAKE:
                 continue
-            if msg.get("k") == "kill":
-                made_up = {"k": "exit", "ok": False, "killed": True, "oom": False,
-                           "error": str(msg.get("reason", "killed by the runtime"))}
+            if kind_of(msg) is Kill:
+                kill = decode(msg)
+                assert isinstance(kill, Kill)
+                made_up = Exit(ok=False, killed=True, oom=False, error=str(kill.reason))
                 break
             with contextlib.suppress(OSError):
                 child.conn.send(msg)
@@ -375,7 +381,7 @@ def _relay(entry: _Active, tag: dict[str, Any], topic: str, memory_limit: float 
                 said = reader.done.get_nowait()
             except queue.Empty:
                 said = False
-            if said:
+            if isinstance(said, Exit):
                 return said  # the process's own exit, already forwarded
             if said is None or child.proc.poll() is not None:
                 return _ended(child, reader, said, tag, topic, emit)
@@ -384,12 +390,12 @@ def _relay(entry: _Active, tag: dict[str, Any], topic: str, memory_limit: float 
             next_mem = now + 0.1
             rss = _tree_rss(child.proc.pid)
             if rss > memory_limit:
-                made_up = {"k": "exit", "ok": False, "oom": True,
-                           "error": f"trial used {rss / 1e9:.2f} GB, more than its "
-                                    f"trial_memory_limit of {memory_limit / 1e9:.2f} GB"}
+                made_up = Exit(ok=False, oom=True,
+                               error=f"trial used {rss / 1e9:.2f} GB, more than its "
+                                     f"trial_memory_limit of {memory_limit / 1e9:.2f} GB")
         if made_up is not None:
             reader.stop()
             child.kill()
-            exit_msg = {**made_up, **tag}
-            emit(topic, [exit_msg])
+            exit_msg = made_up
+            emit(topic, [encode(made_up, **tag)])
     return exit_msg

@@ -43,18 +43,30 @@ Semantics (modelled on Ray's ``session.report`` and Optuna's ``should_prune``):
 from __future__ import annotations
 
 import math
+import numbers
+import threading
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from nbtune.core.code_names import names_used
 from nbtune.core.tolerance import EPS
 from nbtune.runtimes.dask import checkpoints as ck
-from nbtune.runtimes.dask.current import get_trial, report, should_stop  # noqa: F401 (API)
-from nbtune.runtimes.dask.metrics import check_metric
-from nbtune.runtimes.dask.metrics import clean as _clean
+from nbtune.runtimes.dask.protocol import (
+    Checkpointed,
+    Control,
+    Go,
+    Held,
+    Recomputed,
+    Report,
+    StopRequest,
+    TrialMessage,
+    Verdict,
+)
 
-__all__ = ["Trial", "TrialInterrupted", "report", "should_stop", "get_trial", "uses_checkpoints"]
+__all__ = ["Trial", "TrialInterrupted", "report", "should_stop", "get_trial", "running", "uses_checkpoints",
+           "check_metric", "clean"]
 
 VERDICT_TIMEOUT = 30.0  #: seconds a trial waits in ``report`` for a verdict, then trains on
 
@@ -66,9 +78,9 @@ class TrialInterrupted(BaseException):
 class Channel(Protocol):
     """How a Trial talks to the runtime: messages out, control messages in."""
 
-    def send(self, msg: dict[str, Any]) -> None: ...
+    def send(self, msg: TrialMessage) -> None: ...
 
-    def poll_control(self) -> list[dict[str, Any]]: ...
+    def poll_control(self) -> list[Control]: ...
 
 
 class Trial:
@@ -101,14 +113,14 @@ class Trial:
         self._last = -math.inf  # the last step reported by this run, recomputed or not
         self._yielded: float | None = None  # the step steps() handed out last
         self._restored = False
-        self._early: list[dict[str, Any]] = []
+        self._early: list[Go] = []
         self._channel = channel
         self._over = False  # budget reached
         self._requested: str | None = None  # "stop" | "pause" | "resize"
         self._told = False  # should_stop() has returned True to the user
         #: perf_counter when report() last returned: the loop's own work is timed from there
         self._back: float | None = None
-        self._work: float | None = None  # seconds of work before this report (execution.py)
+        self._work: float | None = None  # seconds of work before this report (execution_mode.py)
 
     @property
     def told_to_stop(self) -> bool:
@@ -157,7 +169,7 @@ class Trial:
             self._last = step
             self.recomputed += 1
             if self.rank == 0:
-                self._channel.send({"k": "recomputed", "step": step})
+                self._channel.send(Recomputed(step=step))
             return self.should_stop()
         if step > self.budget + EPS:
             raise ValueError(
@@ -168,10 +180,9 @@ class Trial:
                                              for b in self._verdicts)
         self._last = self.step = step
         if self.rank == 0:
-            msg = {"k": "report", "step": step, "metrics": _clean(metrics)}
-            if self._work is not None:  # what auto execution decides on (.execution)
-                msg["work"] = self._work
-            self._channel.send({**msg, "wait": True} if wait else msg)
+            # work: what auto execution decides on (.execution_mode)
+            self._channel.send(Report(step=step, metrics=clean(metrics), work=self._work,
+                                      wait=True if wait else None))
         if wait and self._await_verdict() and ray_form:
             # Ray's report never returns to a stopped trial; its users' loops do not check
             raise TrialInterrupted(f"trial {self.trial_id} stopped at its rung")
@@ -238,21 +249,20 @@ class Trial:
 
     def _hold(self) -> bool:
         """Block until the engine says ``go`` (new budget: return False) or stop (raise)."""
-        self._channel.send({"k": "held", "step": self.step})
+        self._channel.send(Held(step=self.step))
         wait = getattr(self._channel, "wait_control", None)
         early, self._early = self._early, []
         while True:
             msgs = early or (wait(1.0) if wait is not None else self._channel.poll_control())
             early = []
             for msg in msgs:
-                if msg.get("k") == "go":
-                    self.budget = float(msg["budget"])
-                    threads = msg.get("threads")
-                    if threads:
-                        _set_threads(int(threads))
+                if isinstance(msg, Go):
+                    self.budget = float(msg.budget)
+                    if msg.threads:
+                        _set_threads(int(msg.threads))
                     return False
-                if msg.get("k") == "stop":
-                    self._requested = str(msg.get("reason", "stop"))
+                if isinstance(msg, StopRequest):
+                    self._requested = str(msg.reason)
                     self._told = True
                     raise TrialInterrupted(f"trial {self.trial_id} stopped at its rung")
             if wait is None:
@@ -270,12 +280,11 @@ class Trial:
         while (left := deadline - time.monotonic()) > 0:
             msgs = wait(min(left, 1.0)) if wait is not None else self._channel.poll_control()
             for msg in msgs:
-                k = msg.get("k")
-                if k == "stop" and self._requested is None:
-                    self._requested = str(msg.get("reason", "stop"))
-                elif k == "go":
+                if isinstance(msg, StopRequest) and self._requested is None:
+                    self._requested = str(msg.reason)
+                elif isinstance(msg, Go):
                     self._early.append(msg)
-                if k in ("stop", "verdict"):
+                if isinstance(msg, StopRequest | Verdict):
                     return self._requested is not None
             if wait is None:
                 time.sleep(0.005)
@@ -316,7 +325,7 @@ class Trial:
         path = ck.save_state(state, ck.checkpoint_path(self.checkpoint_dir, self.trial_id, step))
         self.last_checkpoint = str(path)
         self.checkpoints = True
-        self._channel.send({"k": "ckpt", "step": step, "path": str(path)})
+        self._channel.send(Checkpointed(step=step, path=str(path)))
         return str(path)
 
     def restore(self) -> Any | None:
@@ -337,7 +346,7 @@ class Trial:
 
     def ddp(self, model: Any, **kwargs: Any) -> Any:
         """Wrap ``model`` in DistributedDataParallel when this trial spans several workers."""
-        from nbtune.runtimes.dask.ddp import wrap_model
+        from nbtune.runtimes.dask.trial_side.ddp import wrap_model
 
         return wrap_model(model, self, **kwargs)
 
@@ -362,14 +371,14 @@ class Trial:
 
     def _poll(self) -> None:
         for msg in self._channel.poll_control():
-            if msg.get("k") == "stop" and self._requested is None:
-                self._requested = str(msg.get("reason", "stop"))
-            elif msg.get("k") == "go":
+            if isinstance(msg, StopRequest) and self._requested is None:
+                self._requested = str(msg.reason)
+            elif isinstance(msg, Go):
                 self._early.append(msg)  # read before report() started to wait: kept for it
 
     def _agree(self) -> None:
         """All ranks leave at the same step: any rank's stop request counts for all."""
-        from nbtune.runtimes.dask.ddp import agree_any
+        from nbtune.runtimes.dask.trial_side.ddp import agree_any
 
         want = self._requested is not None
         if agree_any(want, self) and self._requested is None:
@@ -398,3 +407,98 @@ def _set_threads(n: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(n)
+
+
+# ------------------------------------------------ the running trial (``nbtune.report``)
+# In a trial process one trial runs at a time, so the process remembers it (``_CURRENT``),
+# and a thread the training function starts finds it too. In thread mode several trials
+# run in one worker process, each in its own thread: the trial is remembered per thread,
+# which is looked at first.
+
+_CURRENT: list[Trial] = []  # the trial this trial process is running (one at a time)
+_LOCAL = threading.local()  # thread mode: the trial of this thread
+
+
+@contextmanager
+def running(trial: Trial, *, in_thread: bool) -> Iterator[None]:
+    """While the training function runs: ``trial`` is the one :func:`get_trial` returns."""
+    if in_thread:
+        _LOCAL.trial = trial
+    else:
+        _CURRENT.append(trial)
+    try:
+        yield
+    finally:
+        if in_thread:
+            _LOCAL.trial = None
+        else:
+            _CURRENT.clear()
+
+
+def get_trial() -> Trial:
+    """The trial this training function runs (for Ray-style ``train(config)`` functions)."""
+    mine = getattr(_LOCAL, "trial", None)
+    if mine is not None:
+        return mine
+    if not _CURRENT:
+        raise RuntimeError("nbtune.report() is only available inside a training function "
+                           "run by nbtune (runtime='dask' or 'auto')")
+    return _CURRENT[-1]
+
+
+def report(*args: Any, **kwargs: Any) -> bool:
+    """``nbtune.report(...)``: :meth:`Trial.report` of the running trial (``ray.train.report``)."""
+    return get_trial().report(*args, **kwargs)
+
+
+def should_stop() -> bool:
+    """``nbtune.should_stop()``: :meth:`Trial.should_stop` of the running trial."""
+    return get_trial().should_stop()
+
+
+# ------------------------------------------------ what a trial may report
+
+
+def check_metric(trial_id: int, metric: str | None, metrics: dict[str, Any]) -> None:
+    """The experiment's metric must be in every report, as a number (Ray Tune asks the same).
+
+    Without it the algorithm ranks the trial as the worst at every rung and
+    the best trial is meaningless; a string would make comparisons fail far
+    away, in the driver. NaN and inf are numbers: ranked as the worst.
+    Numpy and 0-d torch scalars are converted in place.
+    """
+    if metric is None:
+        return
+    if metric not in metrics:
+        raise KeyError(
+            f"trial {trial_id} reported {sorted(metrics)} but not the experiment's metric "
+            f"{metric!r}: report it (trial.report(step, {metric}=...)) or pass the name you "
+            "report as tune(..., metric=...)")
+    v = metrics[metric]
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        try:
+            if isinstance(v, bool | str | bytes) or v is None:
+                raise TypeError
+            v = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"trial {trial_id} reported {metric}={v!r} ({type(v).__name__}); the "
+                "experiment's metric must be a number (e.g. float(loss) or loss.item())"
+            ) from None
+        metrics[metric] = v
+
+
+def clean(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Make metrics msgpack-safe: numpy/torch scalars become floats, other objects strings."""
+    out: dict[str, Any] = {}
+    for k, v in metrics.items():
+        if isinstance(v, bool | str) or v is None:
+            out[str(k)] = v
+        elif isinstance(v, numbers.Integral):
+            out[str(k)] = int(v)
+        else:  # floats, numpy and 0-d torch scalars; anything else is shown as text
+            try:
+                out[str(k)] = float(v)
+            except (TypeError, ValueError):
+                out[str(k)] = str(v)
+    return out

@@ -1,7 +1,7 @@
 """The worker plugin that sets nbtune up on every Dask worker: its handlers and its warm pool.
 
 Apart from :mod:`.pool` and :mod:`.handlers` because it needs both, and the
-handlers already need the pool (through :mod:`.executor`).
+handlers already need the pool (through :mod:`.rank_runner`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from nbtune.runtimes.dask.handlers import install
-from nbtune.runtimes.dask.pool import get_pool
+from nbtune.runtimes.dask.worker_side.handlers import install
+from nbtune.runtimes.dask.worker_side.pool import get_pool
 
 __all__ = ["WarmPoolPlugin", "IgnoreInterrupts"]
 
@@ -46,7 +46,7 @@ class IgnoreInterrupts(WorkerPlugin):
     Jupyter interrupts a kernel by sending SIGINT to its whole process group,
     which holds the local cluster's worker processes: the interrupt meant for
     ``exp.wait()`` would kill every worker. Workers started with the cluster
-    inherit an ignored SIGINT (:func:`~nbtune.runtimes.dask.cluster.connect`);
+    inherit an ignored SIGINT (:func:`~nbtune.runtimes.dask.driver_side.cluster.connect`);
     this plugin covers the ones a nanny restarts later. Only for clusters
     nbtune made: a user's own ``dask worker`` keeps its Ctrl-C.
     """

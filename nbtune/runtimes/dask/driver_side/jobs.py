@@ -1,15 +1,17 @@
 """What a run's processes are launched with: the experiment's launch settings, one job per rank.
 
-The :class:`~nbtune.runtimes.dask.driver.RunDriver` decides *when* a run
+The :class:`~nbtune.runtimes.dask.driver_side.driver.RunDriver` decides *when* a run
 starts and ends; this module says *what* each rank's trial process is told
 (the pickled training function, its config and share, the checkpoint to
 resume from, its environment). :class:`RunSettings` is fixed when an
 experiment starts, so the driver is built with it rather than reading the
-runtime's attributes.
+runtime's attributes. The training function itself is checked (:func:`check_signature`)
+and pickled once (:func:`pickled`) when the experiment starts.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,15 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbtune.runtimes.dask import checkpoints as ck
-from nbtune.runtimes.dask.execution import ExecutionChoice
-from nbtune.runtimes.dask.runs import EPS, Run, job_hints, rank_env
+from nbtune.runtimes.dask.driver_side.execution_mode import ExecutionChoice
+from nbtune.runtimes.dask.driver_side.runs import EPS, Run, job_hints, rank_env
 
 if TYPE_CHECKING:
     from nbtune.core.resources import Placement
     from nbtune.engine.engine import Engine
-    from nbtune.runtimes.dask.cluster import Slot
+    from nbtune.runtimes.dask.driver_side.cluster import Slot
 
-__all__ = ["RunSettings", "rank_jobs", "resize_restarts", "resizes_in_place", "restore_point"]
+__all__ = ["RunSettings", "rank_jobs", "resize_restarts", "resizes_in_place", "restore_point",
+           "check_signature", "pickled"]
 
 
 @dataclass(frozen=True)
@@ -120,3 +123,46 @@ def rank_jobs(run: Run, slots: list[Slot], s: RunSettings, engine: Engine,
         }
         jobs.append((slot.worker, job))
     return jobs
+
+
+# ------------------------------------------------ the training function, checked and pickled once
+
+
+def check_signature(fn: Any) -> None:
+    """Raise TypeError unless ``fn`` can be called as ``train(config, trial)`` or ``train(config)``."""
+    if not callable(fn):
+        raise TypeError(f"the trainable must be a function train(config, trial), got {fn!r}")
+    try:
+        sig = inspect.signature(fn)
+    except ValueError:  # builtins without a signature: let them try
+        return
+    for args in ((None, None), (None,)):  # train(config, trial), or Ray's train(config)
+        try:
+            sig.bind(*args)
+            return
+        except TypeError:
+            continue
+    raise TypeError(
+        f"{getattr(fn, '__name__', fn)!r} must accept train(config, trial) or, reporting "
+        "with nbtune.report(...), train(config)"
+    )
+
+
+def pickled(fn: Any) -> bytes:
+    """``fn`` as the bytes sent to every trial process, or a TypeError saying what to change.
+
+    A function that captures a lock, an open file, a socket or a database
+    connection cannot cross processes; raised here, before any trial runs,
+    instead of as a serialization trace from the first launch.
+    """
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(fn)
+    except Exception as exc:
+        raise TypeError(
+            f"the training function {getattr(fn, '__name__', fn)!r} cannot be pickled to send "
+            f"to the trial processes ({type(exc).__name__}: {exc}): it refers to an object "
+            "that cannot cross processes (a lock, an open file, a connection, a generator). "
+            "Create that object inside the function, or pass its settings in the config"
+        ) from exc

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nbtune.runtimes.dask.cluster import Inventory
+from nbtune.runtimes.dask.driver_side.cluster import Inventory
 
 __all__ = ["LAST_PHASES", "local_cpu_start", "preload_trainable", "prepare_workers",
            "tolerate_lost_workers", "worker_plugins"]
@@ -41,7 +41,7 @@ def worker_plugins(gpus: bool | None, mps: bool | None, warm_processes: int,
     join MPS.
     """
     from nbtune.runtimes.dask import gpu
-    from nbtune.runtimes.dask.plugin import WarmPoolPlugin
+    from nbtune.runtimes.dask.worker_side.plugin import WarmPoolPlugin
 
     plugins: list[Any] = []
     if gpus and mps:
@@ -60,7 +60,7 @@ def local_cpu_start(cluster: Any, gpus: bool | None, warm_processes: int,
     run. Any other cluster: ``(None, None)``, and plugins come in
     :func:`prepare_workers` (a GPU one's after the MPS daemon's).
     """
-    from nbtune.runtimes.dask.forkserver import ForkServer, supported, take_early
+    from nbtune.runtimes.dask.forkserver_side.forkserver import ForkServer, supported, take_early
     from nbtune.runtimes.dask.trial_env import worker_env
 
     if cluster is not None or gpus or warm_processes <= 0:
@@ -124,7 +124,7 @@ def preload_trainable(client: Any, trainable: Any) -> None:
     imported by the trial itself.
     """
     from nbtune.core.code_names import modules_used
-    from nbtune.runtimes.dask.pool import pool_imports
+    from nbtune.runtimes.dask.worker_side.pool import pool_imports
 
     try:
         modules = modules_used(trainable)

@@ -7,7 +7,7 @@ that is most of the per-trial overhead, so the driver talks to each worker
 directly instead, over the comm layer Dask already has (the way actors do):
 
 * ``nbtune_launch(job)``: start one trial rank on this worker
-  (:func:`.executor.start_rank`); rank 0 of a multi-worker trial picks the
+  (:func:`.rank_runner.start_rank`); rank 0 of a multi-worker trial picks the
   rendezvous port on its own host and returns it, so the driver can pass it
   to the other ranks (no shared variable, no fixed port).
 * ``nbtune_control(keys, msg)``: stop / pause / kill for running ranks.
@@ -17,7 +17,7 @@ directly instead, over the comm layer Dask already has (the way actors do):
   opened yet, or it broke) messages go through ``worker.log_event`` to the
   same topic, which the driver also subscribes to: nothing is dropped.
 
-:class:`~nbtune.runtimes.dask.plugin.WarmPoolPlugin` installs the handlers
+:class:`~nbtune.runtimes.dask.worker_side.plugin.WarmPoolPlugin` installs the handlers
 on every worker, present and future.
 """
 
@@ -31,8 +31,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from nbtune.runtimes.dask import ddp
-from nbtune.runtimes.dask.executor import deliver, start_rank
+from nbtune.runtimes.dask.trial_side import ddp
+from nbtune.runtimes.dask.worker_side.rank_runner import deliver, start_rank
 
 __all__ = ["install", "emitter", "launch_via_scheduler"]
 

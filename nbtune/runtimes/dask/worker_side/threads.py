@@ -1,11 +1,11 @@
 """Thread mode (``DaskRuntime(execution="thread")``): a trial runs in a thread of its worker.
 
-A trial process (:mod:`._child`) isolates a trial: a crash, a hang or a leak
+A trial process (:mod:`.trial_process`) isolates a trial: a crash, a hang or a leak
 takes the process, never the worker, and a kill always works. The price is a
 process boundary on every message: the job and the pickled function down a
 pipe at each launch, each report up the pipe to the worker and each verdict
 or stop down it through the relay thread. For a loop whose steps take a few
-milliseconds that costs more than the work (:mod:`.execution` measures it),
+milliseconds that costs more than the work (:mod:`.execution_mode` measures it),
 so here the training function runs in a thread of the Dask worker process
 itself, with the same :class:`~.trial_api.Trial` and the same messages: its
 reports go straight onto the worker's stream to the driver and its control
@@ -17,11 +17,11 @@ What a thread cannot do, and what thread mode does instead:
   ``report``, as in a process. A kill (Finish's grace over, a lost link, the
   runtime closed) ends the run at once for the driver (its exit is sent for
   it), the thread is told to stop and raises at its next ``report``; until
-  then it runs on, unseen. So :mod:`.execution` picks threads only for loops
+  then it runs on, unseen. So :mod:`.execution_mode` picks threads only for loops
   that report often, and ``trial_timeout`` and ``trial_memory_limit`` (which
   need a process to kill or to measure) refuse thread mode.
 * **An exception is the trial's error**, never the worker's: the function is
-  called by the same :func:`._child.call_trainable` as in a process. A crash
+  called by the same :func:`.trial_process.call_trainable` as in a process. A crash
   of the interpreter itself (a segfault in an extension) takes the worker.
 * **The GIL**: Python code in two trial threads of one worker takes turns.
   With one core per worker (the LocalCluster nbtune starts) only one trial
@@ -43,6 +43,16 @@ import time
 import traceback
 from collections.abc import Callable
 from typing import Any
+
+from nbtune.runtimes.dask.protocol import (
+    Control,
+    Exit,
+    Kill,
+    StopRequest,
+    TrialMessage,
+    decode,
+    encode,
+)
 
 __all__ = ["ThreadChannel", "start_thread"]
 
@@ -71,35 +81,34 @@ class ThreadChannel:
         self.ended = False
         self._lock = threading.Lock()
 
-    def send(self, msg: dict[str, Any]) -> None:
-        msg.setdefault("t", time.time())
-        msg.update(self.tag)
+    def send(self, msg: TrialMessage) -> None:
+        raw = encode(msg, **self.tag)
+        raw.setdefault("t", time.time())
         with self._lock:
             if not self.ended:
-                self.emit(self.topic, [msg])
+                self.emit(self.topic, [raw])
 
-    def end(self, msg: dict[str, Any]) -> bool:
+    def end(self, msg: Exit) -> bool:
         """Send the rank's exit (False: it was sent already, for a kill)."""
         with self._lock:
             if self.ended:
                 return False
             self.ended = True
-            self.emit(self.topic, [{**msg, **self.tag}])
+            self.emit(self.topic, [encode(msg, **self.tag)])
             return True
 
-    def kill(self, msg: dict[str, Any]) -> None:
+    def kill(self, msg: Kill) -> None:
         """A kill: the run ends now for the driver; the thread stops at its next ``report``."""
-        self.end({"k": "exit", "ok": False, "killed": True, "oom": False,
-                  "error": str(msg.get("reason", "killed by the runtime"))})
+        self.end(Exit(ok=False, killed=True, oom=False, error=str(msg.reason)))
 
-    def poll_control(self) -> list[dict[str, Any]]:
+    def poll_control(self) -> list[Control]:
         out = []
         with contextlib.suppress(queue.Empty):
             while True:
                 out.append(self._seen(self.control.get_nowait()))
         return out
 
-    def wait_control(self, timeout: float) -> list[dict[str, Any]]:
+    def wait_control(self, timeout: float) -> list[Control]:
         """Control messages, waiting up to ``timeout`` s for the first (a held trial)."""
         try:
             first = self._seen(self.control.get(timeout=max(timeout, 0.0)))
@@ -108,9 +117,11 @@ class ThreadChannel:
         return [first, *self.poll_control()]
 
     @staticmethod
-    def _seen(msg: dict[str, Any]) -> dict[str, Any]:
-        # the kill itself was acted on when it was delivered (executor.deliver -> kill)
-        return {"k": "stop", "reason": "killed"} if msg.get("k") == "kill" else msg
+    def _seen(raw: dict[str, Any]) -> Control:
+        # the kill itself was acted on when it was delivered (rank_runner.deliver -> kill)
+        msg = decode(raw)
+        assert isinstance(msg, Control)
+        return StopRequest(reason="killed") if isinstance(msg, Kill) else msg
 
 
 def _load(fn: bytes) -> Any:
@@ -131,7 +142,7 @@ def _load(fn: bytes) -> Any:
 
 def _prepare(job: dict[str, Any]) -> None:
     """What a trial process does to itself, where a thread can: path, cores, torch threads."""
-    from nbtune.runtimes.dask._child import _pin
+    from nbtune.runtimes.dask.trial_side.trial_process import _pin
 
     for p in job.get("sys_path", ()):
         if p not in sys.path:
@@ -145,9 +156,9 @@ def _prepare(job: dict[str, Any]) -> None:
 
 
 def start_thread(job: dict[str, Any], entry: Any, emit: Emit, forget: Callable[[], None]) -> None:
-    """Run one trial rank in a new thread of this worker (from ``executor.start_rank``).
+    """Run one trial rank in a new thread of this worker (from ``rank_runner.start_rank``).
 
-    ``entry`` is the rank's :class:`~.executor._Active` (its control queue; a kill
+    ``entry`` is the rank's :class:`~.rank_runner._Active` (its control queue; a kill
     reaches :meth:`ThreadChannel.kill` through ``entry.on_kill``); ``forget``
     drops it from the worker's table once the function has returned.
     """
@@ -155,7 +166,7 @@ def start_thread(job: dict[str, Any], entry: Any, emit: Emit, forget: Callable[[
     channel = ThreadChannel(entry.control, emit, job["topic"], tag)
     entry.on_kill = channel.kill
     if entry.killed:  # a kill overtook the launch
-        channel.kill({"reason": "killed before it started"})
+        channel.kill(Kill(reason="killed before it started"))
         forget()
         return
 
@@ -165,7 +176,7 @@ def start_thread(job: dict[str, Any], entry: Any, emit: Emit, forget: Callable[[
             _prepare(job)
             out = _child_call(job, channel)
         except BaseException:  # noqa: BLE001 - nbtune's own failure: still the trial's error
-            out = {"k": "exit", "ok": False, "oom": False, "error": traceback.format_exc()}
+            out = Exit(ok=False, oom=False, error=traceback.format_exc())
         finally:
             forget()
         channel.end(out)
@@ -174,9 +185,9 @@ def start_thread(job: dict[str, Any], entry: Any, emit: Emit, forget: Callable[[
                      name=f"nbtune-trial-{job['run_key']}-r{job['rank']}").start()
 
 
-def _child_call(job: dict[str, Any], channel: ThreadChannel) -> dict[str, Any]:
-    from nbtune.runtimes.dask._child import call_trainable
+def _child_call(job: dict[str, Any], channel: ThreadChannel) -> Exit:
+    from nbtune.runtimes.dask.trial_side.trial_process import call_trainable
 
     out = call_trainable(job, channel, lambda: _load(job["fn"]), in_thread=True)
-    out["pid"] = os.getpid()
+    out.pid = os.getpid()
     return out

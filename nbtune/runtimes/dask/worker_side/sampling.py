@@ -6,7 +6,7 @@ host use: CPU time over the sampling interval divided by the worker's cores
 per slot (so 1.0 means the stand-in "GPU" is saturated), and resident memory;
 a trial run as a thread of the worker (``execution="thread"``) by its thread's
 own CPU time (its memory is the worker's, not told apart).
-Samples go out on the experiment's event topic as ``{"k": "util", ...}``; the
+Samples go out on the experiment's event topic as :class:`~nbtune.runtimes.dask.protocol.Utilization`; the
 driver maps (worker, slot) to GPU ids and feeds ``UtilizationSampled``.
 """
 
@@ -19,7 +19,9 @@ from typing import Any
 import psutil
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from nbtune.runtimes.dask import executor, gpu, handlers
+from nbtune.runtimes.dask import gpu
+from nbtune.runtimes.dask.protocol import Utilization, encode
+from nbtune.runtimes.dask.worker_side import handlers, rank_runner
 
 __all__ = ["UtilizationSampler", "cpu_sample", "cpu_slots", "thread_times"]
 
@@ -42,9 +44,9 @@ class _CpuMeter:
     """
 
     def __init__(self, active: Any = None, threads: Any = None) -> None:
-        self._active = active or executor.active_children
+        self._active = active or rank_runner.active_children
         #: trials run as threads of the worker (``execution="thread"``): their own CPU time
-        self._threads = threads or executor.active_threads
+        self._threads = threads or rank_runner.active_threads
         self._cpu: dict[int, float] = {}  # pid -> CPU seconds at the previous call
         self._wait: dict[int, tuple[float, float, float]] = {}  # pid -> (when, CPU, run queue)
         self._last: float | None = None
@@ -191,11 +193,11 @@ class UtilizationSampler(WorkerPlugin):
                         samples = cpu_sample(meter, slots, nthreads)
                     if samples is None:
                         continue
-                    emit(self.topic, [{
-                        "k": "util", "worker": worker.address,
-                        "util": [u for u, _ in samples], "mem": [m for _, m in samples],
-                        "demand": [] if self.gpus else list(meter.demand),
-                    }])
+                    emit(self.topic, [encode(Utilization(
+                        worker=worker.address,
+                        util=[u for u, _ in samples], mem=[m for _, m in samples],
+                        demand=[] if self.gpus else list(meter.demand),
+                    ))])
                 except Exception:  # a sample lost is not worth a dead worker
                     continue
 

@@ -113,7 +113,7 @@ class Inventory:
 
     def adopt(self, info: dict[str, dict[str, Any]]) -> bool:
         """Rebuild the slots from ``address -> probe`` of every current worker."""
-        from nbtune.runtimes.dask.sampling import cpu_slots
+        from nbtune.runtimes.dask.worker_side.sampling import cpu_slots
 
         slots: dict[int, Slot] = {}
         for addr, w in sorted(info.items(), key=lambda kv: (kv[1]["host"], kv[1]["name"])):
@@ -238,14 +238,14 @@ def connect(
     from distributed import Client
 
     if cluster is None:
-        from nbtune.runtimes.dask.main_guard import check_main_guard
+        from nbtune.runtimes.dask.driver_side.main_guard import check_main_guard
 
         check_main_guard()  # workers re-import the script: an unguarded call would recurse
         with sigint_ignored():
             made = _local_cluster(gpus, n_workers, threads_per_worker, host,
                                   dashboard_address, memory_limit, plugins)
         client = Client(made, set_as_default=False)
-        from nbtune.runtimes.dask.plugin import IgnoreInterrupts
+        from nbtune.runtimes.dask.worker_side.plugin import IgnoreInterrupts
 
         client.register_plugin(IgnoreInterrupts())  # workers a nanny restarts later
         return client, made, True

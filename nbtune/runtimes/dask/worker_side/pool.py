@@ -3,7 +3,7 @@
 A launch takes an idle process instead of paying interpreter start-up and
 ``import torch`` (seconds) per trial; on CPU a process that ended a trial
 cleanly serves the next one (:meth:`WarmPool.give_back`).
-:class:`~nbtune.runtimes.dask.plugin.WarmPoolPlugin` sets the pool up on every worker, present and
+:class:`~nbtune.runtimes.dask.worker_side.plugin.WarmPoolPlugin` sets the pool up on every worker, present and
 future, and installs nbtune's handlers there (:mod:`.handlers`).
 """
 
@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from nbtune.runtimes.dask.protocol import Import, Ready, encode, kind_of
+
 if TYPE_CHECKING:
-    from nbtune.runtimes.dask.forkserver import ForkedProcess
+    from nbtune.runtimes.dask.forkserver_side.forkserver import ForkedProcess
 
 __all__ = ["WarmPool", "get_pool", "wait_pool_ready", "pool_imports", "pool_ready_times"]
 
@@ -43,7 +45,7 @@ class _Child:
     proc: subprocess.Popen[bytes] | ForkedProcess
     conn: Connection
     ready: bool = False  # said "ready": its preload imports are done
-    #: the GPU and MPS share its CUDA context is bound to (``_child.cuda_key``); None: no
+    #: the GPU and MPS share its CUDA context is bound to (``trial_process.cuda_key``); None: no
     #: context yet, so it fits any trial
     cuda: str | None = None
 
@@ -57,7 +59,7 @@ class _Child:
         """Read the process's "ready" (only while no trial owns it: one reader per pipe)."""
         with contextlib.suppress(EOFError, OSError):
             while not self.ready and self.conn.poll(max(timeout, 0.0)):
-                self.ready = self.conn.recv().get("k") == "ready"
+                self.ready = kind_of(self.conn.recv()) is Ready
         return self.ready
 
     def kill(self) -> None:
@@ -100,7 +102,7 @@ class WarmPool:
         imports = list(self.imports) if imports is None else imports
         ours, theirs = Pipe(duplex=True)
         if self.fork_server:
-            from nbtune.runtimes.dask.forkserver import fork_client
+            from nbtune.runtimes.dask.forkserver_side.forkserver import fork_client
 
             try:
                 proc = fork_client(self.fork_server).spawn(theirs.fileno(), imports,
@@ -118,7 +120,7 @@ class WarmPool:
         root = str(Path(__file__).resolve().parents[3])  # the directory holding `nbtune`
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "nbtune.runtimes.dask._child", str(theirs.fileno()),
+            [sys.executable, "-m", "nbtune.runtimes.dask.trial_side.trial_process", str(theirs.fileno()),
              ",".join(self.preload), ",".join(imports)],
             pass_fds=(theirs.fileno(),), env=env,
             # its own session: a kernel interrupt (SIGINT to the kernel's process group)
@@ -210,7 +212,7 @@ class WarmPool:
             self.imports.extend(new)
             idle = [*self._idle, *self._held]
         if new and self.fork_server:
-            from nbtune.runtimes.dask.forkserver import send_imports
+            from nbtune.runtimes.dask.forkserver_side.forkserver import send_imports
 
             send_imports(self.fork_server, new)  # processes forked later are born with them
         if new:
@@ -223,7 +225,7 @@ class WarmPool:
     def take_idle(self, refill: bool = True, cuda: str | None = None) -> _Child | None:
         """An idle live process now, or None (never waits, never spawns: safe on an event loop).
 
-        ``cuda``: the trial's GPU and MPS share (``_child.cuda_key``); only a process with
+        ``cuda``: the trial's GPU and MPS share (``trial_process.cuda_key``); only a process with
         no CUDA context or one made for them is taken."""
         with self._lock:
             c = self._pop_live(cuda)
@@ -331,7 +333,7 @@ class WarmPool:
 def _send_imports(child: _Child, modules: list[str]) -> None:
     """Tell a process that has no job yet to import ``modules`` (after its preload)."""
     with contextlib.suppress(OSError, ValueError):
-        child.conn.send({"k": "import", "modules": modules})
+        child.conn.send(encode(Import(modules=modules)))
 
 
 def get_pool(size: int | None = None, preload: tuple[str, ...] | None = None,

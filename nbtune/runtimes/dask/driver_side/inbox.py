@@ -25,11 +25,11 @@ import queue
 from typing import TYPE_CHECKING, Any
 
 from nbtune.core import events as ev
-from nbtune.runtimes.dask.membership import ITEMS, Membership, scheduler_item
+from nbtune.runtimes.dask.driver_side.membership import ITEMS, Membership, scheduler_item
 
 if TYPE_CHECKING:
-    from nbtune.runtimes.dask.driver import RunDriver
-    from nbtune.runtimes.dask.runs import WallClock
+    from nbtune.runtimes.dask.driver_side.driver import RunDriver
+    from nbtune.runtimes.dask.driver_side.runs import WallClock
 
 __all__ = ["Inbox", "route", "route_batch"]
 
