@@ -70,3 +70,17 @@ def test_an_experiment_reaches_the_notebook_ui_without_the_facade_importing_it()
          "from nbtune.core.frontend import frontend\n"
          "assert type(frontend()).__name__ == '_NotebookUI'\n"
          "assert e._front() is frontend()\n")
+
+
+def test_the_trial_side_imports_no_dask_pandas_or_engine():
+    # every warm trial process (and the fork server, before it forks them) imports the trial
+    # entry point and the Trial API: distributed, dask, pandas or the engine there would
+    # cost every process their import on a machine's few cores
+    _run("import sys\n"
+         "import nbtune.runtimes.dask.trial_side.trial_process\n"
+         "import nbtune.runtimes.dask.trial_side.trial_api\n"
+         "import nbtune.runtimes.dask.trial_side.fused_child\n"
+         "import nbtune.runtimes.dask.protocol\n"
+         "heavy = {'distributed', 'dask', 'pandas', 'nbtune.engine.engine', 'nbtune.api',\n"
+         "         'nbtune.runtimes.dask.driver_side', 'nbtune.runtimes.dask.worker_side'}\n"
+         "assert not heavy & set(sys.modules), heavy & set(sys.modules)\n")

@@ -57,16 +57,7 @@ from nbtune.bubbles.timeline import Interval, now
 from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import GPU, ClusterSpec
-from nbtune.runtimes.dask.protocol import (
-    Exit,
-    Job,
-    Quit,
-    Recomputed,
-    Report,
-    Started,
-    StopRequest,
-    TrialMessage,
-)
+from nbtune.runtimes.dask import protocol as msg
 from nbtune.runtimes.profiler import attach_profiler
 
 if TYPE_CHECKING:
@@ -93,7 +84,7 @@ class GuestRecord:
         self.cancelled: str | None = None
         self.reports: list[tuple[float, dict[str, Any]]] = []
         self.intervals: list[Interval] = []  # ("run"/"free", start, end) on now()'s clock
-        self.exit: Exit | None = None
+        self.exit: msg.Exit | None = None
         self.sampled = False
 
 
@@ -238,15 +229,15 @@ class BubbleRuntime:
                 while not self._events.empty():
                     events.append(self._events.get())
                 try:
-                    msg = self.host.early.pop(0) if self.host.early else self.out.get(timeout=0.05)
+                    item = self.host.early.pop(0) if self.host.early else self.out.get(timeout=0.05)
                 except queue.Empty:
-                    msg = None
+                    item = None
                 republish = False
-                if msg is not None:
-                    if self.host.take(msg):
-                        republish = msg[0] == "iter" and msg[1] == self.spec.stages - 1
-                    elif msg[0] == "trial":
-                        events += self._on_trial(self.guests[msg[1]][msg[2]], msg[3], msg[4])
+                if item is not None:
+                    if self.host.take(item):
+                        republish = item[0] == "iter" and item[1] == self.spec.stages - 1
+                    elif item[0] == "trial":
+                        events += self._on_trial(self.guests[item[1]][item[2]], item[3], item[4])
                 events += self._reap()
                 if self._done.is_set():
                     continue
@@ -259,9 +250,9 @@ class BubbleRuntime:
             self._done.set()
         finally:
             for rec in list(self.on_stage.values()):  # a stop first: it leaves the gate cleanly
-                rec.control.put(StopRequest(reason="stop"))
+                rec.control.put(msg.StopRequest(reason="stop"))
             for _, inbox in self.workers.values():
-                inbox.put(Quit())
+                inbox.put(msg.Quit())
             for proc, _ in self.workers.values():
                 proc.join(5.0)
                 if proc.is_alive():
@@ -269,14 +260,14 @@ class BubbleRuntime:
             self.host.close()
             self._over.set()
 
-    def _on_trial(self, rec: GuestRecord, m: TrialMessage, extra: Any) -> list[ev.Event]:
+    def _on_trial(self, rec: GuestRecord, m: msg.TrialMessage, extra: Any) -> list[ev.Event]:
         """Events for what a guest said; ``extra`` is a report's peak memory, an exit's
         :class:`~nbtune.bubbles.guest_trial.GuestEnd`."""
         tid = rec.launch.trial_id
         t = float(m.t or 0.0) - self._clock.origin
-        if isinstance(m, Started):
+        if isinstance(m, msg.Started):
             return [] if rec.cancelled else [ev.TrialStarted(t, tid)]
-        if isinstance(m, Report):
+        if isinstance(m, msg.Report):
             rec.reports.append((float(m.step), dict(m.metrics)))
             if rec.cancelled:
                 return []
@@ -285,9 +276,9 @@ class BubbleRuntime:
                 rec.sampled = True
                 out.insert(0, ev.TrialSampled(t, tid, 1.0, float(extra) / GB))
             return out
-        if isinstance(m, Recomputed):
+        if isinstance(m, msg.Recomputed):
             return [ev.TrialRecomputed(t, tid, float(m.step))]
-        if isinstance(m, Exit):
+        if isinstance(m, msg.Exit):
             rec.exit, rec.intervals = m, list(extra.intervals if extra is not None else ())
             self._vacate(rec)
             if rec.cancelled:
@@ -306,7 +297,7 @@ class BubbleRuntime:
         out: list[ev.Event] = []
         for rec in list(self.on_stage.values()):
             if rec.exit is None and not rec.proc.is_alive() and self.out.empty():
-                rec.exit = Exit(ok=False)
+                rec.exit = msg.Exit(ok=False)
                 self._spawn_worker(rec.stage)
                 self._vacate(rec)
                 if not rec.cancelled:
@@ -324,7 +315,7 @@ class BubbleRuntime:
                 if recs and recs[-1].exit is None and recs[-1].cancelled is None:
                     rec = recs[-1]
                     rec.cancelled = type(c).__name__.lower()
-                    rec.control.put(StopRequest(reason=rec.cancelled))
+                    rec.control.put(msg.StopRequest(reason=rec.cancelled))
                 if isinstance(c, Resize):
                     raise RuntimeError("BubbleRuntime does not resize trials: use allocator='bubbles'")
             elif isinstance(c, Finish):
@@ -352,7 +343,7 @@ class BubbleRuntime:
         rec = GuestRecord(c, stage, proc, inbox)
         self.guests.setdefault(c.trial_id, []).append(rec)
         self.on_stage[stage] = rec
-        inbox.put(Job(spec=job))
+        inbox.put(msg.Job(spec=job))
 
     def _vacate(self, rec: GuestRecord) -> None:
         if self.on_stage.get(rec.stage) is rec:
@@ -365,6 +356,6 @@ class BubbleRuntime:
         self._done.set()
         for rec in list(self.on_stage.values()):
             with contextlib.suppress(Exception):
-                rec.control.put(StopRequest(reason="stop"))
+                rec.control.put(msg.StopRequest(reason="stop"))
         self._over.wait(self.spec.timeout)
         self._tmp.cleanup()

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from nbtune.core.resources import ClusterSpec, Placement
 from nbtune.core.trial import TrialRecord
 
-__all__ = ["ClusterHolder", "EngineView", "RuntimeView", "RecorderHandle", "ExperimentView"]
+__all__ = ["ClusterHolder", "Judged", "EngineView", "RuntimeView", "RecorderHandle", "ExperimentView"]
 
 
 class ClusterHolder(Protocol):
@@ -27,7 +27,21 @@ class ClusterHolder(Protocol):
     def cluster(self) -> ClusterSpec | None: ...
 
 
-class EngineView(Protocol):
+class Judged(Protocol):
+    """What the engine and the experiment both say of a run: the metric it is judged on,
+    which way is better, and whether it has ended."""
+
+    @property
+    def metric(self) -> str: ...
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def done(self) -> bool: ...
+
+
+class EngineView(Judged, Protocol):
     """The engine as its readers see it: the trials, who runs where, the metric, the clock.
 
     ``algorithm`` is the tuning algorithm (read for its ``name``, ``space`` and
@@ -40,15 +54,6 @@ class EngineView(Protocol):
 
     @property
     def running(self) -> Mapping[int, Placement]: ...
-
-    @property
-    def metric(self) -> str: ...
-
-    @property
-    def mode(self) -> str: ...
-
-    @property
-    def done(self) -> bool: ...
 
     @property
     def time(self) -> float: ...
@@ -86,7 +91,7 @@ class RecorderHandle(Protocol):
     def abandon(self) -> None: ...
 
 
-class ExperimentView(Protocol):
+class ExperimentView(Judged, Protocol):
     """The user's handle on a run, read-only: its name, state, engine and results.
 
     ``learning_curves()`` and ``allocations()`` return data frames (pandas, which
@@ -98,15 +103,6 @@ class ExperimentView(Protocol):
 
     @property
     def state(self) -> str: ...
-
-    @property
-    def metric(self) -> str: ...
-
-    @property
-    def mode(self) -> str: ...
-
-    @property
-    def done(self) -> bool: ...
 
     @property
     def engine(self) -> EngineView: ...

@@ -31,19 +31,9 @@ from typing import TYPE_CHECKING
 from nbtune.core import events as ev
 from nbtune.core.commands import Command, Launch, Pause, Stop
 from nbtune.core.trial import TrialState
+from nbtune.runtimes.dask import protocol as msg
 from nbtune.runtimes.dask.driver_side.jobs import restore_point
 from nbtune.runtimes.dask.driver_side.runs import EPS, Run
-from nbtune.runtimes.dask.protocol import (
-    Checkpointed,
-    Exit,
-    Kill,
-    Message,
-    Recomputed,
-    Report,
-    Started,
-    StopRequest,
-    TrialMessage,
-)
 
 if TYPE_CHECKING:
     from nbtune.runtimes.dask.driver_side.driver import RunDriver
@@ -107,7 +97,7 @@ class FusedUnits:
         m = members[c.trial_id]
         if m.cancelled is None and run.cancelled is None:
             m.cancelled = "pause" if isinstance(c, Pause) else "stop"
-            self.driver.signal(run, StopRequest(reason=m.cancelled, member=c.trial_id))
+            self.driver.signal(run, msg.StopRequest(reason=m.cancelled, member=c.trial_id))
             if all(x.cancelled is not None for x in members.values()):
                 run.cancelled = m.cancelled  # nothing it does later counts
         return True
@@ -173,17 +163,17 @@ class FusedUnits:
             self.live[c.trial_id] = run.run_id
 
     # ------------------------------------------------------------ messages
-    def on_msg(self, m: Message, now: float) -> list[ev.Event] | None:
+    def on_msg(self, m: msg.Message, now: float) -> list[ev.Event] | None:
         """Events for a message of a fused run; None for any other message."""
-        if not isinstance(m, TrialMessage) or m.run is None:
+        if not isinstance(m, msg.TrialMessage) or m.run is None:
             return None
         unit = self.units.get(int(m.run))
         if unit is None:
             return None
         run = self.driver.by_id[int(m.run)]
-        if isinstance(m, Exit):
+        if isinstance(m, msg.Exit):
             return self.driver.rank_exited(run, int(m.rank or 0), m, now)
-        if isinstance(m, Started):
+        if isinstance(m, msg.Started):
             if int(m.rank or 0) == 0 and not run.started:
                 run.started = True
                 return [ev.TrialStarted(now, t) for t, x in unit.members.items()
@@ -192,19 +182,19 @@ class FusedUnits:
         member = unit.members.get(int(m.member if m.member is not None else -1))
         if member is None:
             return []
-        if isinstance(m, Checkpointed):  # filed under the member's own trial id
+        if isinstance(m, msg.Checkpointed):  # filed under the member's own trial id
             return self.driver.on_checkpoint(dataclasses.replace(m, trial=member.trial_id))
         # the unit's peak memory so far rides on a report (fusion=True sizes units by it)
         mem = ([ev.UnitMemoryMeasured(now, unit.unit, int(m.mem))]
-               if isinstance(m, Report) and m.mem is not None else [])
+               if isinstance(m, msg.Report) and m.mem is not None else [])
         if member.cancelled is not None:
             return mem  # told to leave: later progress is not counted
-        if isinstance(m, Report):
+        if isinstance(m, msg.Report):
             member.last_step = max(member.last_step, float(m.step))
             run.last_step = max(run.last_step, member.last_step)
             return [*mem, ev.TrialReported(now, member.trial_id, float(m.step),
                                            dict(m.metrics))]
-        if isinstance(m, Recomputed):
+        if isinstance(m, msg.Recomputed):
             return [ev.TrialRecomputed(now, member.trial_id, float(m.step))]
         return []
 
@@ -226,7 +216,7 @@ class FusedUnits:
             out = [ev.TrialFailed(now, tid, worker_lost=True, error=error)
                    for tid in self._still_running(unit)]
         run.cancelled = "killed" if finishing else "lost"
-        self.driver.signal(run, Kill(reason=error))
+        self.driver.signal(run, msg.Kill(reason=error))
         for r in run.ranks:
             r.exited = True
         return out + self.driver.finalize(run, now)
