@@ -115,7 +115,8 @@ class AnalysisFigures:
         self.slice_srcs: dict[str, ColumnDataSource] = {}
         plots = []
         for k, d in self.space.items():
-            src = ColumnDataSource(arrays({"x": [], "value": [], "budget": [], "trial": []}))
+            src = ColumnDataSource(arrays({"x": [], "value": [], "budget": [], "trial": []}),
+                                   name=f"analysis-slice-{k}")
             self.slice_srcs[k] = src
             cat = isinstance(d, Choice)
             ranged = {"x_range": FactorRange(*[str(o) for o in d.options])} if cat else {}

@@ -187,6 +187,14 @@ def check_analysis(doc: dict[str, Any], truth: dict[str, Any]) -> list[str]:
     elif not all(_close(a, b) for a, b in zip(p.get("ys", []), want["parallel"]["ys"],
                                               strict=True)):
         problems.append("parallel coordinates: a line's values differ from the trial's")
+    for k, want_slice in want.get("slices", {}).items():  # the metric against each one
+        sl = got.get(f"slice-{k}", {})
+        pairs = sorted(zip((int(t) for t in sl.get("trial", [])), sl.get("value", []),
+                           strict=False))
+        if [t for t, _ in pairs] != sorted(want_slice["trial"]) or not _close(
+                [v for _, v in pairs], [want_slice["value"][want_slice["trial"].index(t)]
+                                        for t, _ in pairs]):
+            problems.append(f"slice {k}: {pairs} != {want_slice}")
     imp = got.get("importance", {})
     shown = dict(zip(imp.get("name", []), imp.get("importance", []), strict=False))
     if set(shown) != set(want["importance"]) or not _close(

@@ -11,7 +11,8 @@ one labelled lane per worker, and no "inconsistent lengths" warning in the
 console; and the analysis views against what the kernel computes from
 ``exp.results()`` and ``exp.learning_curves()`` at the default budget: one history point
 per trial that reached it with the running best, one parallel-coordinates line per trial
-with its values on every axis, the importance bars. With ``NBTUNE_DOCS_SCREENSHOTS=1`` it saves the screenshots that
+with its values on every axis, the importance bars, one slice point per trial and
+hyperparameter. With ``NBTUNE_DOCS_SCREENSHOTS=1`` it saves the screenshots that
 ``docs/notebook.rst`` shows under ``docs/_static/``.
 """
 
@@ -77,7 +78,9 @@ analysis = {"budget": f"{b:g}",
             "history": {"trial": list(h.trial_id), "value": list(h.value), "best": list(h.best)},
             "parallel": {"trial": pc["trial_id"], "ys": [[0.5 if pc[f"{k}/unit"][i] is None
                           else pc[f"{k}/unit"][i] for k in axes] for i in range(len(pc["trial_id"]))]},
-            "importance": an.importance(table, space, budget=b) or {}}
+            "importance": an.importance(table, space, budget=b) or {},
+            "slices": {k: {"trial": v["trial_id"], "value": v["value"]}
+                       for k, v in an.slices(table, space, budget=b).items()}}
 json.dump({"states": {int(t): s for t, s in zip(r["trial_id"], r["state"])},
            "best": int(exp.best["trial_id"]), "workers": 2, "dask": rt.dashboard_link,
            "analysis": analysis}, open("truth.json", "w"))"""
