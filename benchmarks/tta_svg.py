@@ -64,7 +64,7 @@ def svg(curves: dict[str, list[list[float]]], title: str) -> str:
         colour = COLOURS.get(name, "#7f7f7f")
         out.append(f'<polyline data-system="{name}" fill="none" stroke="{colour}" '
                    f'stroke-width="2" points="{" ".join(path)}"/>')
-        ly = PAD + 16 * k
+        ly = H - PAD - 12 - 16 * (len(curves) - 1 - k)  # bottom right, below the curves
         out.append(f'<line x1="{W - PAD - 130}" y1="{ly}" x2="{W - PAD - 110}" y2="{ly}" '
                    f'stroke="{colour}" stroke-width="2"/>')
         out.append(f'<text x="{W - PAD - 104}" y="{ly + 4}">{LABELS.get(name, name)}</text>')
