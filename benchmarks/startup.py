@@ -1,10 +1,11 @@
 """Where a cold ``nbtune.tune(...)`` spends its time before the first trial reports.
 
-A fresh Python process imports nbtune and runs ``vs_peers``' training function
-(a small CNN on scikit-learn's digits) with ``runtime="auto"`` defaults, twice:
-*cold* (the local Dask cluster and its warm trial processes start inside the
-call, as in a new notebook) and *warm* (a second experiment in the same
-process: the cluster and warm processes are kept). Printed phases, in seconds:
+A fresh Python process imports torch and nbtune (a notebook kernel that has imported
+torch) and runs ``vs_peers``' training function (a small CNN on scikit-learn's digits)
+with ``runtime="auto"`` defaults, twice: *cold* (the local Dask cluster and its warm
+trial processes start after the call, as in a new notebook; the kernel slot trains
+meanwhile) and *warm* (a second experiment in the same process: the cluster and warm
+processes are kept). Printed phases, in seconds:
 
 * ``cluster``: the LocalCluster and its worker processes up, a client connected;
 * ``workers``, ``plugins``: :func:`nbtune.runtimes.dask.driver_side.worker_setup.prepare_workers`
@@ -18,11 +19,13 @@ process: the cluster and warm processes are kept). Printed phases, in seconds:
 * ``first_launch`` / ``first_report``: from the ``tune()`` call to the first
   training function entered / to its first ``report`` (the clocks are the
   same machine's), and ``first_epoch``: that first report minus its entry
-  (imports and the data set loaded on first use land there).
+  (imports and the data set loaded on first use land there); ``first_in_kernel``:
+  whether that first report came from the calling process (the kernel slot).
 
-Goal: start-up (cluster + warm processes: ``startup``) <= 3 s cold,
-and 0 s for the second experiment (its ``tune()`` call; <= 0.25 s accepted as 0).
-``first_report`` is what a user sees; it is printed next to the goal, not in it.
+Goal (what a person sees): cold, the first trial reports within 2 s of the ``tune()``
+call and ``tune()`` returns at once (<= 0.25 s accepted as at once); warm, ``tune()``
+returns at once too. ``startup`` (cluster + warm processes) is reported, not a goal:
+the first trials no longer wait for it.
 ``import_floor``, timed in a fresh interpreter just before the cold run, is what
 the fork server imports before any warm process exists (torch, ``torch._dynamo``,
 pandas): on a drifting machine ``over_floor`` (startup minus it) is nbtune's own part.
@@ -52,7 +55,7 @@ EPOCHS = 3
 # what this benchmark measures: summary.py marks its figure stale when these change
 MEASURES = ("nbtune/runtimes/dask/", "nbtune/__init__.py", "nbtune/api.py", "nbtune/build/")
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
-KEY_FIGURES = ("cold/startup", "warm/tune")  # the figures summary.py shows (paths into figures)
+KEY_FIGURES = ("cold/first_report", "cold/tune", "warm/tune")  # the figures summary.py shows (paths into figures)
 
 
 def train(config: dict[str, Any], trial: Any) -> None:
@@ -103,8 +106,14 @@ def one(kind: str, space: dict[str, Any]) -> dict[str, float]:
 
     # worker -> when its processes said ready (versions without it waited inside tune())
     times = getattr(pool, "pool_ready_times", None)
-    ready = shared_runtime().client.run(times) if times else {}
+    rt = shared_runtime()
+    end = time.monotonic() + 120
+    while rt.client is None and time.monotonic() < end:  # the kernel slot may finish first
+        time.sleep(0.05)
+    ready = rt.client.run(times) if times and rt.client is not None else {}
     warm_ready = max(max((min(ts) for ts in ready.values() if ts), default=t0) - t0, 0.0)
+    if not ready and kind == "cold":
+        warm_ready = float("nan")  # the run ended before the cluster was up
     with open(LOG) as f:
         rows = [json.loads(ln) for ln in f]
     first = min(rows, key=lambda r: r["report"])
@@ -114,6 +123,7 @@ def one(kind: str, space: dict[str, Any]) -> dict[str, float]:
            "tune": t1 - t0, "warm_ready": warm_ready, "startup": max(t1 - t0, warm_ready),
            "first_launch": min(r["enter"] for r in rows) - t0,
            "first_report": first["report"] - t0, "first_epoch": first["report"] - first["enter"],
+           "first_in_kernel": float(first["pid"] == os.getpid()),
            "run": done - t0, "errors": sum(t.state.value == "error"
                                            for t in exp.engine.trials.values())}
     print(f"{kind:>5}: " + ", ".join(f"{k} {v:.2f}" for k, v in out.items()), flush=True)
@@ -137,6 +147,9 @@ def import_floor() -> float:
 
 def main() -> None:
     floor = import_floor()  # the machine's speed now, just before the cold run
+    import torch  # the kernel has imported torch (the issue's starting point)
+
+    _ = torch
     t = time.perf_counter()
     import nbtune
     from nbtune import choice, loguniform, tune, uniform
@@ -159,8 +172,9 @@ def main() -> None:
     shared_runtime().close()
     os.remove(LOG)
     _ = nbtune
-    goal = {"cold_startup_s": 3.0, "warm_startup_s": 0.25}
-    met = cold["startup"] <= goal["cold_startup_s"] and warm["tune"] <= goal["warm_startup_s"]
+    goal = {"cold_first_report_s": 2.0, "cold_tune_s": 0.25, "warm_tune_s": 0.25}
+    met = (cold["first_report"] <= goal["cold_first_report_s"]
+           and cold["tune"] <= goal["cold_tune_s"] and warm["tune"] <= goal["warm_tune_s"])
     record({"name": "startup", "figures": {
         "import_s": imported, "cold": cold, "warm": warm, "load_avg": os.getloadavg()[0]},
         "goal": goal, "met": bool(met)})

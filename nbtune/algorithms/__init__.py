@@ -22,6 +22,7 @@ from nbtune.algorithms.successive_halving import SuccessiveHalving
 
 __all__ = [
     "ALGORITHMS",
+    "effective_algorithm_options",
     "ASHA",
     "AlgorithmError",
     "BOHB",
@@ -77,6 +78,16 @@ def algorithm_options(cls: type[BaseAlgorithm]) -> list[str]:
         if not more:
             break
     return sorted(n for n in names if n not in _COMMON)
+
+
+def effective_algorithm_options(algorithm: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` plus what ``algorithm`` took by default where a later default may differ
+    (ASHA's ``stop_rule``), so that a run rebuilt from them decides as this one did."""
+    out = dict(options)
+    rule = getattr(getattr(algorithm, "inner", algorithm), "stop_rule", None)
+    if rule is not None:
+        out.setdefault("stop_rule", rule)
+    return out
 
 
 def make_algorithm(

@@ -264,7 +264,7 @@ def build_run(spec: RunSpec) -> Experiment:
     recipe = None
     if (isinstance(search.algorithm, str | type) and search.scaling is None
             and res.plan is None and not width):
-        from nbtune.store.registration import effective_algorithm_options
+        from nbtune.algorithms import effective_algorithm_options
 
         recipe = Recipe(search.algorithm,
                         effective_algorithm_options(engine.algorithm, search.algorithm_options),

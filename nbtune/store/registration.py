@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from nbtune.algorithms import effective_algorithm_options
 from nbtune.engine.engine import Engine
 from nbtune.store.recorder import Recorder
 from nbtune.store.serialize import SerializationError, dump_space, import_ref, to_jsonable
 from nbtune.store.store import Store
 
-__all__ = ["start_recording", "runtime_checkpoints", "trainable_ref", "effective_algorithm_options"]
+__all__ = ["start_recording", "runtime_checkpoints", "trainable_ref"]
 
 _COMMON = ("space", "metric", "mode", "max_budget", "min_budget", "num_trials", "seed")
 
@@ -33,16 +34,6 @@ def _describe(spec: Any, options: Mapping[str, Any] | None) -> tuple[str, Any]:
         return name, to_jsonable(dict(options or {}))
     except SerializationError:
         return name, None
-
-
-def effective_algorithm_options(algorithm: Any, options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` plus what ``algorithm`` took by default where a later default may differ
-    (ASHA's ``stop_rule``), so that a run rebuilt from them decides as this one did."""
-    out = dict(options)
-    rule = getattr(getattr(algorithm, "inner", algorithm), "stop_rule", None)
-    if rule is not None:
-        out.setdefault("stop_rule", rule)
-    return out
 
 
 def trainable_ref(trainable: Any) -> str | None:

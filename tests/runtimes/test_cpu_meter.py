@@ -13,7 +13,7 @@ import time
 
 import psutil
 
-from nbtune.runtimes.dask.worker_side.sampling import _CpuMeter
+from nbtune.runtimes.dask.worker_side.cpu_meter import CpuMeter
 from tests.runtimes.cpu_bracket import around, ready, share_bounds, tree_cpu, until_cpu
 
 BUSY = ("import time\nprint('ready', flush=True)\n"
@@ -35,7 +35,7 @@ def test_a_busy_trial_process_reads_busy_from_its_first_interval_and_an_idle_one
     busy, idle, parent = procs
     try:
         active = [(0, busy.pid), (1, idle.pid), (2, parent.pid)]
-        meter = _CpuMeter(lambda: active)
+        meter = CpuMeter(lambda: active)
 
         def cpu():
             return {p.pid: tree_cpu(p.pid) for p in procs}
@@ -75,7 +75,7 @@ def test_demand_reads_a_cpu_bound_trial_whole_however_little_cpu_it_gets():
     procs = [spawn(pin + BUSY) for _ in range(3)] + [spawn(IDLE)]
     try:
         active = [(i, p.pid) for i, p in enumerate(procs)]
-        meter = _CpuMeter(lambda: active)
+        meter = CpuMeter(lambda: active)
 
         def cpu():
             return {p.pid: tree_cpu(p.pid) for p in procs}

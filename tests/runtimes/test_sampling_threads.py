@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from nbtune.runtimes.dask.worker_side.sampling import _CpuMeter, thread_times
+from nbtune.runtimes.dask.worker_side.cpu_meter import CpuMeter, thread_times
 from tests.runtimes.cpu_bracket import around, share_bounds, until_cpu
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="schedstat: Linux")
@@ -33,7 +33,7 @@ def test_a_spinning_thread_fills_its_slot_and_an_idle_one_does_not():
     try:
         while len(ids) < 2:
             time.sleep(0.01)
-        meter = _CpuMeter(active=lambda: [], threads=lambda: [(0, ids["spin"]), (1, ids["idle"])])
+        meter = CpuMeter(active=lambda: [], threads=lambda: [(0, ids["spin"]), (1, ids["idle"])])
 
         def cpu():
             return {k: thread_times(tid)[0] for k, tid in ids.items()}

@@ -92,6 +92,16 @@ class Inventory:
         self._ids: dict[tuple[str, int], int] = {}
         self.slots: dict[int, Slot] = {}
         self.workers: dict[str, dict[str, Any]] = {}
+        #: workers that are not Dask's (the kernel slot, .kernel_slot): no probe finds them,
+        #: every rebuild keeps them
+        self.local: dict[str, dict[str, Any]] = {}
+
+    def set_local(self, local: dict[str, dict[str, Any]]) -> bool:
+        """The workers that are not Dask's (``address -> probe``), kept through every refresh;
+        those given before and not now leave."""
+        dask = {a: w for a, w in self.workers.items() if a not in self.local}
+        self.local = dict(local)
+        return self.adopt({**dask, **self.local})
 
     def refresh(self, client: Any, workers: list[str] | None = None) -> bool:
         """Probe all workers (or just the named new ones); True if the set of GPUs changed.
@@ -103,7 +113,7 @@ class Inventory:
         info = client.run(probe_worker, self.gpus, workers=workers, on_error="ignore")
         info = {a: w for a, w in info.items() if isinstance(w, dict)}
         if workers is None:
-            return self.adopt(info)
+            return self.adopt({**self.local, **info})
         return self.adopt({**self.workers, **info})
 
     def add(self, info: dict[str, Any]) -> bool:
@@ -113,7 +123,7 @@ class Inventory:
 
     def adopt(self, info: dict[str, dict[str, Any]]) -> bool:
         """Rebuild the slots from ``address -> probe`` of every current worker."""
-        from nbtune.runtimes.dask.worker_side.sampling import cpu_slots
+        from nbtune.runtimes.dask.worker_side.cpu_meter import cpu_slots
 
         slots: dict[int, Slot] = {}
         for addr, w in sorted(info.items(), key=lambda kv: (kv[1]["host"], kv[1]["name"])):
@@ -140,7 +150,7 @@ class Inventory:
 
     def drop_worker(self, address: str) -> bool:
         """Forget a worker the scheduler removed; True if it held GPUs."""
-        if address not in self.workers:
+        if address not in self.workers or address in self.local:
             return False
         before = set(self.slots)
         self.adopt({a: w for a, w in self.workers.items() if a != address})

@@ -77,7 +77,10 @@ class DaskTrialOptions(_Keywords):
     (seconds) fail a trial past them; ``shutdown_grace``: seconds the runs get to end
     after the experiment finishes; ``checkpoint_dir`` (default: a new temporary
     directory); ``sample_interval``: seconds between utilization samples;
-    ``profiler``: measures what the allocators' models need (``nbtune.runtimes.profiler``).
+    ``profiler``: measures what the allocators' models need (``nbtune.runtimes.profiler``);
+    ``kernel_slot``: on a local CPU cluster the runtime starts, the calling process is one
+    of the workers and runs trials in threads from the first moment, while the others start
+    (``runtime="auto"`` turns it on).
     """
 
     execution: str = "auto"
@@ -90,3 +93,4 @@ class DaskTrialOptions(_Keywords):
     checkpoint_dir: str | Path | None = None
     sample_interval: float = 1.0
     profiler: Any = None
+    kernel_slot: bool = False

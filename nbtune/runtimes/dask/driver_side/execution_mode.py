@@ -155,7 +155,11 @@ def for_experiment(runtime: Any) -> ExecutionChoice:
         # measured once this experiment has ended, on a worker it left idle, for the next
         # experiment on this runtime: before the first trials it would delay start-up (it
         # needs an idle warm process), and beside them it would take theirs
-        worker = min(s.worker for s in runtime.inventory.slots.values())
+        dask = [s.worker for s in runtime.inventory.slots.values()
+                if s.worker not in runtime.inventory.local]  # not the kernel slot
+        if not dask:
+            return ExecutionChoice("auto", runtime.process_overhead)
+        worker = min(dask)
         threading.Thread(target=_measure_after, args=(runtime, runtime.ended, worker),
                          daemon=True, name="nbtune-overhead").start()
     return ExecutionChoice("auto", runtime.process_overhead)

@@ -34,18 +34,21 @@ if TYPE_CHECKING:
 __all__ = ["Inbox", "route", "route_batch"]
 
 
-def route(kind: str, payload: Any, members: Membership, driver: RunDriver,
+def route(kind: str, payload: Any, members: Membership | None, driver: RunDriver,
           now: float) -> list[ev.Event]:
     """Engine events for one inbox item: a person's as it is, else membership's or the
-    driver's, stamped ``now``."""
+    driver's, stamped ``now`` (no membership yet: the cluster is still starting, and
+    nothing has said anything of its workers)."""
     if kind == "event":
         return [payload]
     if kind in ITEMS:
+        if members is None:
+            return []
         return members.on(kind, payload, now, finishing=driver.finishing)
     return driver.translate(kind, payload, now)
 
 
-def route_batch(items: list[tuple[str, Any]], members: Membership, driver: RunDriver,
+def route_batch(items: list[tuple[str, Any]], members: Membership | None, driver: RunDriver,
                 clock: WallClock) -> list[ev.Event]:
     """Engine events for one batch of inbox items, in order, all stamped with one reading
     of ``clock`` (the moment the engine learns of them)."""

@@ -20,7 +20,10 @@ import logging
 import pickle
 import queue
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nbtune.runtimes.dask.driver_side.kernel_slot import KernelSlot
 
 __all__ = ["WorkerLinks", "LinkError", "LaunchError"]
 
@@ -39,10 +42,13 @@ class LaunchError(RuntimeError):
 class WorkerLinks:
     """One stream per worker into the driver's inbox, and direct launch / control calls."""
 
-    def __init__(self, client: Any, topic: str, inbox: queue.SimpleQueue[tuple[str, Any]]) -> None:
-        self.client = client
+    def __init__(self, client: Any, topic: str, inbox: queue.SimpleQueue[tuple[str, Any]],
+                 kernel: KernelSlot | None = None) -> None:
+        self.client = client  # None until the cluster is up (a kernel slot runs trials before)
         self.topic = topic
         self.inbox = inbox
+        #: the kernel slot (.kernel_slot): launched and controlled by a call, no connection
+        self.kernel = kernel
         self._comms: dict[str, Any] = {}
         #: workers the client cannot reach directly (only the scheduler can): launches and
         #: control go through the scheduler (``client.run``), messages through the topic
@@ -54,7 +60,12 @@ class WorkerLinks:
         return self.client.loop.asyncio_loop
 
     def linked(self, address: str) -> bool:
-        return address in self._comms or address in self.relayed
+        return (address in self._comms or address in self.relayed
+                or (self.kernel is not None and address == self.kernel.address))
+
+    def attach(self, client: Any) -> None:
+        """The cluster is up: Dask workers can be reached through ``client`` from now on."""
+        self.client = client
 
     def _fall_back(self, address: str, exc: BaseException) -> None:
         """No direct stream to ``address``: reach it through the scheduler instead (slower).
@@ -152,6 +163,15 @@ class WorkerLinks:
     # ------------------------------------------------------------------ calls
     def launch(self, run_id: int, ranks: list[tuple[str, dict[str, Any]]]) -> None:
         """Start every rank of one run; rank 0 first when ranks must meet (its port)."""
+        kernel = self.kernel
+        if kernel is not None and any(w == kernel.address for w, _ in ranks):
+            if len(ranks) == 1:
+                kernel.launch(run_id, 0, ranks[0][1])
+            else:  # a DDP trial cannot have a thread for a rank
+                for rank in range(len(ranks)):
+                    self._failed(run_id, rank, LaunchError("a multi-worker trial cannot have a "
+                                                           "rank in the kernel slot"))
+            return
         asyncio.run_coroutine_threadsafe(self._launch(run_id, ranks), self._loop)
 
     async def _launch(self, run_id: int, ranks: list[tuple[str, dict[str, Any]]]) -> None:
@@ -200,6 +220,9 @@ class WorkerLinks:
         A worker that died but is not yet removed costs a connect timeout, which
         must not stall every other trial: the call runs on the client's loop.
         """
+        if self.kernel is not None and worker == self.kernel.address:
+            self.kernel.control(keys, msg)
+            return
 
         async def go() -> None:
             try:
@@ -218,6 +241,8 @@ class WorkerLinks:
 
     def close(self) -> None:
         self._closing = True
+        if self.client is None:
+            return
 
         def go() -> None:
             comms = list(self._comms.values())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Mapping
@@ -44,6 +45,7 @@ from nbtune.runtimes.dask.driver_side.cluster import (
 )
 from nbtune.runtimes.dask.driver_side.driver import RunDriver
 from nbtune.runtimes.dask.driver_side.execution_mode import (
+    ExecutionChoice,
     check_execution,
     check_thread_limits,
     for_experiment,
@@ -56,6 +58,7 @@ from nbtune.runtimes.dask.driver_side.jobs import (
     pickled,
     resize_restarts,
 )
+from nbtune.runtimes.dask.driver_side.kernel_slot import KernelSlot, usable
 from nbtune.runtimes.dask.driver_side.links import WorkerLinks
 from nbtune.runtimes.dask.driver_side.membership import Membership
 from nbtune.runtimes.dask.driver_side.runs import Run, WallClock, check_memory_limit, check_timeout
@@ -98,6 +101,9 @@ class DaskRuntime:
     at a report) or ``"auto"``: threads where steps are tiny, measured (:mod:`.execution_mode`).
     It runs experiments one after another on one cluster and its warm processes; a cluster
     it started ends with an experiment unless ``keep=True`` (then on :meth:`close`).
+    ``kernel_slot``: on a local CPU cluster it starts, the calling process is one of the
+    ``n_workers`` and runs trials in threads (:mod:`.kernel_slot`): ``start`` returns at once
+    and the first trial trains while the other workers start.
 
     The keywords also come grouped, as :class:`~.dask_options.DaskClusterOptions` and
     :class:`~.dask_options.DaskTrialOptions`, which unpack into them:
@@ -128,6 +134,7 @@ class DaskRuntime:
         shutdown_grace: float = 30.0,
         profiler: Any = None, execution: str = "auto",
         keep: bool = False, gpu_speeds: dict[str, float] | None = None,
+        kernel_slot: bool = False,
     ) -> None:
         if threads_per_worker < 1:
             raise ValueError(f"threads_per_worker must be >= 1, got {threads_per_worker}")
@@ -153,10 +160,17 @@ class DaskRuntime:
         self.process_overhead: float | None = None  # s per report, measured once (.overhead)
         #: keep a cluster this runtime started up after an experiment, for the next one
         self.keep = bool(keep)
+        #: this process is one of the workers, running trials in threads from the start, where
+        #: the runtime starts a local CPU cluster (.kernel_slot)
+        self.kernel_slot = bool(kernel_slot)
         self.client: Any = None
         self.inventory: Inventory | None = None
         self._cluster: Any = None
         self._forks: ForkServer | None = None  # a local CPU cluster's (.forkserver)
+        #: starts the cluster while the kernel slot runs the first trials (:meth:`_connect_later`)
+        self._connector: threading.Thread | None = None
+        #: the cluster was started one worker short, for the kernel slot (:meth:`connect`)
+        self._sized_for_kernel = False
         self._owns_client = False
         self._run_ids = itertools.count(1)
         self._closed, self._experiments = False, 0
@@ -176,6 +190,7 @@ class DaskRuntime:
         self._topic = f"nbtune-{uuid.uuid4().hex[:12]}"
         self._sampler_name: str | None = None
         self._links: WorkerLinks | None = None
+        self._kernel: KernelSlot | None = None
         self._clock = WallClock()
         self._page = Publisher()  # the Dask dashboard's nbtune page (dask_page)
         #: running placements after the driver's last batch, republished whole (:meth:`_drive`)
@@ -256,20 +271,38 @@ class DaskRuntime:
             gpus = gpu.nvml_gpu_count() > 0
         self._forks, early = ws.local_cpu_start(  # torch imported while the cluster starts
             self.cluster_arg, gpus, self.warm_processes, self.preload)
+        n_workers = self.n_workers
+        self._sized_for_kernel = self._kernel_slot_applies(gpus)
+        if self._sized_for_kernel:
+            n_workers = self._local_workers() - 1  # the kernel is one of them
         try:
             self.client, self._cluster, self._owns_client = connect(
-                self.cluster_arg, gpus=bool(gpus), n_workers=self.n_workers,
+                self.cluster_arg, gpus=bool(gpus), n_workers=n_workers,
                 threads_per_worker=self.threads_per_worker, host=self.host,
                 dashboard_address=self.dashboard_address, memory_limit=self.memory_limit,
                 security=self.security, timeout=self.connect_timeout, plugins=early)
-            self.gpus, self.mps, self.inventory = ws.prepare_workers(
+            self.gpus, self.mps, inventory = ws.prepare_workers(
                 self.client, gpus, self.mps, self.warm_processes, self.preload, self.gpu_speeds,
                 fork_server=self._forks and self._forks.address)
+            if self.inventory is None:  # else the kernel slot's, which its workers join
+                self.inventory = inventory
         except BaseException:
             self._shutdown_cluster()
             self.client = None
             raise
         return self
+
+    def _local_workers(self) -> int:
+        """How many workers a local CPU cluster this runtime starts has (the kernel slot
+        counts as one)."""
+        return self.n_workers or max((os.cpu_count() or 1) // self.threads_per_worker, 1)
+
+    def _kernel_slot_applies(self, gpus: bool | None) -> bool:
+        return self.kernel_slot and usable(
+            own_cluster=self.cluster_arg is None and (self.client is None or self._cluster
+                                                      is not None),
+            gpus=gpus, execution=self.execution, n_workers=self._local_workers(),
+            trial_timeout=self.trial_timeout, memory_limit=self.trial_memory_limit)
 
     def _worker_plugins(self) -> list[Any]:  # in the order they must run on every worker
         return ws.worker_plugins(self.gpus, self.mps, self.warm_processes, self.preload)
@@ -295,32 +328,34 @@ class DaskRuntime:
                 self.checkpoint_dir = Path(self.checkpoint_dir) / f"experiment-{self._experiments}"
         self._experiments += 1
         from nbtune.runtimes.dask.trial_side.trial_api import uses_checkpoints
-        from nbtune.runtimes.dask.worker_side.sampling import UtilizationSampler
         from nbtune.runtimes.profiler import attach_profiler
 
         fn, checkpointing = pickled(trainable), uses_checkpoints(trainable)
-        ws.preload_trainable(self.connect().client, trainable)  # its modules, in warm processes
+        kernel = self._new_kernel_slot(engine)
+        cold = kernel is not None and self.client is None  # trials start before the cluster
+        if cold:
+            from nbtune.runtimes.dask.driver_side.main_guard import check_main_guard
+
+            check_main_guard()  # on the caller's thread: its stack shows an unguarded script
+            self.gpus = False
+            self.inventory = Inventory(False, self.gpu_speeds)
+            execution = ExecutionChoice(self.execution)  # a first experiment: processes
+        else:
+            ws.preload_trainable(self.connect().client, trainable)  # modules, in warm processes
+            execution = for_experiment(self)  # process or thread per launch (.execution_mode)
         assert self.inventory is not None
-        execution = for_experiment(self)  # process or thread per launch, checked (.execution_mode)
-        self._engine = engine
+        self.inventory.set_local({} if kernel is None else {kernel.address: kernel.probe()})
+        self._engine, self._kernel = engine, kernel
         self.checkpoint_dir = ck.experiment_dir(self.checkpoint_dir)
-        self.client.subscribe_topic(self._topic, self._inbox.on_topic)
-        listen_all(self.client, self._inbox.on_all)
-        self.inventory.refresh(self.client)  # a worker that came or went before we listened
-        self._links = WorkerLinks(self.client, self._topic, self._inbox)
-        workers = sorted({s.worker for s in self.inventory.slots.values()})
-        self._links.open_all(workers)  # a worker it cannot reach goes through the scheduler
+        self._links = WorkerLinks(None, self._topic, self._inbox, kernel)
         reuse = not self.gpus if self.reuse_processes is None else self.reuse_processes
         settings = RunSettings(
             self._topic, fn, self.checkpoint_dir, checkpointing, bool(self.gpus), bool(self.mps),
             bool(reuse), self.trial_memory_limit, self.trial_timeout, self.shutdown_grace, execution)
         self._driver = RunDriver(engine, self._clock, self.inventory, self._links, settings,
                                  self._run_ids, FusedUnits)
-        self._members = Membership(self.client, self.inventory, self._links,
-                                   self._driver.end_runs_on)
-        sampler = UtilizationSampler(self._topic, self.sample_interval, bool(self.gpus))
-        self._sampler_name = sampler.name
-        tolerant(lambda: self.client.register_plugin(sampler, name=sampler.name), "sampler")
+        if not cold:
+            self._attach_cluster(opened=True)
         attach_profiler(self, engine, trainable)
         self._clock.start()
         hints = {"resize_restarts": resize_restarts(settings)}  # a replay must decide alike
@@ -328,6 +363,72 @@ class DaskRuntime:
         self._thread = threading.Thread(target=self._drive, name="nbtune-dask-driver",
                                         daemon=True)
         self._thread.start()
+        if cold and (self._connector is None or not self._connector.is_alive()):
+            # (one still starting the cluster from the last experiment tells this one)
+            self._connector = threading.Thread(target=self._connect_later, args=(trainable,),
+                                               daemon=True, name="nbtune-dask-connect")
+            self._connector.start()
+
+    def _new_kernel_slot(self, engine: Engine) -> KernelSlot | None:
+        """The experiment's kernel slot, where it applies (:mod:`.kernel_slot`; not for fused
+        units, which run in processes), else None."""
+        if not self.kernel_slot or engine.fusion is not None:
+            return None
+        if self.client is not None and not self._sized_for_kernel:
+            return None  # its cluster has a worker per core already
+        gpus = self.gpus
+        if gpus is None and self.cluster_arg is None and self.client is None:
+            # no NVIDIA driver, no GPU: said without importing NVML's module (`distributed`)
+            gpus = os.path.exists("/proc/driver/nvidia") and _nvml_gpus() > 0
+        if not self._kernel_slot_applies(gpus):
+            return None
+        return KernelSlot(self.host, self._inbox.put, self.threads_per_worker,
+                          self.sample_interval)
+
+    def _connect_later(self, trainable: Any) -> None:
+        """Start the cluster while the kernel slot runs the first trials; its workers join
+        the experiment as they come (``("cluster", error)`` on the inbox of the experiment
+        running when it is up)."""
+        try:
+            self.connect()
+            if self._closed:  # closed while the cluster started: nothing may outlive close()
+                self._shutdown_cluster()
+                return
+            ws.preload_trainable(self.client, trainable)
+        except BaseException as exc:  # noqa: BLE001 - the driver thread raises it
+            self._inbox.put(("cluster", exc))
+            return
+        self._inbox.put(("cluster", None))
+
+    def _attach_cluster(self, *, opened: bool = False) -> None:
+        """Listen to the cluster and hand its workers to the experiment.
+
+        ``opened``: at :meth:`start` on a cluster that is up (the workers become GPUs now,
+        their streams opened before the first launch); otherwise on the driver thread once
+        :meth:`_connect_later` has it, and they join the way any new worker does
+        (:class:`~.membership.Membership`: stream, probe, ``ResourcesChanged``).
+        """
+        from nbtune.runtimes.dask.worker_side.sampling import UtilizationSampler
+
+        assert self._links is not None and self._driver is not None and self.inventory
+        client = self.client
+        client.subscribe_topic(self._topic, self._inbox.on_topic)
+        listen_all(client, self._inbox.on_all)
+        self._links.attach(client)
+        self._members = Membership(client, self.inventory, self._links,
+                                   self._driver.end_runs_on)
+        sampler = UtilizationSampler(self._topic, self.sample_interval, bool(self.gpus))
+        self._sampler_name = sampler.name
+        tolerant(lambda: client.register_plugin(sampler, name=sampler.name), "sampler")
+        if opened:
+            self.inventory.refresh(client)  # a worker that came or went before we listened
+            workers = sorted({s.worker for s in self.inventory.slots.values()
+                              if s.worker not in self.inventory.local})
+            self._links.open_all(workers)  # a worker it cannot reach goes through the scheduler
+            return
+        for_experiment(self)  # measures the process overhead for the next experiment
+        for address in client.scheduler_info().get("workers", {}):
+            self._inbox.put(("joined", address))
 
     def _drive(self) -> None:
         """The driver thread: the one owner of the engine while the experiment runs.
@@ -339,16 +440,18 @@ class DaskRuntime:
         immutable objects (:meth:`placements`), never the engine's own mappings, which
         only this thread changes. It ends on Finish, :meth:`close` or a failure.
         """
-        engine, driver, members = self._engine, self._driver, self._members
-        assert engine is not None and driver is not None and members is not None
+        engine, driver = self._engine, self._driver
+        assert engine is not None and driver is not None
         try:
             while not self._halt.is_set():
                 items = self._inbox.batch()
+                if any(kind == "cluster" for kind, _ in items):
+                    items = self._cluster_up(items)
                 events = driver.take_pending()
                 if items and log.isEnabledFor(logging.DEBUG):
                     log.debug("t=%.3f inbox %s", self._clock.now(), [k for k, _ in items])
                 # to membership or the run driver (.inbox), stamped with one time
-                events.extend(route_batch(items, members, driver, self._clock))
+                events.extend(route_batch(items, self._members, driver, self._clock))
                 driver.enforce_deadlines()
                 if events:
                     driver.execute(engine.handle(*events))
@@ -365,11 +468,28 @@ class DaskRuntime:
             if self._links is not None:
                 driver.kill_all(f"driver error: {exc!r}")
         finally:
-            if self._cluster is not None and not self._halt.is_set() and not self.keep:
+            starts = self._cluster is not None or self._connector is not None
+            if starts and not self._halt.is_set() and not self.keep:
                 self.close()  # a cluster we started ends with its experiment; else the
             # subscriptions stay until the next experiment or close() (releasing them here
             # raced the last messages of the ending runs)
+            if self._kernel is not None:
+                self._kernel.close()
             self._done.set()
+
+    def _cluster_up(self, items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        """The cluster :meth:`_connect_later` started is up (or failed: raised here, on the
+        driver thread, which ends the experiment with it); the other items, in order."""
+        for kind, error in items:
+            if kind != "cluster":
+                continue
+            if error is not None:
+                raise DaskRuntimeError(f"the local Dask cluster did not start: {error!r}"
+                                       ) from error
+            attached = self._members is not None  # start() found the cluster up already
+            if not attached and not (self._driver is not None and self._driver.finishing):
+                self._attach_cluster()
+        return [it for it in items if it[0] != "cluster"]
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the experiment is over (True) or ``timeout`` passes (False)."""
@@ -415,8 +535,8 @@ class DaskRuntime:
 
     def _release_experiment(self) -> None:
         """Kill the experiment's live trial processes, drop its subscriptions and streams."""
-        if self.client is not None and self._links is not None:
-            if self._driver is not None:
+        if self._links is not None:
+            if self._driver is not None:  # the kernel slot's trials too, with no cluster yet
                 self._driver.kill_all("the runtime was closed")
             self._links.close()
         if self.client is not None:
@@ -450,3 +570,9 @@ class DaskRuntime:
     def __repr__(self) -> str:
         n = len(self.inventory.slots) if self.inventory else 0
         return f"<DaskRuntime {'gpu' if self.gpus else 'cpu'} {n} slots, {len(self.runs)} live>"
+
+
+def _nvml_gpus() -> int:
+    from nbtune.runtimes.dask import gpu
+
+    return gpu.nvml_gpu_count()

@@ -3,8 +3,10 @@
 A notebook runs experiment after experiment; starting a cluster and its warm
 trial processes costs seconds each time, so the runtime ``"auto"`` picks
 for a training function is made once and kept (``keep=True``): the second
-experiment starts at once. It is closed at interpreter exit, or by
-``exp.runtime.close()`` (a later call then makes a new one).
+experiment starts at once. The first does too: the kernel is one of its workers
+(``kernel_slot``, :mod:`.kernel_slot`), training while the others start. It is
+closed at interpreter exit, or by ``exp.runtime.close()`` (a later call then makes
+a new one).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def shared_runtime() -> Any:
             _SHARED.clear()
             rt = None
         if rt is None:
-            rt = DaskRuntime(keep=True)
+            rt = DaskRuntime(keep=True, kernel_slot=True)  # the first trial starts at once
             _SHARED.append(rt)
             atexit.register(_close_shared)
             return rt

@@ -1,0 +1,131 @@
+"""The kernel slot: trials that run in threads of the process that called ``tune()``.
+
+A cold local cluster needs seconds before its first trial can run (worker
+processes start, the fork server imports torch), while the process that
+called ``tune()`` (a notebook's kernel) usually has torch imported already and
+one core's worth of the machine to give. So, on a local CPU cluster the runtime
+starts itself, that process is one of the workers: the *kernel slot*, one GPU
+stand-in from the start, beside ``n - 1`` Dask workers that join as they come
+up. Its trials run exactly as in thread mode on a worker (:mod:`..worker_side.threads`:
+the same :class:`~..trial_side.trial_api.Trial`, the same messages), only their
+messages go straight into the driver's inbox and control straight to the rank's
+queue, with no connection in between.
+
+What the kernel slot cannot run: a rank of a multi-worker (DDP) trial or a fused
+unit (those need processes: such a launch fails with a message that says so), a
+trial with ``trial_timeout`` or ``trial_memory_limit`` (a thread cannot be killed
+or measured); the runtime does not use it where the experiment asks for one
+(:func:`usable`, fusion).
+A trial thread never forks and never touches CUDA (CPU stand-ins only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from nbtune.runtimes.dask.protocol import Utilization, encode
+
+__all__ = ["KernelSlot", "kernel_address", "usable"]
+
+
+def kernel_address() -> str:
+    """The kernel slot's worker address: never a Dask worker's (no ``tcp://``)."""
+    return f"kernel://{socket.gethostname()}/{os.getpid()}"
+
+
+def usable(*, own_cluster: bool, gpus: bool | None, execution: str, n_workers: int,
+           trial_timeout: float | None, memory_limit: int | None) -> bool:
+    """The kernel slot applies: a local CPU cluster this runtime starts, of at least two
+    workers, where trials may run in threads (no timeout, no memory limit, not forced into
+    processes)."""
+    return (own_cluster and gpus is False and execution != "process" and n_workers >= 2
+            and trial_timeout is None and memory_limit is None)
+
+
+class KernelSlot:
+    """The kernel as one worker of the experiment: launches, control and its utilization.
+
+    ``put`` is the driver's inbox ``put``: trial messages arrive as ``("msgs", batch)``,
+    a launch it cannot take as ``("launch_failed", ...)``, like a Dask worker's.
+    """
+
+    def __init__(self, host: str, put: Callable[[tuple[str, Any]], None], threads: int = 1,
+                 sample_interval: float = 1.0) -> None:
+        self.address = kernel_address()
+        self.host = host
+        self.threads = int(threads)
+        self._put = put
+        self._interval = float(sample_interval)
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+        #: what a trial thread changes process-wide, restored when the experiment ends
+        self._torch_threads = _torch_threads()
+        self._switch = sys.getswitchinterval()
+
+    def probe(self) -> dict[str, Any]:
+        """What :func:`.cluster.probe_worker` says of a Dask worker, said of the kernel."""
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        return {"name": "kernel", "host": self.host, "nthreads": self.threads,
+                "memory_limit": 0.0,
+                "resources": {"GPU": 1.0}, "cores": cores, "devices": []}
+
+    def _emit(self, topic: str, batch: list[dict[str, Any]]) -> None:
+        self._put(("msgs", batch))
+
+    def launch(self, run_id: int, rank: int, job: dict[str, Any]) -> None:
+        """Start one rank in a thread of this process (thread mode, whatever ``auto`` says)."""
+        from nbtune.runtimes.dask.worker_side.rank_runner import start_rank
+
+        if int(job.get("world_size", 1)) > 1 or job.get("members"):
+            self._put(("launch_failed", (run_id, rank, "a multi-worker or fused trial cannot "
+                                         "run in the kernel slot (a thread)", False)))
+            return
+        start_rank(None, {**job, "execution": "thread"}, self._emit, self._emit)
+        self._start_sampler()
+
+    def control(self, keys: list[str], msg: dict[str, Any]) -> None:
+        from nbtune.runtimes.dask.worker_side.rank_runner import deliver
+
+        deliver(keys, msg)
+
+    def _start_sampler(self) -> None:
+        """Utilization of the kernel slot's trial threads (their CPU time), once per interval."""
+        if self._sampler is not None:
+            return
+        self._sampler = threading.Thread(target=self._sample, name="nbtune-kernel-util",
+                                         daemon=True)
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        # imported on the sampler thread: nothing of it delays the first launch
+        from nbtune.runtimes.dask.worker_side.cpu_meter import CpuMeter, cpu_sample
+        from nbtune.runtimes.dask.worker_side.rank_runner import active_threads
+
+        meter = CpuMeter(active=list, threads=active_threads)
+        cpu_sample(meter, 1, self.threads)  # the baseline
+        while not self._stop.wait(self._interval):
+            with contextlib.suppress(Exception):  # a sample lost is not worth more
+                samples = cpu_sample(meter, 1, self.threads)
+                if samples is not None:
+                    self._emit("", [encode(Utilization(
+                        worker=self.address, util=[u for u, _ in samples],
+                        mem=[m for _, m in samples], demand=list(meter.demand)))])
+
+    def close(self) -> None:
+        """The experiment ended: sampling stops, the process's torch threads come back."""
+        self._stop.set()
+        if self._torch_threads is not None and "torch" in sys.modules:
+            with contextlib.suppress(Exception):
+                sys.modules["torch"].set_num_threads(self._torch_threads)
+        sys.setswitchinterval(self._switch)
+
+
+def _torch_threads() -> int | None:
+    torch = sys.modules.get("torch")
+    return None if torch is None else int(torch.get_num_threads())
