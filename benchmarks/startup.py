@@ -25,7 +25,10 @@ processes are kept). Printed phases, in seconds:
 Goal (what a person sees): cold, the first trial reports within 2 s of the ``tune()``
 call and ``tune()`` returns at once (<= 0.25 s accepted as at once); warm, ``tune()``
 returns at once too. ``startup`` (cluster + warm processes) is reported, not a goal:
-the first trials no longer wait for it.
+the first trials no longer wait for it. ``first_report_floor``, timed in a fresh
+interpreter just before the cold run, is the training function's own first report
+called in-process (its imports, its data, one epoch): what Optuna's first trial takes,
+and the least any runtime can take; ``first_report_over_floor`` is nbtune's part.
 ``import_floor``, timed in a fresh interpreter just before the cold run, is what
 the fork server imports before any warm process exists (torch, ``torch._dynamo``,
 pandas): on a drifting machine ``over_floor`` (startup minus it) is nbtune's own part.
@@ -145,8 +148,26 @@ def import_floor() -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def first_report_floor() -> float:
+    """Seconds from a fresh interpreter that has imported torch to the first report of the
+    training function called in-process (what Optuna's first trial takes): the imports the
+    function itself makes (scikit-learn, ``torch._dynamo`` with its optimizer), its data and
+    one epoch. No runtime reports earlier; ``first_report`` minus this is nbtune's part."""
+    import subprocess
+
+    code = ("import torch, time; torch.set_num_threads(1); t = time.perf_counter(); "
+            "import vs_peers as vp; c = {'lr': 0.01, 'momentum': 0.9, 'channels': 8, "
+            "'batch_size': 32, 'weight_decay': 1e-4}; m, o = vp.make(c); vp.epoch(m, o, c, 1); "
+            "print(time.perf_counter() - t)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT / "benchmarks", check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     floor = import_floor()  # the machine's speed now, just before the cold run
+    report_floor = first_report_floor()
     import torch  # the kernel has imported torch (the issue's starting point)
 
     _ = torch
@@ -164,6 +185,11 @@ def main() -> None:
              "weight_decay": loguniform(1e-6, 1e-2)}
     cold = one("cold", space)
     cold["import_floor"], cold["over_floor"] = floor, cold["startup"] - floor
+    cold["first_report_floor"] = report_floor
+    cold["first_report_over_floor"] = cold["first_report"] - report_floor
+    print(f" cold: the training function's first report in-process takes {report_floor:.2f} s "
+          f"in a fresh interpreter with torch imported; nbtune's first came "
+          f"{cold['first_report_over_floor']:+.2f} s after that")
     print(f" cold: the fork server's imports alone take {floor:.2f} s in a fresh interpreter; "
           f"start-up is {cold['over_floor']:.2f} s more")
     warm = one("warm", space)
