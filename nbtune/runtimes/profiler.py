@@ -217,6 +217,18 @@ class Profiler:
             self._families[sig] = fam
         return fam
 
+    def wants_sample(self, trial_id: int, memory_gb: float) -> bool:
+        """Whether a sample of ``trial_id`` alone (utilization, ``memory_gb``, no runnable
+        share) could still add to its signature's measurements. False once the signature
+        holds :data:`~nbtune.runtimes.profile_samples.SAMPLES` utilization samples and, for a
+        sample that carries memory, as many memory samples: the lists only grow, so a
+        runtime may stop taking such samples for good (the simulator does)."""
+        sig = self._sig_of.get(trial_id)
+        obs = None if sig is None else self._obs.get(sig)
+        if obs is None or len(obs.util) < SAMPLES:
+            return True
+        return memory_gb > 0 and len(obs.memory) < SAMPLES
+
     def awaits_demand(self, sig: str) -> bool:
         """A packing probe of ``sig`` should wait: its runnable share, which may settle c, is due."""
         return self.sliced and self.runnable(sig) is None

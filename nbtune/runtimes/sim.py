@@ -292,7 +292,14 @@ class SimRuntime:
         live.rate = self._rate(live)
         live.gen += 1
         self._push(live.last_t, _START, c.trial_id, live.gen, None)
-        self._push(live.last_t + 1e-9, _SAMPLE, c.trial_id, 0, live)  # just after it starts
+        if self._sampling(c.trial_id, c.config):
+            self._push(live.last_t + 1e-9, _SAMPLE, c.trial_id, 0, live)  # just after it starts
+
+    def _sampling(self, tid: int, config: dict[str, Any]) -> bool:
+        """Whether the profiler could still use a sample of this trial (none: it has enough)."""
+        assert self._workload is not None
+        prof = self.profiler
+        return prof is None or prof.wants_sample(tid, self._workload.demand(tid, config).memory_gb)
 
     def _sample(self, tid: int, launched: _Live, t: float) -> ev.Event | None:
         """What NVML would read on the trial's GPU now, if it holds the GPU alone."""
@@ -303,7 +310,8 @@ class SimRuntime:
             return None  # shared: no clean sample of this trial
         d = self._workload.demand(tid, live.config)
         live.samples += 1
-        if live.samples < self.samples_per_launch:  # the profiler's GPU room wants a few
+        if live.samples < self.samples_per_launch and self._sampling(tid, live.config):
+            # the profiler's GPU room wants a few
             self._push(t + self.sample_every, _SAMPLE, tid, 0, live)
         return ev.TrialSampled(t, tid, min(live.placement[0][1], d.compute), d.memory_gb)
 
