@@ -77,7 +77,7 @@ class Engine:
         self._spec: dict[int, Speculation] = {}
         self.fill_log: list[FillRecord] = []  # every speculative launch, in order
         self._outbox: list[Command] = []
-        self._subscribers: list[Subscriber] = []
+        self._subscribers: tuple[Subscriber, ...] = ()  # replaced whole: a call sees a snapshot
         self._handlers: dict[type, Callable[[Any, list[Command]], None]] = {
             ev.ExperimentStarted: self._on_started,
             ev.ResourcesChanged: self._on_resources,
@@ -118,7 +118,7 @@ class Engine:
         if self.validate:
             self.check()
         if self._subscribers:
-            for sub in list(self._subscribers):  # a subscriber may unsubscribe while called
+            for sub in self._subscribers:  # a snapshot: a subscriber may unsubscribe while called
                 sub(events, cmds)
         return cmds
 
@@ -138,8 +138,14 @@ class Engine:
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         """Call ``fn(events, commands)`` after every :meth:`handle`; returns an unsubscribe."""
-        self._subscribers.append(fn)
-        return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
+        self._subscribers = (*self._subscribers, fn)
+        return lambda: self._unsubscribe(fn)
+
+    def _unsubscribe(self, fn: Subscriber) -> None:
+        subs = list(self._subscribers)
+        if fn in subs:
+            subs.remove(fn)
+            self._subscribers = tuple(subs)
 
     # ------------------------------------------------------ SchedulingView
     @property

@@ -92,6 +92,7 @@ class Profiler:
         self._marks: dict[int, Mark] = {}
         self._started: set[int] = set()             # trials whose process is running
         self._sigs: dict[int, tuple[Mapping[str, Any], str]] = {}
+        self._launched: dict[int, tuple[Mapping[str, Any], str]] = {}  # trial -> config, sig
 
     # ------------------------------------------------------------ wiring
     def attach(self, engine: Engine, trainable: Any) -> None:
@@ -285,6 +286,19 @@ class Profiler:
     # --------------------------------------------------------- observing
     def _observe(self, events: tuple[ev.Event, ...], cmds: list[Command]) -> None:
         try:
+            if not cmds and len(events) == 1 and type(events[0]) is ev.TrialReported:
+                # the hot path: one report, nothing decided; once the trial's shape holds
+                # enough unit times the report only moves its mark on
+                e = events[0]
+                m = self._marks.get(e.trial_id)
+                if m is not None and m.full and m.resized_at is None:
+                    m.time, m.budget = e.time, e.budget
+                else:
+                    self._take(events, cmds)
+                    return
+                if e.trial_id not in self._engine.running:
+                    self._leave(e.trial_id)
+                return
             self._take(events, cmds)
         except Exception:  # a lost measurement must not take the experiment down
             log.exception("nbtune profiler: measurements of this batch were lost")
@@ -293,7 +307,7 @@ class Profiler:
         eng = self._engine
         touched: set[str] = set()
         if not cmds and len(events) == 1 and type(events[0]) is ev.TrialReported:
-            e = events[0]  # the hot path: one report, nothing decided
+            e = events[0]  # one report, nothing decided
             self._reported(eng, e, touched)
             if e.trial_id not in eng.running:
                 self._leave(e.trial_id)
@@ -319,9 +333,13 @@ class Profiler:
         for c in cmds:
             kind = type(c)
             if kind is Launch:
-                self._leave(c.trial_id)
-                self._where[c.trial_id] = c.placement
-                self._sig_of[c.trial_id] = self.signature(c.config)
+                tid = c.trial_id
+                self._leave(tid)
+                self._where[tid] = c.placement
+                last = self._launched.get(tid)  # a resumed trial's config is a new, equal dict
+                if last is None or (last[0] is not c.config and last[0] != c.config):
+                    last = self._launched[tid] = (c.config, self.signature(c.config))
+                self._sig_of[tid] = last[1]
             elif kind is Resize:
                 tid = c.trial_id
                 if tid in self._started:
@@ -404,6 +422,7 @@ class Profiler:
             got = None if full is None else full.first.get((m.p, m.w)) if m.first else (
                 full.packing if m.w == 1 else full.scaling).get(m.p if m.w == 1 else m.w)
             if got is not None and len(got) >= SAMPLES:  # the sampler has enough of this shape:
+                m.full = not m.first  # a first interval's shape is not the next one's
                 m.time, m.budget, m.first = e.time, e.budget, False  # the mark moves on
                 return
         ctx = self._context(tid)
