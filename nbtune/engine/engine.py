@@ -38,6 +38,9 @@ __all__ = ["Engine", "EngineError", "Subscriber"]
 
 Subscriber = Callable[[tuple[ev.Event, ...], list[Command]], None]
 
+_NUMBER = (int, float)  # a metric the best-trial rule ranks (bool aside)
+_RUNNING = TrialState.RUNNING  # read on every report
+
 
 class Engine:
     """Holds every trial's state; turns events into commands. Implements ``SchedulingView``."""
@@ -232,7 +235,7 @@ class Engine:
         # the hot path: one call per budget unit of every trial
         tid = e.trial_id
         t = self.trials.get(tid)
-        if t is None or t.state is not TrialState.RUNNING:
+        if t is None or t.state is not _RUNNING:
             return  # a late report from a trial already stopped: nothing to decide
         if self._spec and tid in self._spec:
             self._on_speculative_report(e)  # speculative: kept from the algorithm until promoted
@@ -249,7 +252,7 @@ class Engine:
 
     def _apply_report(self, t: TrialRecord, e: ev.TrialReported, cmds: list[Command]) -> None:
         """A result counts: record it, ask the algorithm, end the segment at its budget."""
-        tid, b, running = t.trial_id, e.budget, t.state is TrialState.RUNNING
+        tid, b, running = t.trial_id, e.budget, t.state is _RUNNING
         decision = self._record(t, e)
         if b >= t.target_budget - EPS:
             if decision is Decision.STOP:
@@ -272,7 +275,7 @@ class Engine:
             t.budget_used = b
         metrics = e.metrics
         value = metrics.get(self.metric)
-        if isinstance(value, int | float) and not isinstance(value, bool):  # text is not ranked
+        if isinstance(value, _NUMBER) and not isinstance(value, bool):  # text is not ranked
             t.last = value
             best = t.best
             if best is None or (value < best if self._minimize else value > best):

@@ -416,6 +416,9 @@ class Profiler:
     def _reported(self, eng: Any, e: ev.TrialReported, touched: set[str]) -> None:
         tid = e.trial_id
         m = self._marks.get(tid)
+        if m is not None and m.full and m.resized_at is None:  # measured enough: it moves on
+            m.time, m.budget = e.time, e.budget
+            return
         sig = self._sig_of.get(tid)
         if m is not None and m.resized_at is None and sig is not None:
             full = self._obs.get(sig)
