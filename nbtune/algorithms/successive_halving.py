@@ -102,9 +102,11 @@ class Bracket:
 
     @property
     def barrier_passed(self) -> bool:
-        return not self.done and not self.ready and all(
-            t in self.results or t in self.failed for t in self.members
-        )
+        """Every member of the rung reported or failed: ``results`` and ``failed`` only ever
+        hold members (:meth:`record`, :meth:`fail`), never the same one, so counting them
+        says it without walking the members."""
+        return not self.done and not self.ready and \
+            len(self.results) + len(self.failed) >= len(self.members)
 
     def advance(self, alive: Callable[[int], bool]) -> list[int]:
         """Close the finished rung; return the paused losers to retire.
