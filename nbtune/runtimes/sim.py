@@ -248,12 +248,16 @@ class SimRuntime:
     # ------------------------------------------------------------ commands
     def _execute(self, cmds: Iterable[Command]) -> None:
         touched: set[int] = set()
+        # which GPUs changed matters only to a model whose speed depends on its neighbours
+        sensitive = self._workload is not None and self._workload.neighbor_sensitive
         now = self._clock.now()
         for c in cmds:
-            if isinstance(c, Launch):
+            kind = type(c)
+            if kind is Launch:
                 self._launch(c, now)
-                touched.update(g for g, _ in c.placement)
-            elif isinstance(c, Resize):
+                if sensitive:
+                    touched.update(g for g, _ in c.placement)
+            elif kind is Resize:
                 live = self._live.get(c.trial_id)
                 if live is None:
                     continue
@@ -266,14 +270,15 @@ class SimRuntime:
                 touched.update(g for g, _ in c.placement)
                 live.waiting = False
                 self._rerate(live, now)
-            elif isinstance(c, Pause | Stop):
+            elif kind is Pause or kind is Stop:
                 live = self._live.get(c.trial_id)
                 if live is not None:
-                    touched.update(g for g, _ in live.placement)
+                    if sensitive:
+                        touched.update(g for g, _ in live.placement)
                     self._remove(c.trial_id)
-            elif isinstance(c, Finish):
+            elif kind is Finish:
                 self._done = True
-        if touched and self._workload is not None and self._workload.neighbor_sensitive:
+        if touched and sensitive:
             for tid in {t for g in touched for t in self._on_gpu.get(g, ())}:
                 live = self._live[tid]
                 self._advance(live, now)
