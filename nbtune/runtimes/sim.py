@@ -64,7 +64,9 @@ class SimRuntime:
     c, d, α, β, ε and demands from the simulated clock and the simulated GPUs'
     samples of a trial alone on its GPU (``TrialSampled``: as its launch
     starts, then every ``sample_every`` seconds, as Dask's workers sample NVML,
-    up to ``samples_per_launch``); give one with a job history to keep what it learns.
+    up to ``samples_per_launch``, and none once the profiler holds all the samples of the
+    trial's model it keeps: :meth:`Profiler.wants_sample`); give one with a job history
+    to keep what it learns.
     """
 
     cluster: ClusterSpec | int = 4
