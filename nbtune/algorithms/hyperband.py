@@ -118,7 +118,7 @@ class Hyperband(BracketAlgorithm):
         groups = self.emit_ready()
         handed = sum(len(g) for g in groups)
         while self.can_start_bracket() and (
-            all(b.done for b in self.brackets)
+            not self.open_brackets()  # every bracket done
             or ((self.pipeline_brackets or self._fill_tail()) and max_trials - handed > 0)
         ):
             g = self._start_next_bracket()
@@ -141,7 +141,7 @@ class Hyperband(BracketAlgorithm):
         """
         if not self.fill_barriers or self.pipeline_brackets:
             return False
-        open_ = [b for b in self.brackets if not b.done]
+        open_ = self.open_brackets()
         return bool(open_) and all(b.last_rung and not b.ready for b in open_) \
             and self.draws_settled()
 
@@ -160,4 +160,4 @@ class Hyperband(BracketAlgorithm):
 
     @property
     def finished(self) -> bool:
-        return not self.can_start_bracket() and all(b.done for b in self.brackets)
+        return not self.can_start_bracket() and not self.open_brackets()

@@ -102,9 +102,11 @@ class Bracket:
 
     @property
     def barrier_passed(self) -> bool:
-        return not self.done and not self.ready and all(
-            t in self.results or t in self.failed for t in self.members
-        )
+        """Every member of the rung reported or failed: ``results`` and ``failed`` only ever
+        hold members (:meth:`record`, :meth:`fail`), never the same one, so counting them
+        says it without walking the members."""
+        return not self.done and not self.ready and \
+            len(self.results) + len(self.failed) >= len(self.members)
 
     def advance(self, alive: Callable[[int], bool]) -> list[int]:
         """Close the finished rung; return the paused losers to retire.
@@ -152,6 +154,7 @@ class BracketAlgorithm(BaseAlgorithm):
         #: let the engine continue likely promotions on workers idle at a rung barrier
         self.fill_barriers = fill_barriers
         self.brackets: list[Bracket] = []
+        self._open: list[Bracket] = []  # brackets maybe not done, in order (see open_brackets)
         self._bracket_of: dict[int, Bracket] = {}
         self._target: dict[int, float] = {}
 
@@ -170,7 +173,15 @@ class BracketAlgorithm(BaseAlgorithm):
         for t in ids:
             self._bracket_of[t] = b
         self.brackets.append(b)
+        self._open.append(b)
         return b
+
+    def open_brackets(self) -> list[Bracket]:
+        """The brackets not done, in order: ``[b for b in self.brackets if not b.done]``
+        without walking the finished ones again (a bracket once done stays done)."""
+        if any(b.done for b in self._open):
+            self._open = [b for b in self._open if not b.done]
+        return self._open
 
     def emit(self, b: Bracket) -> TrialGroup | None:
         """The current rung's trials that were not handed out yet, as one group."""
@@ -182,7 +193,7 @@ class BracketAlgorithm(BaseAlgorithm):
 
     def emit_ready(self) -> list[TrialGroup]:
         groups = []
-        for b in self.brackets:
+        for b in self.open_brackets():
             if b.ready and not b.done:
                 g = self.emit(b)
                 if g is not None:

@@ -167,9 +167,10 @@ class DemandLookup:
             self.default
         checked = self._checked
         out = []
-        for tid in trial_ids:
-            config = trial(tid).config
-            prof = lookup(store, tid, config)
+        tids = list(trial_ids)
+        configs = [trial(tid).config for tid in tids]
+        for tid, config, prof in zip(tids, configs, lookup.many(store, tids, configs),
+                                     strict=True):
             if prof is not None:
                 hit = checked.get(id(prof))
                 if hit is not None and hit[0] is prof:

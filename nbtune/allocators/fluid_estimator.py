@@ -25,6 +25,8 @@ from nbtune.core.trial import TrialRecord
 
 __all__ = ["FluidEstimator", "with_hints"]
 
+_UNSET: Any = object()  # a profile not looked up yet (None: looked up, there is none)
+
 
 class FluidEstimator:
     """h_i1 and h_{i,w} for live trials from what a :class:`SchedulingView` offers."""
@@ -55,6 +57,9 @@ class FluidEstimator:
         # the factor caches (keyed by the model's identity) and :meth:`runtimes`' one-model
         # path see how few models there are, not one per trial
         self._models: dict[OverheadModel, OverheadModel] = {}
+        # a model object already seen -> its shared one (a model's hash is a Python call; the
+        # profiles hand out one object each, so most trials find theirs here by identity)
+        self._shared: dict[int, tuple[OverheadModel, OverheadModel]] = {}
         self._factors: dict[tuple[int, float], float] = {}  # (id of a model in _oh, w)
         # the workload prior's methods, looked up once (this runs per trial per decision)
         self._wl_overhead = getattr(self.workload, "overhead", None)
@@ -84,8 +89,17 @@ class FluidEstimator:
                 oh = self._wl_overhead(self.view.trial(tid).config)
             else:
                 oh = OverheadModel()
-            oh = self._oh[tid] = self._models.setdefault(oh, oh)
+            oh = self._oh[tid] = self._share(oh)
         return oh
+
+    def _share(self, oh: OverheadModel) -> OverheadModel:
+        """The one object of the models equal to ``oh`` in this estimator."""
+        hit = self._shared.get(id(oh))
+        if hit is not None and hit[0] is oh:
+            return hit[1]
+        shared = self._models.setdefault(oh, oh)
+        self._shared[id(oh)] = (oh, shared)  # keeps ``oh`` alive: its id stays its own
+        return shared
 
     def unit_time(self, tid: int) -> float | None:
         """Seconds per budget unit alone on one GPU, or None if nothing is known."""
@@ -128,43 +142,66 @@ class FluidEstimator:
 
         The plan runs this over every live trial on every scheduling call, so
         :meth:`unit_time` and :meth:`remaining` (:func:`_left`) are spelled out
-        inline for the common cases (a measured trial; no profile store), ``max``
+        inline (with :meth:`overhead` and :meth:`_profile`), ``max``
         as the comparisons it makes (same result, ties and all); the same arithmetic,
         checked against them by ``tests/allocators/test_scaling_equivalence.py``.
         Each trial's overhead model is looked up once here for :meth:`runtime`.
         """
         view = self.view
         trial_of, seen_of, running, now = view.trial, view.unit_time, view.running, view.time
-        ohs, overhead, unit, models = self._oh, self.overhead, self._unit, self._models
-        # without a profile store, :meth:`overhead` and :meth:`_unit` reduce to the fixed
-        # model or the workload prior's, spelled out here on the trial fetched once
+        ohs, share, factors = self._oh, self._share, self._factors
+        # :meth:`overhead`, :meth:`_unit` and :meth:`_profile` spelled out on the trial
+        # fetched once; without a profile store they reduce to the fixed model or the
+        # workload prior's
         plain = self.store is None
+        store, lookup, profiles = self.store, self._lookup, self._profiles
         fixed, wl_overhead, wl_unit = self.fixed, self._wl_overhead, self._wl_unit_time
+        records = [trial_of(tid) for tid in targets]
+        if not plain:  # the trials' profiles in one pass (the store asked once per model)
+            ask = [(tid, t.config) for tid, t in zip(targets, records, strict=True)
+                   if tid not in profiles]
+            if ask:
+                tids = [tid for tid, _ in ask]
+                profiles.update(zip(tids, lookup.many(store, tids, [c for _, c in ask]),
+                                    strict=True))
+        shared = self._shared
         rows = []
         known = []
-        for tid, target in targets.items():
+        for (tid, target), t in zip(targets.items(), records, strict=True):
             seen = seen_of(tid)
-            t = trial_of(tid)
             oh = ohs.get(tid)
+            prof: Any = _UNSET
             if oh is None:
-                if not plain:
-                    oh = overhead(tid)
+                if plain:
+                    prof = None
                 else:
-                    oh = (fixed if fixed is not None else
-                          wl_overhead(t.config) if wl_overhead is not None else
-                          OverheadModel())
-                    oh = ohs[tid] = models.setdefault(oh, oh)
+                    prof = profiles.get(tid, _UNSET)
+                    if prof is _UNSET:
+                        prof = profiles[tid] = lookup(store, tid, t.config)
+                oh = (fixed if fixed is not None else
+                      prof.overhead if prof is not None else
+                      wl_overhead(t.config) if wl_overhead is not None else
+                      OverheadModel())
+                hit = shared.get(id(oh))  # :meth:`_share`, spelled out
+                oh = ohs[tid] = hit[1] if hit is not None and hit[0] is oh else share(oh)
             if seen is not None and seen[0] > 0 and seen[1] > 0:
-                u = seen[0] / oh.factor(seen[1])
+                key = (id(oh), seen[1])  # :meth:`_factor`, spelled out
+                f = factors.get(key)
+                if f is None:
+                    f = factors[key] = oh.factor(seen[1])
+                u = seen[0] / f
                 known.append(u)
-            elif plain:
-                if wl_unit is not None:
-                    u = float(wl_unit(tid, t.config))
-                    known.append(u)
-                else:
-                    u = None
             else:
-                u = unit(tid, seen)
+                u = None
+                if not plain:
+                    if prof is _UNSET:
+                        prof = profiles.get(tid, _UNSET)
+                        if prof is _UNSET:
+                            prof = profiles[tid] = lookup(store, tid, t.config)
+                    if prof is not None and prof.unit_time:
+                        u = prof.unit_time
+                if u is None and wl_unit is not None:
+                    u = float(wl_unit(tid, t.config))
                 if u is not None:
                     known.append(u)
             left = target - t.budget_used

@@ -215,7 +215,7 @@ class FluidKnapsackAllocator(KnapsackAllocator):
 
         for tid, w_new in target.items():  # non-increasing h: the longest trial chooses first
             cur = view.running[tid]
-            w = width(cur)
+            w = cur[0][1] if len(cur) == 1 else width(cur)  # width(), one share fast
             if math.floor(w_new + _TOL) <= w + _TOL:
                 continue  # the plan gives it no more whole GPUs than it holds
             dem = self.demand_of(view, tid, view.trial(tid).config)

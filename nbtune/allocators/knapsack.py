@@ -24,7 +24,7 @@ subtracted first and only pending trials are placed (no resizes).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -95,7 +95,7 @@ def _room_and_demands(
     cluster: ClusterSpec = view.cluster
     base = _cluster_arrays(cluster)
     gpu_ids, pos, gpu_node = base.gpu_ids, base.pos, base.gpu_node
-    ratio = np.array([ratios.get(k, DEFAULT_RATIO) for k in base.kinds], dtype=float)
+    ratio = base.ratio(ratios)
     load = view.gpu_load
     compute = ratio - np.array([load.get(g, 0.0) for g in gpu_ids], dtype=float)
     memory = base.memory.copy()
@@ -105,7 +105,10 @@ def _room_and_demands(
     running = view.running
     demands = demand_of.many(view, running)
     pos_get = pos.get
-    entries = [(pos_get(g), k) for k, pl in enumerate(running.values()) for g, _ in pl]
+    # (nothing to take where no trial needs memory or cores: x - 0.0 is x)
+    needs = any(d.memory_gb != 0.0 or d.cpus != 0.0 for d in demands)
+    entries = [(pos_get(g), k) for k, pl in enumerate(running.values()) for g, _ in pl] \
+        if needs else []
     if entries:
         if any(i is None for i, _ in entries):  # GPUs the cluster no longer has
             entries = [(i, k) for i, k in entries if i is not None]
@@ -131,6 +134,16 @@ class _ClusterArrays:
     node_cpus: np.ndarray
     speed: np.ndarray
     nodes: list[str]
+    #: the per-GPU ratio array of each ratios mapping asked for (its items as the key)
+    ratio_of: dict[tuple, np.ndarray] = field(default_factory=dict)
+
+    def ratio(self, ratios: Mapping[str, float]) -> np.ndarray:
+        key = tuple(ratios.items())
+        got = self.ratio_of.get(key)
+        if got is None:
+            got = self.ratio_of[key] = np.array([ratios.get(k, DEFAULT_RATIO) for k in self.kinds],
+                                                dtype=float)
+        return got.copy()
 
 
 _LAST_CLUSTER: list[tuple[ClusterSpec, _ClusterArrays]] = []

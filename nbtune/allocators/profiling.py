@@ -333,15 +333,45 @@ class ProfileLookup:
         self._signatures: dict[int, tuple[Any, Mapping[str, Any], str | None]] = {}
 
     def __call__(self, store: Any, trial_id: int, config: Mapping[str, Any]) -> Profile | None:
-        if store is None or not is_profile_store(store):
+        if store is None:
             return None
         hit = self._signatures.get(trial_id)
         if hit is not None and hit[0] is store and hit[1] is config:
-            sig = hit[2]
+            sig = hit[2]  # the store was checked when it was remembered
         else:
+            if not is_profile_store(store):
+                return None
             sig = store_signature(store, config, self.keys)
             self._signatures[trial_id] = (store, config, sig)
         return None if sig is None else store.get(sig)
+
+
+    def many(self, store: Any, trial_ids: Iterable[int],
+             configs: Iterable[Mapping[str, Any]]) -> list[Profile | None]:
+        """This lookup for each trial (``configs`` in the same order), the store asked once
+        per signature: what an allocator reads of every live trial on every call."""
+        tids = list(trial_ids)
+        if store is None or not is_profile_store(store):
+            return [None] * len(tids)
+        sigs, keys, get = self._signatures, self.keys, store.get
+        got: dict[str, Profile | None] = {}
+        out: list[Profile | None] = []
+        for tid, config in zip(tids, configs, strict=True):
+            hit = sigs.get(tid)
+            if hit is not None and hit[0] is store and hit[1] is config:
+                sig = hit[2]
+            else:
+                sig = store_signature(store, config, keys)
+                sigs[tid] = (store, config, sig)
+            if sig is None:
+                out.append(None)
+                continue
+            try:
+                prof = got[sig]
+            except KeyError:
+                prof = got[sig] = get(sig)
+            out.append(prof)
+        return out
 
 
 class MeasuredLimits:

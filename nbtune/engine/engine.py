@@ -38,6 +38,9 @@ __all__ = ["Engine", "EngineError", "Subscriber"]
 
 Subscriber = Callable[[tuple[ev.Event, ...], list[Command]], None]
 
+_NUMBER = (int, float)  # a metric the best-trial rule ranks (bool aside)
+_RUNNING = TrialState.RUNNING  # read on every report
+
 
 class Engine:
     """Holds every trial's state; turns events into commands. Implements ``SchedulingView``."""
@@ -77,7 +80,7 @@ class Engine:
         self._spec: dict[int, Speculation] = {}
         self.fill_log: list[FillRecord] = []  # every speculative launch, in order
         self._outbox: list[Command] = []
-        self._subscribers: list[Subscriber] = []
+        self._subscribers: tuple[Subscriber, ...] = ()  # replaced whole: a call sees a snapshot
         self._handlers: dict[type, Callable[[Any, list[Command]], None]] = {
             ev.ExperimentStarted: self._on_started,
             ev.ResourcesChanged: self._on_resources,
@@ -118,7 +121,7 @@ class Engine:
         if self.validate:
             self.check()
         if self._subscribers:
-            for sub in list(self._subscribers):  # a subscriber may unsubscribe while called
+            for sub in self._subscribers:  # a snapshot: a subscriber may unsubscribe while called
                 sub(events, cmds)
         return cmds
 
@@ -138,8 +141,14 @@ class Engine:
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         """Call ``fn(events, commands)`` after every :meth:`handle`; returns an unsubscribe."""
-        self._subscribers.append(fn)
-        return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
+        self._subscribers = (*self._subscribers, fn)
+        return lambda: self._unsubscribe(fn)
+
+    def _unsubscribe(self, fn: Subscriber) -> None:
+        subs = list(self._subscribers)
+        if fn in subs:
+            subs.remove(fn)
+            self._subscribers = tuple(subs)
 
     # ------------------------------------------------------ SchedulingView
     @property
@@ -226,7 +235,7 @@ class Engine:
         # the hot path: one call per budget unit of every trial
         tid = e.trial_id
         t = self.trials.get(tid)
-        if t is None or t.state is not TrialState.RUNNING:
+        if t is None or t.state is not _RUNNING:
             return  # a late report from a trial already stopped: nothing to decide
         if self._spec and tid in self._spec:
             self._on_speculative_report(e)  # speculative: kept from the algorithm until promoted
@@ -243,7 +252,7 @@ class Engine:
 
     def _apply_report(self, t: TrialRecord, e: ev.TrialReported, cmds: list[Command]) -> None:
         """A result counts: record it, ask the algorithm, end the segment at its budget."""
-        tid, b, running = t.trial_id, e.budget, t.state is TrialState.RUNNING
+        tid, b, running = t.trial_id, e.budget, t.state is _RUNNING
         decision = self._record(t, e)
         if b >= t.target_budget - EPS:
             if decision is Decision.STOP:
@@ -266,7 +275,7 @@ class Engine:
             t.budget_used = b
         metrics = e.metrics
         value = metrics.get(self.metric)
-        if isinstance(value, int | float) and not isinstance(value, bool):  # text is not ranked
+        if isinstance(value, _NUMBER) and not isinstance(value, bool):  # text is not ranked
             t.last = value
             best = t.best
             if best is None or (value < best if self._minimize else value > best):

@@ -40,6 +40,8 @@ class Mark:
     gen: int
     first: bool
     resized_at: float | None = None
+    #: its shape (not a first interval) already holds SAMPLES unit times: reports only move it
+    full: bool = False
 
 
 #: samples kept per shape (HyperSack's sampler takes ~10 iterations; more only smooths noise)

@@ -92,6 +92,7 @@ class Profiler:
         self._marks: dict[int, Mark] = {}
         self._started: set[int] = set()             # trials whose process is running
         self._sigs: dict[int, tuple[Mapping[str, Any], str]] = {}
+        self._launched: dict[int, tuple[Mapping[str, Any], str]] = {}  # trial -> config, sig
 
     # ------------------------------------------------------------ wiring
     def attach(self, engine: Engine, trainable: Any) -> None:
@@ -217,6 +218,18 @@ class Profiler:
             self._families[sig] = fam
         return fam
 
+    def wants_sample(self, trial_id: int, memory_gb: float) -> bool:
+        """Whether a sample of ``trial_id`` alone (utilization, ``memory_gb``, no runnable
+        share) could still add to its signature's measurements. False once the signature
+        holds :data:`~nbtune.runtimes.profile_samples.SAMPLES` utilization samples and, for a
+        sample that carries memory, as many memory samples: the lists only grow, so a
+        runtime may stop taking such samples for good (the simulator does)."""
+        sig = self._sig_of.get(trial_id)
+        obs = None if sig is None else self._obs.get(sig)
+        if obs is None or len(obs.util) < SAMPLES:
+            return True
+        return memory_gb > 0 and len(obs.memory) < SAMPLES
+
     def awaits_demand(self, sig: str) -> bool:
         """A packing probe of ``sig`` should wait: its runnable share, which may settle c, is due."""
         return self.sliced and self.runnable(sig) is None
@@ -273,6 +286,19 @@ class Profiler:
     # --------------------------------------------------------- observing
     def _observe(self, events: tuple[ev.Event, ...], cmds: list[Command]) -> None:
         try:
+            if not cmds and len(events) == 1 and type(events[0]) is ev.TrialReported:
+                # the hot path: one report, nothing decided; once the trial's shape holds
+                # enough unit times the report only moves its mark on
+                e = events[0]
+                m = self._marks.get(e.trial_id)
+                if m is not None and m.full and m.resized_at is None:
+                    m.time, m.budget = e.time, e.budget
+                else:
+                    self._take(events, cmds)
+                    return
+                if e.trial_id not in self._engine.running:
+                    self._leave(e.trial_id)
+                return
             self._take(events, cmds)
         except Exception:  # a lost measurement must not take the experiment down
             log.exception("nbtune profiler: measurements of this batch were lost")
@@ -281,7 +307,7 @@ class Profiler:
         eng = self._engine
         touched: set[str] = set()
         if not cmds and len(events) == 1 and type(events[0]) is ev.TrialReported:
-            e = events[0]  # the hot path: one report, nothing decided
+            e = events[0]  # one report, nothing decided
             self._reported(eng, e, touched)
             if e.trial_id not in eng.running:
                 self._leave(e.trial_id)
@@ -307,9 +333,13 @@ class Profiler:
         for c in cmds:
             kind = type(c)
             if kind is Launch:
-                self._leave(c.trial_id)
-                self._where[c.trial_id] = c.placement
-                self._sig_of[c.trial_id] = self.signature(c.config)
+                tid = c.trial_id
+                self._leave(tid)
+                self._where[tid] = c.placement
+                last = self._launched.get(tid)  # a resumed trial's config is a new, equal dict
+                if last is None or (last[0] is not c.config and last[0] != c.config):
+                    last = self._launched[tid] = (c.config, self.signature(c.config))
+                self._sig_of[tid] = last[1]
             elif kind is Resize:
                 tid = c.trial_id
                 if tid in self._started:
@@ -386,12 +416,16 @@ class Profiler:
     def _reported(self, eng: Any, e: ev.TrialReported, touched: set[str]) -> None:
         tid = e.trial_id
         m = self._marks.get(tid)
+        if m is not None and m.full and m.resized_at is None:  # measured enough: it moves on
+            m.time, m.budget = e.time, e.budget
+            return
         sig = self._sig_of.get(tid)
         if m is not None and m.resized_at is None and sig is not None:
             full = self._obs.get(sig)
             got = None if full is None else full.first.get((m.p, m.w)) if m.first else (
                 full.packing if m.w == 1 else full.scaling).get(m.p if m.w == 1 else m.w)
             if got is not None and len(got) >= SAMPLES:  # the sampler has enough of this shape:
+                m.full = not m.first  # a first interval's shape is not the next one's
                 m.time, m.budget, m.first = e.time, e.budget, False  # the mark moves on
                 return
         ctx = self._context(tid)

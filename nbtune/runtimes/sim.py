@@ -64,7 +64,9 @@ class SimRuntime:
     c, d, α, β, ε and demands from the simulated clock and the simulated GPUs'
     samples of a trial alone on its GPU (``TrialSampled``: as its launch
     starts, then every ``sample_every`` seconds, as Dask's workers sample NVML,
-    up to ``samples_per_launch``); give one with a job history to keep what it learns.
+    up to ``samples_per_launch``, and none once the profiler holds all the samples of the
+    trial's model it keeps: :meth:`Profiler.wants_sample`); give one with a job history
+    to keep what it learns.
     """
 
     cluster: ClusterSpec | int = 4
@@ -248,12 +250,16 @@ class SimRuntime:
     # ------------------------------------------------------------ commands
     def _execute(self, cmds: Iterable[Command]) -> None:
         touched: set[int] = set()
+        # which GPUs changed matters only to a model whose speed depends on its neighbours
+        sensitive = self._workload is not None and self._workload.neighbor_sensitive
         now = self._clock.now()
         for c in cmds:
-            if isinstance(c, Launch):
+            kind = type(c)
+            if kind is Launch:
                 self._launch(c, now)
-                touched.update(g for g, _ in c.placement)
-            elif isinstance(c, Resize):
+                if sensitive:
+                    touched.update(g for g, _ in c.placement)
+            elif kind is Resize:
                 live = self._live.get(c.trial_id)
                 if live is None:
                     continue
@@ -266,14 +272,15 @@ class SimRuntime:
                 touched.update(g for g, _ in c.placement)
                 live.waiting = False
                 self._rerate(live, now)
-            elif isinstance(c, Pause | Stop):
+            elif kind is Pause or kind is Stop:
                 live = self._live.get(c.trial_id)
                 if live is not None:
-                    touched.update(g for g, _ in live.placement)
+                    if sensitive:
+                        touched.update(g for g, _ in live.placement)
                     self._remove(c.trial_id)
-            elif isinstance(c, Finish):
+            elif kind is Finish:
                 self._done = True
-        if touched and self._workload is not None and self._workload.neighbor_sensitive:
+        if touched and sensitive:
             for tid in {t for g in touched for t in self._on_gpu.get(g, ())}:
                 live = self._live[tid]
                 self._advance(live, now)
@@ -292,7 +299,14 @@ class SimRuntime:
         live.rate = self._rate(live)
         live.gen += 1
         self._push(live.last_t, _START, c.trial_id, live.gen, None)
-        self._push(live.last_t + 1e-9, _SAMPLE, c.trial_id, 0, live)  # just after it starts
+        if self._sampling(c.trial_id, c.config):
+            self._push(live.last_t + 1e-9, _SAMPLE, c.trial_id, 0, live)  # just after it starts
+
+    def _sampling(self, tid: int, config: dict[str, Any]) -> bool:
+        """Whether the profiler could still use a sample of this trial (none: it has enough)."""
+        assert self._workload is not None
+        prof = self.profiler
+        return prof is None or prof.wants_sample(tid, self._workload.demand(tid, config).memory_gb)
 
     def _sample(self, tid: int, launched: _Live, t: float) -> ev.Event | None:
         """What NVML would read on the trial's GPU now, if it holds the GPU alone."""
@@ -303,7 +317,8 @@ class SimRuntime:
             return None  # shared: no clean sample of this trial
         d = self._workload.demand(tid, live.config)
         live.samples += 1
-        if live.samples < self.samples_per_launch:  # the profiler's GPU room wants a few
+        if live.samples < self.samples_per_launch and self._sampling(tid, live.config):
+            # the profiler's GPU room wants a few
             self._push(t + self.sample_every, _SAMPLE, tid, 0, live)
         return ev.TrialSampled(t, tid, min(live.placement[0][1], d.compute), d.memory_gb)
 

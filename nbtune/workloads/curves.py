@@ -54,7 +54,7 @@ class QualityLandscape:
             return self.q_best, 0.8
         u = self.encode(config)
         z = u - self.opt
-        cost = float(np.sum(self.weight * z * z) + z @ self.inter @ z * 0.5)
+        cost = float((self.weight * z * z).sum() + z @ self.inter @ z * 0.5)  # np.add.reduce
         for k, off in self.cat_offset.items():
             cost += float(off[self.space[k].index(config[k])])  # type: ignore[attr-defined]
         cost = max(cost, 0.0)

@@ -197,3 +197,27 @@ def test_the_profile_lookup_asks_the_store_each_time_and_follows_a_new_config():
     store.put(Profile(sig, demand=Demand(2.0, -1.0)))  # a bad profile is still refused
     with pytest.raises(ValueError, match="invalid"):
         demands.many(view, [1])
+
+
+def test_profile_lookup_many_answers_as_one_lookup_per_trial_and_asks_once_per_model():
+    from nbtune.allocators.profiling import ProfileLookup
+
+    class CountingStore(InMemoryProfileStore):
+        asked = 0
+
+        def get(self, signature):
+            self.asked += 1
+            return super().get(signature)
+
+    store = CountingStore()
+    keys = ["arch"]
+    configs = {1: {"arch": "a", "lr": 0.1}, 2: {"arch": "a", "lr": 0.2},
+               3: {"arch": "b", "lr": 0.1}, 4: {"lr": 0.3}}
+    store.put(Profile(model_signature(configs[1], keys), unit_time=2.0))
+    many = ProfileLookup(keys).many(store, list(configs), list(configs.values()))
+    assert store.asked == 2  # models a and b; trial 4 has no key
+    one = ProfileLookup(keys)
+    assert many == [one(store, tid, cfg) for tid, cfg in configs.items()]
+    assert [p and p.unit_time for p in many] == [2.0, 2.0, None, None]
+    assert ProfileLookup(keys).many(object(), [1, 2], [configs[1], configs[2]]) == [None, None]
+    assert ProfileLookup(keys).many(None, [], []) == []

@@ -192,3 +192,26 @@ def test_a_busy_gpu_before_the_first_report_is_the_trials_first_epoch():
         eng.handle(ev.UtilizationSampled(0.3 + 0.1 * i, {0: 0.1}, {0: 0.4}))
     assert prof.gpu_room(sig) == pytest.approx(10.0)  # before any report
     assert prof.get(sig).demand.compute == pytest.approx(0.1)
+
+
+def test_the_simulator_stops_sampling_a_model_the_profiler_has_enough_samples_of():
+    from nbtune.algorithms.random_search import RandomSearch
+    from nbtune.engine import Engine
+    from nbtune.runtimes.profile_samples import SAMPLES
+
+    # 200 trials of one model on 4 GPUs: 4 samples per launch would be 800
+    wl = SyntheticWorkload(SPACE, unit_time=2.0, demand=Demand(0.5, 3.0))
+    engine = Engine(RandomSearch(SPACE, metric="loss", max_budget=2, num_trials=200, seed=0),
+                    validate=True)
+    seen: list[ev.TrialSampled] = []
+    engine.subscribe(lambda events, cmds: seen.extend(
+        e for e in events if isinstance(e, ev.TrialSampled)))
+    prof = Profiler()
+    rt = SimRuntime(cluster=4, profiler=prof)
+    rt.start(engine, wl)
+    assert engine.done and len(engine.trials) == 200
+    measured = prof.get('{"layers": 2}')
+    assert measured.demand.compute == pytest.approx(0.5) and measured.demand.memory_gb == 3.0
+    assert not prof.wants_sample(199, 3.0) and prof.wants_sample(10_000, 3.0)  # 10,000: unseen
+    # the samples stop once utilization and memory hold SAMPLES each (a few were in flight)
+    assert SAMPLES <= len(seen) < SAMPLES + 4 * 4
