@@ -13,6 +13,8 @@ import time
 import cloudpickle
 import pytest
 
+from nbtune.core.code_names import names_used
+from nbtune.runtimes.dask.driver_side.worker_setup import trainable_imports
 from nbtune.runtimes.dask.protocol import Exit, Job, Report, decode, encode
 from nbtune.runtimes.dask.worker_side.pool import WarmPool
 
@@ -75,6 +77,17 @@ def test_an_experiments_modules_are_imported_by_idle_and_later_processes(pool, t
     assert run_one(later, tmp_path, modules_seen)["wave_warm"] == 1.0
     before = pool(1, ())
     assert run_one(before.take(refill=False), tmp_path, modules_seen)["wave_warm"] == 0.0
+
+
+def test_a_module_sent_by_value_is_not_imported_ahead_but_what_its_function_uses_is():
+    """This module is registered with cloudpickle by value: its functions reach a trial inside
+    the pickle, so no trial process imports it; preloading it would cost every new process
+    its imports (pytest here), and trials that wait at a rung each start a new process."""
+    mods = trainable_imports(modules_seen)
+    assert __name__ not in mods
+    assert "wave" in mods and "sys" in mods
+    # a function pickled by reference: its module is imported by the unpickling anyway
+    assert "nbtune.core.code_names" in trainable_imports(names_used)
 
 
 def test_modules_added_while_a_process_starts_reach_it(pool, tmp_path):

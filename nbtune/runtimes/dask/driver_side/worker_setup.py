@@ -23,7 +23,7 @@ from typing import Any
 from nbtune.runtimes.dask.driver_side.cluster import Inventory
 
 __all__ = ["LAST_PHASES", "local_cpu_start", "preload_trainable", "prepare_workers",
-           "tolerate_lost_workers", "worker_plugins"]
+           "tolerate_lost_workers", "trainable_imports", "worker_plugins"]
 
 log = logging.getLogger("nbtune.dask")
 
@@ -123,15 +123,33 @@ def preload_trainable(client: Any, trainable: Any) -> None:
     short first epoch). Fire and forget: a failure here only means they are
     imported by the trial itself.
     """
-    from nbtune.core.code_names import modules_used
     from nbtune.runtimes.dask.worker_side.pool import pool_imports
 
     try:
-        modules = modules_used(trainable)
+        modules = trainable_imports(trainable)
         if modules:
             client.run(pool_imports, modules, wait=False)
     except Exception as exc:  # noqa: BLE001 - an optimisation must never fail an experiment
         log.debug("preloading the trainable's modules failed: %r", exc)
+
+
+def trainable_imports(trainable: Any) -> list[str]:
+    """The modules a trial process imports ahead of ``trainable``'s jobs
+    (:func:`~nbtune.core.code_names.modules_used`), less those cloudpickle sends by value.
+
+    A module registered with ``cloudpickle.register_pickle_by_value`` (a notebook's
+    helpers, a test module) reaches the trial inside the pickled function: the
+    trial never imports it, so importing it ahead would only cost every new trial
+    process that module's own imports. Trials that wait at a rung keep their
+    process, so each next trial starts a new one and would pay them again.
+    """
+    import cloudpickle
+
+    from nbtune.core.code_names import modules_used
+
+    by_value = cloudpickle.list_registry_pickle_by_value()
+    return [m for m in modules_used(trainable)
+            if not any(m == v or m.startswith(v + ".") for v in by_value)]
 
 
 def tolerate_lost_workers(call: Callable[[], Any], what: str, attempts: int = 3) -> Any:

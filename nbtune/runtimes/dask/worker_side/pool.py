@@ -203,9 +203,10 @@ class WarmPool:
     def add_imports(self, modules: list[str]) -> None:
         """Have every idle process, and every one started from now on, import ``modules``.
 
-        The training function's own imports (:func:`nbtune.core.code_names.modules_used`),
-        so that a trial does not pay them in its first epoch. Additive: processes
-        that imported an earlier experiment's modules stay warm.
+        The training function's own imports
+        (:func:`~nbtune.runtimes.dask.driver_side.worker_setup.trainable_imports`), so that
+        a trial does not pay them in its first epoch. Additive: processes that imported an
+        earlier experiment's modules stay warm.
         """
         with self._lock:
             new = [m for m in modules if m not in self.imports and m not in self.preload]
