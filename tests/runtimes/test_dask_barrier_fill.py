@@ -2,10 +2,12 @@
 
 SHA's rungs wait for their stragglers (a step takes 0.005–0.065 s by config);
 with ``fill_barriers=True`` the engine continues the rung's likely promotions
-on the workers that idle meanwhile. A promotion goes on only where it paused,
-so 27 trials: some of rung 0's best 9 known have almost surely paused on the
-worker the last straggler leaves idle (with 9 trials and the best 3, about
-one run in eight had none there and filled nothing). Each test runs the same seed with and
+on the workers that idle meanwhile. A promotion goes on only where it paused.
+Trial 0, the first launched, is the straggler that says so for certain: its first
+step waits for a gate the test opens only once the other worker has run the rest
+of rung 0 (and, filling, once a fill launch started), so the idle worker holds
+paused likely promotions whatever the machine's load (timing alone once let the
+last two reports of a rung arrive together, and nothing was filled). Each test runs the same seed with and
 without filling: the configurations and every report (budget and metrics)
 must be the same, each run must end within its timeout, and the fill launches
 in ``engine.fill_log`` must have held an idle worker in the allocation log.
@@ -16,6 +18,7 @@ goes on in place).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -32,6 +35,13 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 SPACE = {"m": uniform(0.0, 1.0)}
 WAIT = 60
+#: the file trial 0's first step waits for (set per run; pickled by value with the functions)
+GATE = ""
+
+
+def _straggle(trial, step):
+    while trial.trial_id == 0 and step == 1 and not os.path.exists(GATE):
+        time.sleep(0.02)
 
 
 def _loss(config, w, step):
@@ -41,6 +51,7 @@ def _loss(config, w, step):
 def train_checkpointed(config, trial):
     state = trial.restore() or {"w": 0.0}
     for step in trial.steps():
+        _straggle(trial, step)
         time.sleep(0.005 + 0.06 * config["m"])
         state["w"] += config["m"]
         trial.checkpoint(state, step=step)
@@ -51,6 +62,7 @@ def train_checkpointed(config, trial):
 def train_in_place(config, trial):
     w = 0.0
     for step in trial.steps():
+        _straggle(trial, step)
         time.sleep(0.005 + 0.06 * config["m"])
         w += config["m"]
         if trial.report(step=step, loss=_loss(config, w, step), w=w):
@@ -63,12 +75,32 @@ def client():
         yield c
 
 
+def rung0_reported(exp) -> int:
+    """Trials other than 0 that reported (read from the test's thread: retried if it moved)."""
+    for _ in range(100):
+        try:
+            return sum(1 for t in list(exp.engine.trials.values()) if t.trial_id and t.results)
+        except RuntimeError:  # the driver thread added a trial meanwhile
+            continue
+    return 0
+
+
 def run(client, tmp_path, fn, fill):
+    global GATE
+    gate = tmp_path / f"gate-{fill}"
+    GATE = str(gate)
     rt = DaskRuntime(client, checkpoint_dir=tmp_path / f"ckpt-{fill}", preload=(),
                      warm_processes=1, sample_interval=0.25)
     exp = nbtune.tune(fn, SPACE, algorithm="sha", metric="loss", num_trials=27, max_budget=9,
                       seed=3, allocator="auto", runtime=rt, fill_barriers=fill, validate=True)
     try:
+        # the rest of rung 0 done on the other worker, and (filling) its idle time filled
+        end = time.monotonic() + WAIT
+        while not (rung0_reported(exp) >= 26 and (not fill or exp.engine.fill_log)):
+            assert time.monotonic() < end and not exp.done, (
+                f"fill_barriers={fill}: rung 0 did not reach trial 0's gate in {WAIT} s")
+            time.sleep(0.05)
+        gate.touch()
         assert rt.wait(WAIT), f"fill_barriers={fill}: the experiment did not end in {WAIT} s"
     finally:
         rt.close()
