@@ -37,11 +37,13 @@ from nbtune.allocators import DynamicFluidAllocator
 from nbtune.allocators.oversubscription import choose_ratio
 from nbtune.allocators.profiling import InMemoryProfileStore, fit_alpha, packing_limit
 from nbtune.core.resources import ClusterSpec
+from nbtune.model_sampler import sample_models
 from nbtune.runtimes.profiler import Profiler
 from nbtune.workloads import TraceWorkload
 from nbtune.workloads.paper_workloads import (  # the jobs: the notebooks run them too
     CIFAR_ALPHA,
     CIFAR_EPS,
+    SP1_SPACE,
     cifar10,
     cifar10_util,
     sp1,
@@ -55,7 +57,7 @@ TRACES = ROOT / ".." / "shared" / "traces" / "hydro-artifact"
 MEASURES = (
     "nbtune/allocators/", "nbtune/algorithms/", "nbtune/engine/", "nbtune/runtimes/sim.py",
     "nbtune/runtimes/profiler.py", "nbtune/workloads/", "nbtune/runtimes/profile_samples.py",
-    "nbtune/runtimes/model_key.py", "nbtune/core/",
+    "nbtune/runtimes/model_key.py", "nbtune/core/", "nbtune/model_sampler.py",
 )
 WALL_CLOCK = False  # its goal figures do not depend on the machine or its load
 
@@ -73,13 +75,15 @@ SECOND_RUN = "--second-run" in sys.argv
 
 
 def run(workload: Any, algorithm: str, allocator: Any, n: int | ClusterSpec, *,
-        seed: int, eps: float, **opts: Any) -> Any:
+        seed: int, eps: float, history: InMemoryProfileStore | None = None,
+        **opts: Any) -> Any:
     """One simulated run; the allocators see only what the runtime's profiler measured.
 
-    With ``--second-run`` the same model runs twice on one job history and the
-    second run is reported: it starts with the first run's measurements.
+    ``history`` is the job history it starts with (a copy: runs do not see each other's),
+    empty unless given. With ``--second-run`` the same model runs twice on one job history
+    and the second run is reported: it starts with the first run's measurements.
     """
-    hist = InMemoryProfileStore()
+    hist = InMemoryProfileStore() if history is None else copy.deepcopy(history)
     for _ in range(2 if SECOND_RUN else 1):
         rt = SimRuntime(cluster=n, resize_overhead=eps, profiler=Profiler(hist))
         alloc = allocator if isinstance(allocator, str) else copy.deepcopy(allocator)
@@ -91,6 +95,26 @@ def run(workload: Any, algorithm: str, allocator: Any, n: int | ClusterSpec, *,
 def makespan(workload: Any, algorithm: str, allocator: Any, n: int | ClusterSpec, *,
              seed: int, eps: float, **opts: Any) -> float:
     return run(workload, algorithm, allocator, n, seed=seed, eps=eps, **opts).makespan
+
+
+#: HyperSack's Sampler profiles each unique model for ~10 iterations; one report at a tenth
+#: of an epoch is 20-80 iterations of SP1's batch sizes on CIFAR-10-sized data
+SAMPLE_BUDGET = 0.1
+
+
+def sampled_history(workload: Any, space: dict[str, Any], n: int | ClusterSpec,
+                    eps: float) -> tuple[InMemoryProfileStore, float, int]:
+    """HyperSack's Sampler before the search (``nbtune.model_sampler``): the job history it
+    fills, what it cost in simulated seconds (added to each run that reads the history)
+    and how many models it profiled. With ``--second-run`` the reported run's sampler finds
+    every model in the first run's history and costs nothing."""
+    hist = InMemoryProfileStore()
+    rt = SimRuntime(cluster=n, resize_overhead=eps, profiler=Profiler(hist))
+    exp = sample_models(workload, space, runtime=rt, budget=SAMPLE_BUDGET, metric="loss",
+                        mode="min")
+    if exp is None:
+        return hist, 0.0, 0
+    return hist, (0.0 if SECOND_RUN else exp.makespan), len(exp.engine.trials)
 
 
 def occupancy(exp: Any) -> float:
@@ -105,17 +129,20 @@ SP1_NODE = ClusterSpec.homogeneous(4, gpus_per_node=4, kind="A100", memory_gb=80
                                    cpus_per_node=88.0)
 
 
-def profile_ratio(workload: Any, allocator: str) -> float:
+def profile_ratio(workload: Any, allocator: str,
+                  history: InMemoryProfileStore | None = None) -> float:
     """HyperSack §V-D: pick the A100 oversubscription ratio from measured throughput.
 
     Profiled on half the grid for 4 epochs at r = 1 ... 3, as a user would before
     the full run (a smaller sample does not fill 4 A100s even at r = 1, so every r
-    looks alike); ``choose_ratio`` keeps the best (the smallest on a plateau).
+    looks alike), each starting with the sampler's ``history``; ``choose_ratio`` keeps
+    the best (the smallest on a plateau).
     """
     samples = []
     for r in (1.0, 1.5, 2.0, 2.5, 3.0):
         m = makespan(workload, "grid", allocator, SP1_NODE, seed=0, eps=30.0, max_budget=4,
-                     num_trials=48, allocator_options={"oversubscription": {"A100": r}})
+                     num_trials=48, allocator_options={"oversubscription": {"A100": r}},
+                     history=history)
         samples.append((r, 48 * 4 / m))
     return choose_ratio(samples)
 
@@ -184,17 +211,21 @@ def main(quick: bool = False) -> dict[str, Any]:
 
     wl = sp1()
     fifo = makespan(wl, "grid", "fifo", SP1_NODE, seed=0, eps=30.0, max_budget=15)
+    # HyperSack §IV-C1: the Sampler profiles SP1's 24 unique models (model x batch size)
+    # before scheduling; FIFO needs no profile and is handed none
+    hist, sample_s, sampled = sampled_history(wl, SP1_SPACE, SP1_NODE, 30.0)
+    figures.update(sp1_sampler_s=round(sample_s, 1), sp1_sampled_models=sampled)
     best = ("waterfill", 0.0)
     cands: dict[str, tuple[Any, dict[str, Any]]] = {
         "waterfill": (DynamicFluidAllocator(c=4, d=4, resize_overhead=30.0), {})}
     for name in ("knapsack-wfd", "knapsack-ffd", "knapsack-wf", "knapsack-ff"):
-        r = profile_ratio(wl, name)
+        r = profile_ratio(wl, name, hist)
         figures[f"sp1_{name}_profiled_r"] = r
         cands[name] = (name, {"oversubscription": {"A100": r}})
     cands["fluid+knapsack"] = ("fluid+knapsack", {})
     for name, (alloc, aopts) in cands.items():
-        m = makespan(wl, "grid", alloc, SP1_NODE, seed=0, eps=30.0, max_budget=15,
-                     allocator_options=aopts)
+        m = sample_s + makespan(wl, "grid", alloc, SP1_NODE, seed=0, eps=30.0, max_budget=15,
+                                allocator_options=aopts, history=hist)
         rows.append(("sp1 grid 96 jobs 4 A100, 88 cores", name, fifo, m, fifo / m))
         figures[f"sp1_{name}_speedup"] = round(fifo / m, 3)
         if fifo / m > best[1]:

@@ -30,7 +30,7 @@ LAYERS: list[set[str]] = [
     {"bubbles"},
     {"experiment", "store", "planner", "kernels"},
     {"build"},
-    {"api", "resumption", "replay"},
+    {"api", "resumption", "replay", "model_sampler"},
     {"demo"},
     {"ui", "cli", "server"},
     {"__main__", ""},  # "" is the package facade nbtune/__init__.py

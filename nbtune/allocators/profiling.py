@@ -213,6 +213,13 @@ class Profile:
         """True when d rests on a measurement of scaling (at least w = 1 and 2)."""
         return 1 in self.scaling and len(self.scaling) > 1
 
+    @property
+    def d_bounded(self) -> bool:
+        """True when scaling measured a width past d that did not pay: d is a limit found,
+        not just the widest width tried so far (a trial that only ran at 1 and 2 GPUs
+        says nothing against 4)."""
+        return self.d_measured and max(self.scaling) > self.d
+
 
 @runtime_checkable
 class ProfileStore(Protocol):
@@ -381,7 +388,7 @@ class MeasuredLimits:
     signatures of the pending trials (a running trial's were read while it
     waited; reading every running trial on every call would cost O(trials)
     per event) and answers the smallest measured c and d among them, or None
-    where no profile measured packing (c) or scaling (d). Signatures are
+    where no profile measured packing (c), or no measured width failed to pay (d). Signatures are
     remembered per trial while its config object is unchanged.
     """
 
@@ -416,6 +423,6 @@ class MeasuredLimits:
                 continue
             if prof.c_measured:
                 c = prof.c if c is None else min(c, prof.c)
-            if prof.d_measured:
+            if prof.d_bounded:
                 d = prof.d if d is None else min(d, prof.d)
         return c, d

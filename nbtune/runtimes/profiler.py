@@ -130,6 +130,12 @@ class Profiler:
         self._sigs[id(config)] = (config, sig)
         return sig
 
+    def remembers(self, trainable: Any, config: Mapping[str, Any]) -> bool:
+        """Whether the job history holds a profile of ``config``'s model for ``trainable``."""
+        if self.history is None:
+            return False
+        return self.history.get(f"{model_key(trainable)}|{self.signature(config)}") is not None
+
     def measured(self) -> dict[str, Profile]:
         """Profiles of every signature this run measured."""
         out = {}

@@ -13,6 +13,7 @@ from nbtune.allocators import StaticFluidAllocator
 from nbtune.allocators.fluid import FluidEstimator
 from nbtune.allocators.profiling import (
     InMemoryProfileStore,
+    MeasuredLimits,
     Profile,
     ProfileStore,
     fit_alpha,
@@ -221,3 +222,32 @@ def test_profile_lookup_many_answers_as_one_lookup_per_trial_and_asks_once_per_m
     assert [p and p.unit_time for p in many] == [2.0, 2.0, None, None]
     assert ProfileLookup(keys).many(object(), [1, 2], [configs[1], configs[2]]) == [None, None]
     assert ProfileLookup(keys).many(None, [], []) == []
+
+
+def test_measured_d_lowers_the_cap_only_where_a_wider_width_did_not_pay():
+    """A model measured at 1 and 2 GPUs only says nothing against 4; one whose 4 GPUs
+    bought under ``min_gain`` over 2 caps d at 2 (Fluid §4.2.2: d is where scaling stops
+    paying)."""
+    sig = model_signature({"model": "a"})
+    cfg = {"model": "a", "lr": 0.1}
+    trials = {0: TrialRecord(0, cfg)}
+
+    def measured(scaling: dict[int, float]) -> Profile:
+        return Profile(sig, unit_time=10.0, d=scaling_limit(scaling), scaling=scaling)
+
+    def limits(scaling: dict[int, float]) -> tuple[int | None, int | None]:
+        store = InMemoryProfileStore([measured(scaling)])
+        view = View(ClusterSpec.homogeneous(8), trials, {},
+                    pending=[TrialSpec(0, cfg, 10.0)], hints={"profiles": store})
+        return MeasuredLimits()(view)
+
+    tried = measured({1: 1.0, 2: 0.55})
+    assert tried.d == 2 and tried.d_measured and not tried.d_bounded
+    assert limits({1: 1.0, 2: 0.55}) == (None, None)
+    assert limits({1: 1.0, 2: 0.55, 4: 0.53}) == (None, 2)
+    assert limits({1: 1.0, 2: 0.55, 4: 0.3}) == (None, None)
+    alloc = StaticFluidAllocator(c=3, d=4)
+    view = View(ClusterSpec.homogeneous(8), trials, {}, pending=[TrialSpec(0, cfg, 10.0)],
+                hints={"profiles": InMemoryProfileStore([tried])})
+    alloc.adopt_measured(view)
+    assert alloc.d == 4
