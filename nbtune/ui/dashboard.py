@@ -404,8 +404,10 @@ class Dashboard:
                 fit = self._importance_of(s)
                 self.analysis.render(s, self._fitted(fit), force=force)
                 self._update_widgets(s)
-                # the final state, or its importance now shown: a bundle follows
-                final = s.done and not self._settled_with(fit)
+                # the final state, or its importance now shown: a bundle follows (not while
+                # the fit is still running: those updates are patches, as before the end)
+                final = s.done and (not self.finished or fit is not None
+                                    and fit is not self._fit_shown)
                 self.last = s
                 self._fit_shown = fit
                 self.updates += 1
@@ -434,10 +436,6 @@ class Dashboard:
         """What an ended fit shows: its importance (None: not ended, not enough trials, or
         failed, which :func:`_log_failure` logged)."""
         return None if fit is None or fit.exception() is not None else fit.result()
-
-    def _settled_with(self, fit: Future[Any] | None) -> bool:
-        """Whether the last update already pushed the final state with ``fit`` shown."""
-        return self.finished and fit is not None and fit is self._fit_shown
 
     def importance_settled(self, timeout: float | None = None) -> bool:
         """Wait until the importance fit the views asked for last has ended (True), or
