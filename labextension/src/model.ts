@@ -246,6 +246,33 @@ export interface IExperimentDetail {
   }[];
   /** trial id -> [budget, value] points */
   curves: { [trial: string]: [number | null, number | null][] };
+  /** the allocation timeline; absent from servers that predate it */
+  allocations?: IAllocations;
+}
+
+/**
+ * Which trial held which share of which lane, from when to when (the engine's
+ * placements as recorded; nbtune/core/listing.py allocation_timeline).
+ */
+export interface IAllocations {
+  /** what the lanes are: 'GPU', 'CPU' (CPU workers standing in for GPUs) or null */
+  device: Device;
+  /** one lane in words: 'GPU', 'worker' or 'lane' (not known) */
+  word: string;
+  /** the experiment's time: where a placement still held ends on the plot */
+  now: number;
+  /** every lane of the cluster, idle ones too, with its label (`GPU 0`, `worker 1`) */
+  lanes: { id: number; label: string }[];
+  /** one per placement, in the order they were made; `end` null while held */
+  rects: {
+    trial_id: number;
+    lane: number;
+    share: number;
+    start: number;
+    end: number | null;
+    /** its height in the lane: shares packed on one lane stack */
+    offset: number;
+  }[];
 }
 
 /** GET one experiment's detail from `source` (an ISource id); throws a readable Error on failure. */

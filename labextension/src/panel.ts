@@ -3,8 +3,9 @@
  * (state, trials ended / total, best value and direction, the GPUs or CPU
  * workers its running trials hold) and the views a person tunes by, one tab
  * each: the trial grid (sortable, filterable), optimization history,
- * parallel coordinates, hyperparameter importance, slices and learning
- * curves. Read from its source (a store, or the memory of a running kernel)
+ * parallel coordinates, hyperparameter importance, slices, learning
+ * curves and the allocation timeline (trials on GPU or worker lanes over
+ * time). Read from its source (a store, or the memory of a running kernel)
  * through the server extension, which computes the views
  * (nbtune/server/views_data.py), and refreshed every few seconds while it runs.
  *
@@ -16,6 +17,7 @@
  */
 import { Widget } from '@lumino/widgets';
 
+import { allocationView } from './allocation';
 import { curvesView } from './curves';
 import { TrialGrid } from './grid';
 import { historyView, IHistorySeries } from './history';
@@ -41,7 +43,8 @@ const TABS: [string, string][] = [
   ['parallel', 'Parallel coordinates'],
   ['importance', 'Importance'],
   ['slices', 'Slices'],
-  ['curves', 'Learning curves']
+  ['curves', 'Learning curves'],
+  ['allocation', 'Allocation']
 ];
 
 let panels = 0;
@@ -288,6 +291,7 @@ export class ExperimentPanel extends Widget {
     this._fill('importance', importanceView(v));
     this._fill('slices', slicesView(v));
     this._fill('curves', curvesView(d));
+    this._fill('allocation', allocationView(d.allocations));
   }
 
   private _fill(tab: string, content: Node): void {

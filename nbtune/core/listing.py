@@ -1,4 +1,5 @@
-"""What every list of experiments shows of one: a summary row, trial rows and learning curves.
+"""What every list of experiments shows of one: a summary row, trial rows, learning curves
+and the allocation timeline.
 
 Two readers make these from different sources: the server extension from a
 store's frames (:mod:`nbtune.server.summary`), and a notebook kernel from its
@@ -18,7 +19,8 @@ from nbtune.core.best import best_index
 from nbtune.core.resources import device_noun
 from nbtune.core.trial import TrialState, ended_of_total
 
-__all__ = ["json_number", "error_line", "experiment_summary", "trial_rows", "curves"]
+__all__ = ["json_number", "error_line", "experiment_summary", "trial_rows", "curves",
+           "allocation_timeline", "lane_word"]
 
 
 def json_number(x: Any) -> float | None:
@@ -103,3 +105,48 @@ def curves(points: Iterable[tuple[int, Any, Any]],
                 keep = [pts[int(k * step)] for k in range(max_points - 1)]
                 out[tid] = [*keep, pts[-1]]
     return out
+
+
+def lane_word(device: str | None) -> str:
+    """What one lane of the allocation timeline is called: ``GPU`` only on GPUs, ``worker``
+    where CPU workers stand in for them, ``lane`` while the cluster is not known."""
+    return {"GPU": "GPU", "CPU": "worker"}.get(device or "", "lane")
+
+
+def allocation_timeline(records: Iterable[tuple[int, int, Any, Any, Any]],
+                        lanes: Iterable[int], device: str | None,
+                        now: Any = None) -> dict[str, Any]:
+    """The allocation timeline of the experiment panel: which trial held which share of
+    which lane (a GPU, or a CPU worker standing in for one) from when to when.
+
+    ``records`` are ``(trial_id, gpu_id, share, start, end)`` in the order the engine made
+    the placements (its ledger's log, as a store records it); ``end`` None is a placement
+    still held, drawn up to ``now``. ``lanes`` are the cluster's lane ids (idle ones too).
+    Each rectangle gets its ``offset`` in its lane: the lowest free height over its whole
+    interval, so shares packed on one lane stack instead of hiding each other.
+    """
+    rows = [(int(t), int(g), float(json_number(sh) or 0.0), json_number(a), json_number(b))
+            for t, g, sh, a, b in records]
+    rows = [r for r in rows if r[3] is not None]
+    times = [x for r in rows for x in (r[3], r[4]) if x is not None]
+    end = json_number(now)
+    end = max([end, *times] if end is not None else times, default=0.0)
+    ids = sorted({int(g) for g in lanes} | {r[1] for r in rows})
+    word = lane_word(device)
+    placed: dict[int, list[tuple[float, float, float, float]]] = {}
+    rects = []
+    for tid, gpu, share, start, stop in rows:
+        until = end if stop is None else stop
+        if until <= start:
+            continue  # held for no time: nothing to draw
+        busy = sorted((o, o + h) for a, b, o, h in placed.get(gpu, ()) if a < until and b > start)
+        offset = 0.0
+        for lo, hi in busy:  # the lowest gap of the rectangle's height
+            if offset + share <= lo + 1e-9:
+                break
+            offset = max(offset, hi)
+        placed.setdefault(gpu, []).append((start, until, offset, share))
+        rects.append({"trial_id": tid, "lane": gpu, "share": share, "start": start,
+                      "end": stop, "offset": offset})
+    return {"device": device, "word": word, "now": end,
+            "lanes": [{"id": g, "label": f"{word} {g}"} for g in ids], "rects": rects}

@@ -21,7 +21,9 @@ budget enough trials reached.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -94,16 +96,34 @@ def _finite(v: Any) -> bool:
     return isinstance(v, int | float) and math.isfinite(v)
 
 
+#: the last snapshot's trials with a value (a weak reference to it, its rows, the list): one
+#: render of the views asks for them several times (budgets, default budget, each view)
+_LAST_ENDED: tuple[Any, Any, list[Ended]] | None = None
+
+
 def ended_trials(snap: Any, budget: float | None = None) -> list[Ended]:
     """The trials of snapshot ``snap`` with a value, in trial-id order; only those at
-    ``>= budget`` if given."""
+    ``>= budget`` if given. A new list each call; the trials are read from ``snap`` once
+    (the views read the same immutable snapshot several times per render)."""
+    global _LAST_ENDED
+    last = _LAST_ENDED
+    if last is not None and last[0]() is snap and last[1] is snap.rows:
+        every = last[2]
+    else:
+        every = _read_ended(snap)
+        with contextlib.suppress(TypeError):  # no weak reference to it: read it every time
+            _LAST_ENDED = (weakref.ref(snap), snap.rows, every)
+    if budget is None:
+        return list(every)
+    return [e for e in every if e.budget >= budget - 1e-9]
+
+
+def _read_ended(snap: Any) -> list[Ended]:
     out = []
     for r in snap.rows:
         if not _finite(r.get("last")):
             continue
         b = float(r.get("budget") or 0.0)
-        if budget is not None and b < budget - 1e-9:
-            continue
         curve = snap.curves.get(r["trial_id"])
         when = curve.time[-1] if curve is not None and len(curve.time) else r.get("start")
         out.append(Ended(int(r["trial_id"]), float(r["last"]), b, float(when or 0.0),

@@ -12,7 +12,8 @@ handle at least every utilization sample (1 s). An experiment recorded in a
 store is listed by name and store only: the server reads the store itself.
 One kept in memory only carries its summary and detail (trial rows, curves
 thinned to :data:`MAX_POINTS` per trial, the newest :data:`MAX_TRIALS`
-trials), built by :mod:`nbtune.core.listing` exactly as the server builds a
+trials, the allocation timeline of the newest :data:`MAX_PLACEMENTS`
+placements), built by :mod:`nbtune.core.listing` exactly as the server builds a
 store's.
 
 The file is removed at the kernel's exit (``atexit``); a kernel that dies
@@ -35,12 +36,18 @@ from pathlib import Path
 from typing import Any
 
 from nbtune.core.handles import ExperimentView
-from nbtune.core.listing import curves, experiment_summary, json_number, trial_rows
+from nbtune.core.listing import (
+    allocation_timeline,
+    curves,
+    experiment_summary,
+    json_number,
+    trial_rows,
+)
 from nbtune.core.resources import device_of
 from nbtune.kernels.files import VERSION, kernel_file, process_started, write_json
 
 __all__ = ["KernelFile", "track", "untrack", "in_kernel", "current", "ENV", "INTERVAL",
-           "MAX_POINTS", "MAX_TRIALS", "MAX_SHARE", "memory_listing", "store_location"]
+           "MAX_POINTS", "MAX_TRIALS", "MAX_PLACEMENTS", "MAX_SHARE", "memory_listing", "store_location"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +58,8 @@ INTERVAL = 1.0
 #: learning-curve points per trial and trials a memory-only experiment's detail carries
 MAX_POINTS = 100
 MAX_TRIALS = 500
+#: the newest placements a memory experiment's allocation timeline keeps
+MAX_PLACEMENTS = 2000
 #: the largest share of the engine thread's time the file may take (it then writes less often)
 MAX_SHARE = 0.02
 
@@ -122,7 +131,14 @@ def memory_listing(exp: ExperimentView) -> tuple[dict[str, Any], dict[str, Any]]
         row["config"] = {str(k): _json_value(v) for k, v in t.config.items()}
     points = ((t.trial_id, b, m[metric]) for t in shown for _, b, m in list(t.results)
               if metric in m)
-    return summary, {"summary": summary, "trials": rows, "curves": curves(points, MAX_POINTS)}
+    cluster = engine.ledger.cluster
+    timeline = allocation_timeline(
+        ((r.trial_id, r.gpu_id, r.share, r.start, r.end)
+         for r in engine.ledger.log[-MAX_PLACEMENTS:]),
+        [] if cluster is None else [g.gpu_id for g in cluster.gpus], summary["device"],
+        engine.time)
+    return summary, {"summary": summary, "trials": rows, "curves": curves(points, MAX_POINTS),
+                     "allocations": timeline}
 
 
 class _Entry:

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nbtune.core.listing import curves, experiment_summary, trial_rows
-from nbtune.core.resources import device_noun, device_of
+from nbtune.core.listing import allocation_timeline, curves, experiment_summary, trial_rows
+from nbtune.core.resources import ClusterSpec, device_noun, device_of
 from nbtune.store import DEFAULT_DIR, DEFAULT_FILE, Store
 
 __all__ = ["resolve_location", "summarize", "empty_reply", "display_location", "detail",
@@ -58,20 +58,31 @@ def empty_reply(location: str, *, available: bool) -> dict[str, Any]:
     }
 
 
-def _device(store: Store, name: str) -> str | None:
-    """``"GPU"``, ``"CPU"`` (CPU workers standing in for GPUs) or None: from the cluster the
-    store recorded; a store that cannot say (an older one, a run not started) says None."""
+def _run_of(store: Store, row: dict[str, Any],
+            cache: dict[tuple[Any, ...], dict[str, Any]] | None,
+            keep: bool = True) -> dict[str, Any]:
+    """What one run of an experiment keeps, from the cluster the store recorded (read once
+    per run: a scan of the events): ``device``, ``"GPU"``, ``"CPU"`` (CPU workers standing
+    in for GPUs) or None, and the ``lanes`` (GPU ids). A store that cannot say (an older
+    one, a run not started) says None and no lanes, and is asked again next time. Kept in
+    ``cache`` only with ``keep`` (a finished experiment's summary is cached whole instead)."""
+    run = _run_key(row)
+    known = None if cache is None else cache.get(run)
+    if known is not None:
+        return known
     try:
-        return device_of(store.cluster(name))
+        cluster: ClusterSpec | None = store.cluster(str(row["name"]))
     except Exception:  # an unreadable event must not take the list down: the words go neutral
-        return None
+        cluster = None
+    known = {"device": device_of(cluster),
+             "lanes": [] if cluster is None else [g.gpu_id for g in cluster.gpus]}
+    if cache is not None and keep and known["device"] is not None:
+        cache[run] = known  # summarize() forgets it with the run
+    return known
 
 
-def _summarize_one(store: Store, row: dict[str, Any],
-                   device: str | None = None) -> dict[str, Any]:
+def _summarize_one(store: Store, row: dict[str, Any], device: str | None) -> dict[str, Any]:
     name, metric, mode = str(row["name"]), str(row["metric"]), str(row["mode"])
-    if device is None:
-        device = _device(store, name)
     trials = store.results(name)
     running_ids: set[int] = set()
     if not trials.empty:
@@ -139,10 +150,8 @@ def summarize(store: Store, location: str,
             summary = cache[key]
         else:
             run = _run_key(row)
-            known = None if cache is None else cache.get(run)
-            summary = _summarize_one(store, row, known.get("device") if known else None)
-            if cache is not None and key is None and summary["device"] is not None:
-                cache[run] = {"device": summary["device"]}  # a finished one is cached whole
+            summary = _summarize_one(store, row,
+                                     _run_of(store, row, cache, keep=key is None)["device"])
             if cache is not None and run in cache:
                 live_keys.add(run)
             if key is not None and cache is not None:
@@ -190,7 +199,8 @@ def totals(experiments: list[dict[str, Any]]) -> dict[str, Any]:
 def detail(store: Store, name: str,
            cache: dict[tuple[Any, ...], dict[str, Any]] | None = None) -> dict[str, Any]:
     """One experiment for the sidebar's main-area panel: its summary, every trial's row
-    (state, best metric, budget, the error's last line) and learning curves.
+    (state, best metric, budget, the error's last line), learning curves and the allocation
+    timeline (the placements the store recorded, on the lanes of the cluster it recorded).
 
     ``cache`` is :func:`summarize`'s: a run's device is read from the events once, not at
     every refresh of an open panel.
@@ -198,11 +208,8 @@ def detail(store: Store, name: str,
     row = next((r for r in store.experiments().to_dict("records") if r["name"] == name), None)
     if row is None:
         raise KeyError(name)
-    run = _run_key(row)
-    known = None if cache is None else cache.get(run)
-    summary = _summarize_one(store, row, known.get("device") if known else None)
-    if cache is not None and summary["device"] is not None:
-        cache[run] = {"device": summary["device"]}  # summarize() forgets it with the run
+    known = _run_of(store, row, cache)
+    summary = _summarize_one(store, row, known["device"])
     metric = summary["metric"]
     trials = store.results(name)
     rows = [] if trials.empty else trial_rows(
@@ -210,4 +217,8 @@ def detail(store: Store, name: str,
     lc = store.learning_curves(name)
     points = [] if lc.empty or metric not in lc else zip(lc["trial_id"], lc["budget"], lc[metric],
                                                          strict=True)
-    return {"summary": summary, "trials": rows, "curves": curves(points)}
+    allocs = store.allocations(name)
+    timeline = allocation_timeline(allocs.itertuples(index=False, name=None), known["lanes"],
+                                   summary["device"], row.get("time"))
+    return {"summary": summary, "trials": rows, "curves": curves(points),
+            "allocations": timeline}

@@ -74,12 +74,6 @@ def _log_failure(future: Future[Any]) -> None:
         log.warning("nbtune: importance failed: %s", future.exception())
 
 
-def _done(value: Any) -> Future[Any]:
-    f: Future[Any] = Future()
-    f.set_result(value)
-    return f
-
-
 def load_bokehjs(force: bool = False) -> None:
     """Publish BokehJS (inline: core, widgets, tables) into the notebook.
 
@@ -135,9 +129,10 @@ def _batched_bokeh_model() -> type:
                 if self.view_spoke is not None:
                     self.view_spoke()
 
-        #: document changes so far, and the bundle made at which count (see get_state)
+        #: document changes so far, and the bundle made at which count (see get_state): the
+        #: widget is made with a bundle of the document as it is (count 0)
         _changes = 0
-        _bundled_at = -1
+        _bundled_at = 0
 
         def get_state(self, key: Any = None, drop_defaults: bool = False) -> dict[str, Any]:
             """The state a frontend gets (a reload and a second tab ask for every widget's
@@ -231,6 +226,8 @@ class Dashboard:
         #: the Bokeh root: the run's views and the analysis views, one tab each
         self.layout = analysis_layout(self.figures, self.analysis)
         self._importance: tuple[Any, Future[Any]] | None = None  # (for what, its fit)
+        self._fit_shown: Future[Any] | None = None  # the ended fit the last update rendered
+        self._autostart = autostart
         self.analysis.budget_select.on_change("value", self._on_budget)
         self.updates = 0
         self.update_seconds = 0.0  # CPU time spent in update(), for the overhead budget
@@ -246,18 +243,32 @@ class Dashboard:
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._build_controls()
+        #: the Bokeh widget; made after the first update when built for an experiment, so
+        #: that its first bundle is the one serialization of the rendered document
+        self.plot: Any = None
+        if experiment is not None:
+            self._follow(experiment, autostart)
+            self.update()  # renders into the figures only: there is no widget yet
         self.plot = _batched_bokeh_model()(self.layout)
         self.plot.lock = self._lock
         self.plot.view_spoke = self._on_view_message
         self.widget = W.VBox([W.HBox([self.progress, self.status]), self.controls,
                               self.message, self.plot])
-        if experiment is not None:
-            self.attach(experiment, autostart=autostart)
-        else:
+        if experiment is None:
             self.status.value = "<b>starting</b>"
+        elif autostart and not self.settled:
+            self.start()
 
     def attach(self, experiment: Experiment, *, autostart: bool = True) -> Dashboard:
         """Follow ``experiment`` (once): listen to its engine, show it, start updating."""
+        self._follow(experiment, autostart)
+        self.update()
+        if autostart and not self.settled:
+            self.start()
+        return self
+
+    def _follow(self, experiment: Experiment, autostart: bool) -> None:
+        """Listen to ``experiment``'s engine (the first half of :meth:`attach`)."""
         if self.experiment is not None:
             raise RuntimeError(f"this dashboard already shows {self.experiment.name!r}")
         if experiment.metric != self.figures.metric:
@@ -275,10 +286,7 @@ class Dashboard:
         self.dask_page = getattr(experiment.runtime, "trials_page_link", None) if live else None
         _DASHBOARDS.setdefault(experiment, self)
         self._resync_until = time.monotonic() + RESYNC
-        self.update()
-        if autostart and not self.finished:
-            self.start()
-        return self
+        self._autostart = autostart
 
     # -------------------------------------------------------------- widgets
     def _build_controls(self) -> None:
@@ -349,6 +357,13 @@ class Dashboard:
         """The experiment is over and its final state has been pushed."""
         return self.last is not None and self.last.done
 
+    @property
+    def settled(self) -> bool:
+        """Finished, and the importance fit of the final state is shown too: nothing is
+        left for an update to show."""
+        fit = None if self._importance is None else self._importance[1]
+        return self.finished and fit is not None and fit is self._fit_shown
+
     def update(self, *, force: bool = False) -> Snapshot:
         """Render the model's snapshot into the figures and widgets (thread-safe).
 
@@ -359,9 +374,15 @@ class Dashboard:
         message, instead of a patch: a patch is several messages, and a view the page
         makes between two of them reads every later patch shifted, so it would show
         nothing new until the end. The final state also goes out as a fresh render
-        bundle, after its patch: every open view re-renders from it whole, so a view that missed or
-        could not apply a patch (one made between the frames of a patch, or
-        whose bundle arrived after a later patch) still ends on the final state.
+        bundle, after its patch: every open view re-renders from it whole, so a view that
+        missed or could not apply a patch (one made between the frames of a patch, or
+        whose bundle arrived after a later patch) still ends on the final state. The
+        importance fit of the final state ends later, in the background: the update
+        that shows it is final too (patch, then bundle).
+
+        Before the widget exists (the first update of a dashboard built for an
+        experiment) it only renders into the figures: the widget is then made with a
+        bundle of them, the one serialization of the document a build needs.
         """
         if self.model is None:
             raise RuntimeError("attach an experiment first: dashboard.attach(exp)")
@@ -369,8 +390,9 @@ class Dashboard:
         with self._lock:
             now = time.monotonic()
             bundles = not self._view_seen and now < self._bundles_until
-            changes = self.plot.changes
-            with self.plot.batch(send=not bundles):
+            plot = self.plot  # None: not made yet, it will bundle what this renders
+            changes = 0 if plot is None else plot.changes
+            with nullcontext() if plot is None else plot.batch(send=not bundles):
                 s = self.snapshots.take()
                 force = (force or s.done or now < self._resync_until
                          or self._view_spoke and now >= self._forced_at + RESYNC)
@@ -379,33 +401,41 @@ class Dashboard:
                 self.figures.render(s, force=force)
                 self.figures.set_header(summary_html(self.experiment.name, s, self.dask_link,
                                                      self.dask_page), force)
-                self.analysis.render(s, self._importance_of(s), force=force)
+                fit = self._importance_of(s)
+                self.analysis.render(s, self._fitted(fit), force=force)
                 self._update_widgets(s)
-                final = s.done and not self.finished
+                # the final state, or its importance now shown: a bundle follows (not while
+                # the fit is still running: those updates are patches, as before the end)
+                final = s.done and (not self.finished or fit is not None
+                                    and fit is not self._fit_shown)
                 self.last = s
+                self._fit_shown = fit
                 self.updates += 1
             # after the batch's patch: nothing the views receive comes after it
-            if final or bundles and self.plot.changes != changes:
-                self.plot.refresh()
+            if plot is not None and (final or bundles and plot.changes != changes):
+                plot.refresh()
         self.update_seconds += time.thread_time() - t0
         return s
 
-    def _importance_of(self, s: Snapshot) -> dict[str, float] | None:
-        """The importance the analysis views show for ``s``: fitted on a background thread
-        once per change of the trials or the budget, at once at the end. A fit that ends
-        between two updates is shown by the next one, through the same path (patch or
-        bundle) as every other change: nothing is sent from the fitting thread."""
+    def _importance_of(self, s: Snapshot) -> Future[Any] | None:
+        """The ended fit of the importance the analysis views show for ``s`` (None: not
+        ended yet). Fitted on a background thread once per change of the trials or the
+        budget, the final state's too: the views show everything else at once. A fit that
+        ends between two updates is shown by the next one, through the same path (patch
+        or bundle) as every other change: nothing is sent from the fitting thread."""
         want = self.analysis.wanted(s)
-        fit = lambda: importance(s, self.analysis.space, budget=want[1])  # noqa: E731
-        if s.done:
-            if self._importance is None or self._importance[0] != want:
-                self._importance = (want, _done(fit()))
-        elif self._importance is None or self._importance[0] != want:
-            future = _IMPORTANCE.submit(fit)
+        if self._importance is None or self._importance[0] != want:
+            future = _IMPORTANCE.submit(importance, s, self.analysis.space, budget=want[1])
             self._importance = (want, future)
             future.add_done_callback(_log_failure)
         ready = self._importance[1]
-        return ready.result() if ready.done() and ready.exception() is None else None
+        return ready if ready.done() else None
+
+    @staticmethod
+    def _fitted(fit: Future[Any] | None) -> dict[str, float] | None:
+        """What an ended fit shows: its importance (None: not ended, not enough trials, or
+        failed, which :func:`_log_failure` logged)."""
+        return None if fit is None or fit.exception() is not None else fit.result()
 
     def importance_settled(self, timeout: float | None = None) -> bool:
         """Wait until the importance fit the views asked for last has ended (True), or
@@ -427,6 +457,8 @@ class Dashboard:
         self.analysis.chosen = new
         if self.model is not None:
             self.update(force=False)
+            if self._autostart and not self.settled:
+                self.start()  # the run is over: the thread shows the new fit when it ends
 
     def _update_widgets(self, d: Snapshot) -> None:
         p = d.progress
@@ -444,8 +476,8 @@ class Dashboard:
 
     # --------------------------------------------------------------- thread
     def start(self) -> None:
-        """Start the background updates (no-op if running or finished)."""
-        if self._thread is not None and self._thread.is_alive() or self.finished:
+        """Start the background updates (no-op if running, or finished and settled)."""
+        if self._thread is not None and self._thread.is_alive() or self.settled:
             return
         if self.experiment is None:
             raise RuntimeError("attach an experiment first: dashboard.attach(exp)")
@@ -464,8 +496,14 @@ class Dashboard:
                 log.exception("nbtune dashboard update failed")
                 self.message.value = f"<span style='color:#d62728'>dashboard stopped: {exc}</span>"
                 return
-            if self.finished:
+            if self.settled:
                 return
+            if self.finished:  # only the final importance fit is left: show it once it ends
+                while not self.importance_settled(self.period):
+                    if self._closed.is_set():
+                        return
+                delay = 0.0
+                continue
             # stretch the period so updates stay under max_overhead of the time
             delay = max(self.period, (time.thread_time() - t0) / self.max_overhead)
 

@@ -9,6 +9,9 @@ trial with its values on every axis, the importance bars that
 ``nbtune.ui.analysis`` computes from the same trials, a trial grid whose
 sorting and filtering give the rows pandas gives, and the second run's history
 on the same plot. All of it again after a page reload and in a second tab.
+The allocation timeline draws every placement the store recorded on the lane
+it was on, labelled as the hardware is: the first run on GPUs ("GPU 0"), the
+second on CPU workers standing in for GPUs ("worker 0", never "GPU").
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import pandas as pd
 import pytest
 
 import nbtune
+from nbtune.core.resources import ClusterSpec
 from nbtune.runtimes.sim import SimRuntime
+from nbtune.store import Store
 from nbtune.ui import analysis as an
 from nbtune.ui.dashboard_model import DashboardModel
 from nbtune.ui.snapshot import Snapshots
@@ -39,16 +44,25 @@ SPACE = {"lr": nbtune.loguniform(1e-4, 1e-1), "dropout": nbtune.uniform(0.0, 0.5
 NAMES = ("views-a", "views-b")
 
 
+#: the first run's lanes are GPUs, the second's CPU workers standing in for GPUs
+CLUSTERS = {NAMES[0]: ClusterSpec.homogeneous(4),
+            NAMES[1]: ClusterSpec.homogeneous(3, kind="cpu")}
+
+
 def run(store: Path, name: str, seed: int) -> nbtune.Experiment:
     return nbtune.tune(SyntheticWorkload(SPACE, seed=seed), algorithm="asha", metric="loss",
                        mode="min", max_budget=9, num_trials=24, store=store, name=name,
-                       seed=seed, runtime=SimRuntime(cluster=4))
+                       seed=seed, runtime=SimRuntime(cluster=CLUSTERS[name]))
+
+
+def store_path(lab_root: Path) -> Path:
+    return lab_root / "nbtune-store"
 
 
 @pytest.fixture(scope="module")
 def runs(lab_root: Path) -> dict[str, nbtune.Experiment]:
-    store = lab_root / "nbtune-store"
-    return {name: run(store, name, seed) for seed, name in enumerate(NAMES, start=3)}
+    return {name: run(store_path(lab_root), name, seed)
+            for seed, name in enumerate(NAMES, start=3)}
 
 
 @pytest.fixture(scope="module")
@@ -298,3 +312,56 @@ def test_views_endpoint_is_computed_once_per_change(lab_server: LabServer) -> No
     assert first == again
     assert first["budget"] == first["default_budget"]
     assert lab_server.api(f"nbtune/api/experiments/{NAMES[0]}/analysis?budget=0")["budget"] == 0
+
+
+def check_allocation(view, store: Path, name: str) -> None:
+    """The timeline against the store's truth: every placement it recorded (held for some
+    time) on its lane with its share and times, the lanes labelled as the hardware is, and
+    trials packed on one lane stacked, never drawn over each other."""
+    st = Store(store)
+    try:
+        allocs, cluster = st.allocations(name), st.cluster(name)
+    finally:
+        st.close()
+    view.locator(".jp-nbtune-tab[data-tab='allocation']").click()
+    rects = view.locator(".jp-nbtune-allocation rect.jp-nbtune-alloc-rect")
+    rects.first.wait_for(state="attached")
+    want = [(int(r.trial_id), int(r.gpu_id), float(r.share), float(r.start), float(r.end))
+            for r in allocs.itertuples() if r.end > r.start]
+    drawn = datasets(rects)
+    got = [(int(r["trial"]), int(r["lane"]), float(r["share"]), float(r["start"]),
+            float(r["end"])) for r in drawn]
+    assert got == want and len(want) >= len(allocs["trial_id"].unique())
+    cpu = cluster.cpu_stand_ins
+    word = "worker" if cpu else "GPU"
+    lanes = datasets(view.locator(".jp-nbtune-allocation g.jp-nbtune-lane"))
+    assert [(int(x["lane"]), x["label"]) for x in lanes] == [
+        (g.gpu_id, f"{word} {g.gpu_id}") for g in cluster.gpus]
+    ticks = view.locator(".jp-nbtune-allocation .jp-nbtune-axis-left text.jp-nbtune-tick")
+    assert ticks.all_text_contents() == [f"{word} {g.gpu_id}" for g in cluster.gpus]
+    text = view.locator(".jp-nbtune-allocation").inner_text()
+    assert ("worker lanes (CPU workers standing in for GPUs)" in text) == cpu
+    assert ("GPU lanes" in text) != cpu
+    assert view.locator(".jp-nbtune-allocation").get_attribute("data-device") == (
+        "CPU" if cpu else "GPU")
+    if cpu:  # no lane is called a GPU where there is none
+        assert not [t for t in ticks.all_text_contents() if "GPU" in t]
+    by_lane: dict[int, list[tuple[float, float, float, float]]] = {}
+    for r in drawn:
+        lo, share = float(r["offset"]), float(r["share"])
+        assert lo >= 0 and lo + share <= 1 + 1e-9  # inside its lane
+        by_lane.setdefault(int(r["lane"]), []).append(
+            (float(r["start"]), float(r["end"]), lo, lo + share))
+    for boxes in by_lane.values():  # overlapping in time: apart in height
+        for i, (a0, a1, y0, y1) in enumerate(boxes):
+            for b0, b1, z0, z1 in boxes[i + 1:]:
+                assert not (a0 < b1 and b0 < a1 and y0 < z1 - 1e-9 and z0 < y1 - 1e-9)
+
+
+def test_allocation_timeline_matches_the_store(page, lab_server: LabServer, lab_root: Path,
+                                               runs: dict[str, nbtune.Experiment]) -> None:
+    for i, name in enumerate(NAMES):
+        view = open_panel(page, lab_server, name, goto=i == 0)
+        check_allocation(view, store_path(lab_root), name)
+    if SHOTS is not None:
+        view.screenshot(path=str(SHOTS / "lab-panel-allocation.png"))

@@ -204,3 +204,38 @@ def test_a_runs_device_is_read_once_per_run_not_per_poll(tmp_path: Path, monkeyp
     store.mark_restart("live")  # a resume may run on other hardware: read again
     summarize(store, "loc", cache)
     assert reads == ["live", "live"]
+
+
+def test_detail_has_the_allocation_timeline_of_the_store(tmp_path: Path) -> None:
+    """The panel's allocation timeline: every placement the engine made (its ledger's log,
+    as the store recorded it) on the lane it was on, the cluster's lanes named as the
+    hardware is, and trials packed on one lane stacked, never over each other."""
+    from nbtune.kernels.writer import memory_listing
+    from nbtune.server.summary import detail
+
+    exp = finished_run(tmp_path, "gpus", gpus=3)
+    finished_run(tmp_path, "cpus", gpus=cpu_workers(2))
+    interrupted_run(tmp_path, "cut", gpus=2)
+    store = Store(tmp_path / "nbtune.db")
+    t = detail(store, "gpus")["allocations"]
+    log = [(r.trial_id, r.gpu_id, r.share, r.start, r.end) for r in exp.engine.ledger.log
+           if r.end > r.start]
+    assert [(r["trial_id"], r["lane"], r["share"], r["start"], r["end"])
+            for r in t["rects"]] == log
+    assert t["device"] == "GPU" and [x["label"] for x in t["lanes"]] == ["GPU 0", "GPU 1",
+                                                                        "GPU 2"]
+    assert memory_listing(exp)[1]["allocations"] == t  # a kernel's memory says the same
+    for rects in ([r for r in t["rects"] if r["lane"] == g] for g in range(3)):
+        for i, a in enumerate(rects):
+            assert a["offset"] >= 0 and a["offset"] + a["share"] <= 1 + 1e-9
+            for b in rects[i + 1:]:
+                overlap = a["start"] < b["end"] and b["start"] < a["end"]
+                apart = (a["offset"] + a["share"] <= b["offset"] + 1e-9
+                         or b["offset"] + b["share"] <= a["offset"] + 1e-9)
+                assert not overlap or apart
+    cpus = detail(store, "cpus")["allocations"]
+    assert cpus["device"] == "CPU" and [x["label"] for x in cpus["lanes"]] == [
+        "worker 0", "worker 1"]
+    cut = detail(store, "cut")["allocations"]
+    held = [r for r in cut["rects"] if r["end"] is None]
+    assert held and all(r["start"] < cut["now"] for r in held)  # drawn up to "now"

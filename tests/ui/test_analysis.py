@@ -125,6 +125,12 @@ def test_the_dashboard_and_the_report_show_the_views(wire, tmp_path):
 
     exp = run(experiment("asha", trials=30, gpus=4))
     dash = Dashboard(exp)
+    # everything but the importance at once; its fit ends in the background, and the
+    # dashboard's thread shows it, then ends (joined with a deadline)
+    assert dash.importance_settled(30)
+    if dash._thread is not None:
+        dash._thread.join(30)
+    assert dash.settled
     snap, views = dash.last, dash.analysis
     b = an.default_budget(snap)
     assert views.budget_select.value == f"{b:g}"

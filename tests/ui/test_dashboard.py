@@ -15,6 +15,7 @@ from jupyter_bokeh import BokehModel
 from nbtune.core import events as ev
 from nbtune.core.trial import TrialState
 from nbtune.ui import Dashboard, export_html, load_bokehjs, report_html
+from nbtune.ui import analysis as an
 from nbtune.ui.figures import STATE_COLORS
 from tests.ui.conftest import RecordingComm, experiment, run
 from tests.ui.frontend import Frontend, is_patch
@@ -43,7 +44,15 @@ def test_dashboard_of_a_finished_experiment(wire):
         exp.engine.trials[exp.best["trial_id"]].results)
     assert rows_of(f.alloc_src) == sum(1 for r in exp.engine.ledger.log if r.end > r.start)
     assert rows_of(f.util_src) > 0 and rows_of(f.alloc_open_src) == 0
-    assert dash.finished and dash._thread is None  # nothing left to stream
+    assert dash.finished
+    # the importance of the final state is fitted in the background: the thread shows it
+    # once the fit ends, then stops (nothing left to stream)
+    assert dash.importance_settled(30)
+    dash._thread.join(30)  # it ends by itself: joined with a deadline, not a sleep
+    assert dash.settled and not dash._thread.is_alive()
+    imp = an.importance(dash.last, dash.analysis.space, budget=dash.analysis.budget(dash.last))
+    bars = dash.analysis.importance_src.data
+    assert imp and dict(zip(bars["name"], bars["importance"], strict=True)) == imp
     assert dash.progress.value == 1.0 and "done" in dash.status.value
     assert f"trial {exp.best['trial_id']}" in dash.status.value
     assert all(w.disabled for w in (dash.stop_button, dash.pause_button, dash.concurrency))
@@ -332,6 +341,9 @@ def test_the_widget_state_bundles_the_document_once_per_change(wire, monkeypatch
     seconds: the bundle is made once per change of the document, and is always current."""
     exp = run(experiment("random", trials=5, max_budget=3))
     dash = Dashboard(exp)
+    if dash._thread is not None:  # it shows the final importance fit, then ends
+        dash._thread.join(30)
+    assert dash.settled
     made = []
     real = type(dash.plot)._model_to_traits
     monkeypatch.setattr(type(dash.plot), "_model_to_traits",
