@@ -39,7 +39,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +70,7 @@ _IMPORTANCE = ThreadPoolExecutor(1, thread_name_prefix="nbtune-importance")
 
 
 def _log_failure(future: Future[Any]) -> None:
-    if future.exception() is not None:
+    if not future.cancelled() and future.exception() is not None:
         log.warning("nbtune: importance failed: %s", future.exception())
 
 
@@ -422,9 +422,13 @@ class Dashboard:
         ended yet). Fitted on a background thread once per change of the trials or the
         budget, the final state's too: the views show everything else at once. A fit that
         ends between two updates is shown by the next one, through the same path (patch
-        or bundle) as every other change: nothing is sent from the fitting thread."""
+        or bundle) as every other change: nothing is sent from the fitting thread. A fit
+        still queued when the trials change again is cancelled: only the latest runs, so a
+        fast run's updates never queue fits the final one would wait behind."""
         want = self.analysis.wanted(s)
         if self._importance is None or self._importance[0] != want:
+            if self._importance is not None:  # superseded: a fit not started never runs
+                self._importance[1].cancel()
             future = _IMPORTANCE.submit(importance, s, self.analysis.space, budget=want[1])
             self._importance = (want, future)
             future.add_done_callback(_log_failure)
@@ -446,7 +450,7 @@ class Dashboard:
             return True
         try:
             pending.exception(timeout)
-        except TimeoutError:
+        except (TimeoutError, CancelledError):  # cancelled: a newer fit took its place
             return False
         return True
 
