@@ -23,7 +23,7 @@ from typing import Any
 
 from nbtune.core.resources import GPU, ClusterSpec
 
-__all__ = ["Slot", "Inventory", "connect", "DaskConnectError", "probe_worker", "pin_cores",
+__all__ = ["Slot", "Inventory", "connect", "local_worker_count", "DaskConnectError", "probe_worker", "pin_cores",
            "listen_all", "unlisten_all", "check_speeds"]
 
 
@@ -327,7 +327,7 @@ def _local_cluster(gpus: bool, n_workers: int | None, threads_per_worker: int, h
     else:
         from distributed import LocalCluster
 
-        n = n_workers or max((os.cpu_count() or 1) // max(threads_per_worker, 1), 1)
+        n = local_worker_count(n_workers, threads_per_worker)
         extra = {"plugins": list(plugins)} if plugins else {}  # Worker(plugins=...), via Nanny
         made = LocalCluster(
             n_workers=n, threads_per_worker=threads_per_worker, processes=True, host=host,
@@ -339,6 +339,12 @@ def _local_cluster(gpus: bool, n_workers: int | None, threads_per_worker: int, h
         )
     _quiet_at_exit()
     return made
+
+
+def local_worker_count(n_workers: int | None, threads_per_worker: int) -> int:
+    """Workers of the local CPU cluster nbtune starts: ``n_workers``, else one per
+    ``threads_per_worker`` cores."""
+    return n_workers or max((os.cpu_count() or 1) // max(threads_per_worker, 1), 1)
 
 
 def _quiet_at_exit() -> None:

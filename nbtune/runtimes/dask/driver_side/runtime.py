@@ -41,6 +41,7 @@ from nbtune.runtimes.dask.driver_side.cluster import (
     close_cluster,
     connect,
     listen_all,
+    local_worker_count,
     unlisten_all,
 )
 from nbtune.runtimes.dask.driver_side.driver import RunDriver
@@ -295,7 +296,7 @@ class DaskRuntime:
     def _local_workers(self) -> int:
         """How many workers a local CPU cluster this runtime starts has (the kernel slot
         counts as one)."""
-        return self.n_workers or max((os.cpu_count() or 1) // self.threads_per_worker, 1)
+        return local_worker_count(self.n_workers, self.threads_per_worker)
 
     def _kernel_slot_applies(self, gpus: bool | None) -> bool:
         return self.kernel_slot and usable(
