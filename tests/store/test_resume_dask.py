@@ -117,6 +117,10 @@ def test_a_dead_kernel_resumes_from_checkpoints_without_rerunning(client, tmp_pa
         "the completed trial ran again"
     before = {tid for events, _ in log for e in events if type(e).__name__ == "TrialReported"
               for tid in [e.trial_id]}
-    assert set(restarted["trial_id"]) <= before
+    # a trial's first run after the crash continues from a checkpoint only if the dead run
+    # had recorded its reports; a later relaunch in the new run (a worker joined, the
+    # allocator moved it) restores from the checkpoints the new run wrote, which is fine
+    first_after = curves[curves["time"] > crash_time].groupby("trial_id").first()
+    assert set(first_after.index[first_after["restored"] > 0]) <= before
     assert st.experiment("dead").state == "done"
     assert st.checkpoint("dead", int(res["trial_id"].iloc[0])) is not None
