@@ -22,9 +22,12 @@ processes are kept). Printed phases, in seconds:
   (imports and the data set loaded on first use land there); ``first_in_kernel``:
   whether that first report came from the calling process (the kernel slot).
 
-Goal (what a person sees): cold, the first trial reports within 2 s of the ``tune()``
-call and ``tune()`` returns at once (<= 0.25 s accepted as at once); warm, ``tune()``
-returns at once too. ``startup`` (cluster + warm processes) is reported, not a goal:
+Goals (the issue's, what a person sees): cold, ``tune()`` returns within 0.1 s and the
+first trial reports within 2 s of the call; warm, ``tune()`` returns within 0.1 s and the
+first report comes within 0.2 s; a worker added to the running cluster
+(``cluster.scale(n + 1)``) runs a trial within 3 s (``worker_start``:
+:func:`nbtune.planner.measure.measure_worker_start`, after the warm run, on the cluster the
+runtime started). ``startup`` (cluster + warm processes) is reported, not a goal:
 the first trials no longer wait for it. ``first_report_floor``, timed in a fresh
 interpreter just before the cold run, is the training function's own first report
 called in-process (its imports, its data, one epoch): what Optuna's first trial takes,
@@ -58,7 +61,8 @@ EPOCHS = 3
 # what this benchmark measures: summary.py marks its figure stale when these change
 MEASURES = ("nbtune/runtimes/dask/", "nbtune/__init__.py", "nbtune/api.py", "nbtune/build/")
 WALL_CLOCK = True  # a figure in its goal is time on this machine: needs a quiet machine
-KEY_FIGURES = ("cold/first_report", "cold/tune", "warm/tune")  # the figures summary.py shows (paths into figures)
+KEY_FIGURES = ("cold/first_report", "cold/tune", "warm/tune", "warm/first_report",
+               "worker_start_s")  # the figures summary.py shows (paths into figures)
 
 
 def train(config: dict[str, Any], trial: Any) -> None:
@@ -193,17 +197,25 @@ def main() -> None:
     print(f" cold: the fork server's imports alone take {floor:.2f} s in a fresh interpreter; "
           f"start-up is {cold['over_floor']:.2f} s more")
     warm = one("warm", space)
+    from nbtune.planner.measure import measure_worker_start
     from nbtune.runtimes.dask.driver_side.shared import shared_runtime
 
-    shared_runtime().close()
+    rt = shared_runtime()
+    worker_start = measure_worker_start(rt, rt.dask_cluster).mean
+    print(f"a worker added to the running cluster is ready {worker_start:.2f} s after scale",
+          flush=True)
+    rt.close()
     os.remove(LOG)
     _ = nbtune
-    goal = {"cold_first_report_s": 2.0, "cold_tune_s": 0.25, "warm_tune_s": 0.25}
+    goal = {"cold_first_report_s": 2.0, "cold_tune_s": 0.1, "warm_tune_s": 0.1,
+            "warm_first_report_s": 0.2, "worker_start_s": 3.0}
     met = (cold["first_report"] <= goal["cold_first_report_s"]
-           and cold["tune"] <= goal["cold_tune_s"] and warm["tune"] <= goal["warm_tune_s"])
+           and cold["tune"] <= goal["cold_tune_s"] and warm["tune"] <= goal["warm_tune_s"]
+           and warm["first_report"] <= goal["warm_first_report_s"]
+           and worker_start <= goal["worker_start_s"])
     record({"name": "startup", "figures": {
-        "import_s": imported, "cold": cold, "warm": warm, "load_avg": os.getloadavg()[0]},
-        "goal": goal, "met": bool(met)})
+        "import_s": imported, "cold": cold, "warm": warm, "worker_start_s": worker_start,
+        "load_avg": os.getloadavg()[0]}, "goal": goal, "met": bool(met)})
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ def priced(epochs: dict[str, int], costs: dict[str, float]) -> float:
     return sum(n * costs[k] for k, n in epochs.items())
 
 
-def bounds(med: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def bounds(med: dict[str, dict[str, Any]], pair_speedup: float = float("nan")) -> dict[str, Any]:
     """The bound's figures from ``vs_peers``' medians (``work_s``: each system's work).
 
     ``bound_s``: one core's work (Optuna ``n_jobs=1``), half of it for the systems on
@@ -35,7 +35,10 @@ def bounds(med: dict[str, dict[str, Any]]) -> dict[str, Any]:
     overhead could reach with the epochs nbtune's stop rule chose (for Optuna ``n_jobs=1``
     itself, ``efficiency`` checks the model: near 1 when the prices are right);
     ``work_ratios``: twice Optuna ``n_jobs=1``'s work over nbtune's, that ratio with
-    nbtune as efficient as Optuna ``n_jobs=1`` on each core.
+    nbtune as efficient as Optuna ``n_jobs=1`` on each core. ``pair_bound_s`` and
+    ``pair_efficiency``: the same with the work divided by ``pair_speedup``, the measured
+    parallel speed-up of two bare processes (below 2 on real cores), for the systems on two
+    workers: the bound two processes actually reach.
     """
     bound = {k: v["work_s"] / (1 if k == "optuna1" else 2) for k, v in med.items()
              if v.get("work_s")}
@@ -47,8 +50,14 @@ def bounds(med: dict[str, dict[str, Any]]) -> dict[str, Any]:
     # machine cancel out, as long as every shape drifts alike)
     work_ratios = {f"{k}_vs_optuna1": 2 * med["optuna1"]["work_s"] / med[k]["work_s"]
                    for k in nb}
+    pair_bound = {k: v["work_s"] / pair_speedup for k, v in med.items()
+                  if v.get("work_s") and k != "optuna1" and pair_speedup == pair_speedup}
+    pair_eff = {k: b / med[k]["wall"] for k, b in pair_bound.items()}
     for k, v in {"work_s": {k: v["work_s"] for k, v in med.items()}, "2-core bound": bound,
-                 "efficiency": eff, "bound ratios": ratios, "work ratios": work_ratios}.items():
+                 "efficiency": eff, "bound ratios": ratios, "work ratios": work_ratios,
+                 "two-process bound": pair_bound, "efficiency against it": pair_eff}.items():
         print(f"{k}:", {n: round(x, 2) for n, x in v.items()})
     return {"work_s": {k: v["work_s"] for k, v in med.items()}, "bound_s": bound,
-            "efficiency": eff, "bound_ratios": ratios, "work_ratios": work_ratios}
+            "efficiency": eff, "bound_ratios": ratios, "work_ratios": work_ratios,
+            "pair_speedup": pair_speedup, "pair_bound_s": pair_bound,
+            "pair_efficiency": pair_eff}
