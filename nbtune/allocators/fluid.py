@@ -23,7 +23,9 @@ leaves are handed out (:func:`~nbtune.allocators.waterfill.fill_leftover`);
 all live trials form one pool (asynchronous algorithms submit one-trial
 groups whose makespans are not independent); a scale-down is applied only
 when a scale-up in the same plan needs what it frees (alone it would pay ε
-to free a GPU nobody takes); fractions whose neighbours left widen to share
+to free a GPU nobody takes), and a trial scaled down to a fraction for that
+joins the fullest shared GPU with room rather than staying alone on its own
+(which would free nothing); fractions whose neighbours left widen to share
 their GPU (1/k each), under the same ε test, instead of idling the rest of it.
 """
 
@@ -293,7 +295,7 @@ class DynamicFluidAllocator(StaticFluidAllocator):
             before_resize = dict(resize)
             book.checkpoint()
             for tid in downs:
-                pl = book.trial_placement(tid, target[tid])
+                pl = book.pooled_placement(tid, target[tid])
                 if pl != held[tid] and self.keeps_paying(est, tid, current[tid], target[tid],
                                                           held[tid], pl):
                     book.move(tid, pl)
