@@ -27,6 +27,13 @@ to free a GPU nobody takes), and a trial scaled down to a fraction for that
 joins the fullest shared GPU with room rather than staying alone on its own
 (which would free nothing); fractions whose neighbours left widen to share
 their GPU (1/k each), under the same ε test, instead of idling the rest of it.
+
+A trial whose model nothing has measured yet is placed on the others' mean
+time. Its first budget unit, run where it was placed, is its profile (Fluid
+§5 profiles a few iterations of the current trials on real hardware): when
+the last trial launched with it has measured itself, the engine asks
+DynamicFluid again (:meth:`DynamicFluidAllocator.on_measured`) and the
+split is redone from the measurements, each resize under Alg. 2's ε test.
 """
 
 from __future__ import annotations
@@ -100,6 +107,9 @@ class StaticFluidAllocator(BaseAllocator):
         self.profiles = profiles
         self.signature_keys = None if signature_keys is None else list(signature_keys)
         self._profile_lookup = ProfileLookup(self.signature_keys)  # the estimators' memory
+        # trial -> the trials launched with it on a guessed h_i1, not measured yet (DynamicFluid
+        # re-plans when the last of them has measured itself)
+        self._unmeasured: dict[int, set[int]] = {}
 
     @classmethod
     def from_profile(cls, profile: Profile, **kwargs: Any) -> StaticFluidAllocator:
@@ -244,13 +254,34 @@ class DynamicFluidAllocator(StaticFluidAllocator):
 
     name = "waterfill"
 
+    def on_measured(self, trial_id: int) -> bool:
+        """True when ``trial_id`` is the last, of the trials launched with it on a guessed
+        h_i1, to measure itself: the engine then asks for the split again (module docstring)."""
+        batch = self._unmeasured.pop(trial_id, None)
+        if batch is None:
+            return False
+        batch.discard(trial_id)
+        return not batch
+
     def allocate(self, view: SchedulingView) -> Allocation:
         self.adopt_measured(view)
         est = self.estimator(view)
         launch = self._static(view, est)
+        self._track_guesses(view, est, launch)
         if len(launch) < len(view.pending):
             return Allocation(launch=launch)  # pending trials first; resize only when none wait
         return Allocation(launch=launch, resize=self._dynamic(view, est, launch))
+
+    def _track_guesses(self, view: SchedulingView, est: FluidEstimator,
+                       launch: Mapping[int, Placement]) -> None:
+        """Remember the trials ``launch`` places on a guess; forget those that ended unmeasured."""
+        unmeasured, running = self._unmeasured, view.running
+        if unmeasured:
+            for tid in [t for t in unmeasured if t not in running]:
+                unmeasured.pop(tid).discard(tid)
+        batch = {t for t in launch if t in est.guessed}
+        for tid in batch:
+            unmeasured[tid] = batch
 
     def plan(self, view: SchedulingView, est: FluidEstimator) -> dict[int, float]:
         """w' for every running trial (Alg. 2 line 4 over the whole cluster, spare GPUs filled)."""

@@ -29,7 +29,11 @@ _UNSET: Any = object()  # a profile not looked up yet (None: looked up, there is
 
 
 class FluidEstimator:
-    """h_i1 and h_{i,w} for live trials from what a :class:`SchedulingView` offers."""
+    """h_i1 and h_{i,w} for live trials from what a :class:`SchedulingView` offers.
+
+    ``guessed`` lists the trials :meth:`h1` found nothing measured for (no report of their
+    own, no profile of their model): their h_i1 is the others' mean, a guess.
+    """
 
     def __init__(
         self,
@@ -52,6 +56,7 @@ class FluidEstimator:
         self._lookup = ProfileLookup(self.keys) if lookup is None else lookup
         self._profiles: dict[int, Profile | None] = {}  # this call's lookups, one per trial
         self._h1: dict[int, float] = {}
+        self.guessed: set[int] = set()
         self._oh: dict[int, OverheadModel] = {}
         # one object per distinct model: trials whose models are equal share one, so that
         # the factor caches (keyed by the model's identity) and :meth:`runtimes`' one-model
@@ -218,8 +223,13 @@ class FluidEstimator:
         fallback = sum(known) / len(known) if known else 1.0
         out = {}
         h1 = self._h1
+        guessed = self.guessed
         for tid, rem, u in rows:
-            out[tid] = h1[tid] = rem * (u if u is not None else fallback)
+            if u is None:
+                guessed.add(tid)
+                out[tid] = h1[tid] = rem * fallback
+            else:
+                out[tid] = h1[tid] = rem * u
         return out
 
     def runtime(self, tid: int, w: float) -> float:
