@@ -16,9 +16,9 @@ Estimates: h_i1 is remaining budget × seconds per unit on one GPU. Seconds
 per unit come from the engine's measurement (``view.unit_time``, converted
 to width 1 through the overhead model), else a profile in the
 ``ProfileStore`` the runtime's profiler put in ``view.hints["profiles"]``,
-else a workload prior in ``view.hints["workload"]`` (unit tests only), else
-the mean of the other live trials, else 1. Nothing here knows which runtime runs
-it. Deviations from the paper, each for a stated reason: spare GPUs the floor
+else a workload prior in ``view.hints["workload"]`` (unit tests only), else a
+fit of the times measured so far (below), else the mean of the other live
+trials, else 1. Nothing here knows which runtime runs it. Deviations from the paper, each for a stated reason: spare GPUs the floor
 leaves are handed out (:func:`~nbtune.allocators.waterfill.fill_leftover`);
 all live trials form one pool (asynchronous algorithms submit one-trial
 groups whose makespans are not independent); a scale-down is applied only
@@ -28,8 +28,10 @@ joins the fullest shared GPU with room rather than staying alone on its own
 (which would free nothing); fractions whose neighbours left widen to share
 their GPU (1/k each), under the same ε test, instead of idling the rest of it.
 
-A trial whose model nothing has measured yet is placed on the others' mean
-time. Its first budget unit, run where it was placed, is its profile (Fluid
+A trial whose model nothing has measured yet is placed on a guess: its time
+per unit fitted on the times measured so far against the config's sizes
+(:class:`~nbtune.allocators.unit_cost.UnitCostFit`), else the others' mean.
+Its first budget unit, run where it was placed, is its profile (Fluid
 §5 profiles a few iterations of the current trials on real hardware): when
 the last trial launched with it has measured itself, the engine asks
 DynamicFluid again (:meth:`DynamicFluidAllocator.on_measured`) and the
@@ -46,6 +48,7 @@ from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, Sche
 from nbtune.allocators.fluid_estimator import FluidEstimator, with_hints
 from nbtune.allocators.held_book import HeldBook
 from nbtune.allocators.profiling import MeasuredLimits, Profile, ProfileLookup, ProfileStore
+from nbtune.allocators.unit_cost import UnitCostFit
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
 from nbtune.core.resources import Placement, width
 from nbtune.core.tolerance import EPS as _TOL
@@ -107,6 +110,7 @@ class StaticFluidAllocator(BaseAllocator):
         self.profiles = profiles
         self.signature_keys = None if signature_keys is None else list(signature_keys)
         self._profile_lookup = ProfileLookup(self.signature_keys)  # the estimators' memory
+        self._unit_costs = UnitCostFit(self.signature_keys)  # measured times, for new trials'
         # trial -> the trials launched with it on a guessed h_i1, not measured yet (DynamicFluid
         # re-plans when the last of them has measured itself)
         self._unmeasured: dict[int, set[int]] = {}
@@ -154,7 +158,8 @@ class StaticFluidAllocator(BaseAllocator):
         if self.profiles is not None and "profiles" not in view.hints:
             view = with_hints(view, {**view.hints, "profiles": self.profiles})
         return FluidEstimator(view, alpha=self.alpha, beta=self.beta,
-                              signature_keys=self.signature_keys, lookup=self._profile_lookup)
+                              signature_keys=self.signature_keys, lookup=self._profile_lookup,
+                              costs=self._unit_costs)
 
     def _caps(self, view: SchedulingView) -> dict[int, float]:
         ids = [g.gpu_id for g in view.cluster.gpus]
