@@ -18,8 +18,9 @@ to width 1 through the overhead model), else a profile in the
 ``ProfileStore`` the runtime's profiler put in ``view.hints["profiles"]``,
 else a workload prior in ``view.hints["workload"]`` (unit tests only), else a
 fit of the times measured so far (below), else the mean of the other live
-trials, else 1. Nothing here knows which runtime runs it. Deviations from the paper, each for a stated reason: spare GPUs the floor
-leaves are handed out (:func:`~nbtune.allocators.waterfill.fill_leftover`);
+trials, else 1. Nothing here knows which runtime runs it. Deviations from the
+paper, each for a stated reason: spare GPUs the floor leaves are handed out
+(:func:`~nbtune.allocators.waterfill.fill_leftover`);
 all live trials form one pool (asynchronous algorithms submit one-trial
 groups whose makespans are not independent); a scale-down is applied only
 when a scale-up in the same plan needs what it frees (alone it would pay ε
@@ -110,7 +111,7 @@ class StaticFluidAllocator(BaseAllocator):
         self.profiles = profiles
         self.signature_keys = None if signature_keys is None else list(signature_keys)
         self._profile_lookup = ProfileLookup(self.signature_keys)  # the estimators' memory
-        self._unit_costs = UnitCostFit(self.signature_keys)  # measured times, for new trials'
+        self._unit_costs = UnitCostFit(self.signature_keys)  # new trials' guessed times
         # trial -> the trials launched with it on a guessed h_i1, not measured yet (DynamicFluid
         # re-plans when the last of them has measured itself)
         self._unmeasured: dict[int, set[int]] = {}
