@@ -113,6 +113,15 @@ class BaseAllocator:
     def allocate(self, view: SchedulingView) -> Allocation:
         raise NotImplementedError
 
+    def on_measured(self, trial_id: int) -> bool:
+        """A running trial's time per budget unit was measured for the first time.
+
+        True asks the engine for a scheduling pass now (an allocator that placed the
+        trial on a guess re-plans from the measurement); the default waits for the
+        next change of placements.
+        """
+        return False
+
     def max_share(self, view: SchedulingView, gpu_id: int) -> float:
         """The most share a GPU may hold in total (the engine validates against it)."""
         return 1.0

@@ -16,15 +16,27 @@ Estimates: h_i1 is remaining budget × seconds per unit on one GPU. Seconds
 per unit come from the engine's measurement (``view.unit_time``, converted
 to width 1 through the overhead model), else a profile in the
 ``ProfileStore`` the runtime's profiler put in ``view.hints["profiles"]``,
-else a workload prior in ``view.hints["workload"]`` (unit tests only), else
-the mean of the other live trials, else 1. Nothing here knows which runtime runs
-it. Deviations from the paper, each for a stated reason: spare GPUs the floor
-leaves are handed out (:func:`~nbtune.allocators.waterfill.fill_leftover`);
+else a workload prior in ``view.hints["workload"]`` (unit tests only), else a
+fit of the times measured so far (below), else the mean of the other live
+trials, else 1. Nothing here knows which runtime runs it. Deviations from the
+paper, each for a stated reason: spare GPUs the floor leaves are handed out
+(:func:`~nbtune.allocators.waterfill.fill_leftover`);
 all live trials form one pool (asynchronous algorithms submit one-trial
 groups whose makespans are not independent); a scale-down is applied only
 when a scale-up in the same plan needs what it frees (alone it would pay ε
-to free a GPU nobody takes); fractions whose neighbours left widen to share
+to free a GPU nobody takes), and a trial scaled down to a fraction for that
+joins the fullest shared GPU with room rather than staying alone on its own
+(which would free nothing); fractions whose neighbours left widen to share
 their GPU (1/k each), under the same ε test, instead of idling the rest of it.
+
+A trial whose model nothing has measured yet is placed on a guess: its time
+per unit fitted on the times measured so far against the config's sizes
+(:class:`~nbtune.allocators.unit_cost.UnitCostFit`), else the others' mean.
+Its first budget unit, run where it was placed, is its profile (Fluid
+§5 profiles a few iterations of the current trials on real hardware): when
+the last trial launched with it has measured itself, the engine asks
+DynamicFluid again (:meth:`DynamicFluidAllocator.on_measured`) and the
+split is redone from the measurements, each resize under Alg. 2's ε test.
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, Sche
 from nbtune.allocators.fluid_estimator import FluidEstimator, with_hints
 from nbtune.allocators.held_book import HeldBook
 from nbtune.allocators.profiling import MeasuredLimits, Profile, ProfileLookup, ProfileStore
+from nbtune.allocators.unit_cost import UnitCostFit
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
 from nbtune.core.resources import Placement, width
 from nbtune.core.tolerance import EPS as _TOL
@@ -98,6 +111,10 @@ class StaticFluidAllocator(BaseAllocator):
         self.profiles = profiles
         self.signature_keys = None if signature_keys is None else list(signature_keys)
         self._profile_lookup = ProfileLookup(self.signature_keys)  # the estimators' memory
+        self._unit_costs = UnitCostFit(self.signature_keys)  # new trials' guessed times
+        # trial -> the trials launched with it on a guessed h_i1, not measured yet (DynamicFluid
+        # re-plans when the last of them has measured itself)
+        self._unmeasured: dict[int, set[int]] = {}
 
     @classmethod
     def from_profile(cls, profile: Profile, **kwargs: Any) -> StaticFluidAllocator:
@@ -142,7 +159,8 @@ class StaticFluidAllocator(BaseAllocator):
         if self.profiles is not None and "profiles" not in view.hints:
             view = with_hints(view, {**view.hints, "profiles": self.profiles})
         return FluidEstimator(view, alpha=self.alpha, beta=self.beta,
-                              signature_keys=self.signature_keys, lookup=self._profile_lookup)
+                              signature_keys=self.signature_keys, lookup=self._profile_lookup,
+                              costs=self._unit_costs)
 
     def _caps(self, view: SchedulingView) -> dict[int, float]:
         ids = [g.gpu_id for g in view.cluster.gpus]
@@ -242,13 +260,34 @@ class DynamicFluidAllocator(StaticFluidAllocator):
 
     name = "waterfill"
 
+    def on_measured(self, trial_id: int) -> bool:
+        """True when ``trial_id`` is the last, of the trials launched with it on a guessed
+        h_i1, to measure itself: the engine then asks for the split again (module docstring)."""
+        batch = self._unmeasured.pop(trial_id, None)
+        if batch is None:
+            return False
+        batch.discard(trial_id)
+        return not batch
+
     def allocate(self, view: SchedulingView) -> Allocation:
         self.adopt_measured(view)
         est = self.estimator(view)
         launch = self._static(view, est)
+        self._track_guesses(view, est, launch)
         if len(launch) < len(view.pending):
             return Allocation(launch=launch)  # pending trials first; resize only when none wait
         return Allocation(launch=launch, resize=self._dynamic(view, est, launch))
+
+    def _track_guesses(self, view: SchedulingView, est: FluidEstimator,
+                       launch: Mapping[int, Placement]) -> None:
+        """Remember the trials ``launch`` places on a guess; forget those that ended unmeasured."""
+        unmeasured, running = self._unmeasured, view.running
+        if unmeasured:
+            for tid in [t for t in unmeasured if t not in running]:
+                unmeasured.pop(tid).discard(tid)
+        batch = {t for t in launch if t in est.guessed}
+        for tid in batch:
+            unmeasured[tid] = batch
 
     def plan(self, view: SchedulingView, est: FluidEstimator) -> dict[int, float]:
         """w' for every running trial (Alg. 2 line 4 over the whole cluster, spare GPUs filled)."""
@@ -293,7 +332,7 @@ class DynamicFluidAllocator(StaticFluidAllocator):
             before_resize = dict(resize)
             book.checkpoint()
             for tid in downs:
-                pl = book.trial_placement(tid, target[tid])
+                pl = book.pooled_placement(tid, target[tid])
                 if pl != held[tid] and self.keeps_paying(est, tid, current[tid], target[tid],
                                                           held[tid], pl):
                     book.move(tid, pl)

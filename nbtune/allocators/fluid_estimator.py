@@ -5,8 +5,10 @@ from the engine's measurement (``view.unit_time``, converted to width 1
 through the overhead model), else a profile in the ``ProfileStore`` the
 runtime's profiler put in ``view.hints["profiles"]``, else a workload prior
 in ``view.hints["workload"]`` (only unit tests of the policies give one:
-``nbtune.tune`` never hands the allocators the model), else the mean of the
-other live trials, else 1. Nothing here knows which runtime runs it.
+``nbtune.tune`` never hands the allocators the model), else a fit of the
+times measured so far against the config's sizes (the allocator's
+:class:`~nbtune.allocators.unit_cost.UnitCostFit`), else the mean of the other
+live trials, else 1. Nothing here knows which runtime runs it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 
 from nbtune.allocators.allocator_protocol import SchedulingView
 from nbtune.allocators.profiling import Profile, ProfileLookup, ProfileStore, is_profile_store
+from nbtune.allocators.unit_cost import UnitCostFit
 from nbtune.core.overhead_model import OverheadModel
 from nbtune.core.resources import Placement, width
 from nbtune.core.tolerance import EPS as _TOL
@@ -29,7 +32,13 @@ _UNSET: Any = object()  # a profile not looked up yet (None: looked up, there is
 
 
 class FluidEstimator:
-    """h_i1 and h_{i,w} for live trials from what a :class:`SchedulingView` offers."""
+    """h_i1 and h_{i,w} for live trials from what a :class:`SchedulingView` offers.
+
+    ``guessed`` lists the trials :meth:`h1` found nothing measured for (no report of their
+    own, no profile of their model): their h_i1 is a guess, from ``costs`` (a
+    :class:`~nbtune.allocators.unit_cost.UnitCostFit` of the times measured so far) where it
+    answers, else the others' mean.
+    """
 
     def __init__(
         self,
@@ -39,8 +48,10 @@ class FluidEstimator:
         beta: float | None = None,
         signature_keys: Iterable[str] | None = None,
         lookup: ProfileLookup | None = None,
+        costs: UnitCostFit | None = None,
     ) -> None:
         self.view = view
+        self.costs = costs  # the allocator's fit of measured times, for unmeasured trials
         self.fixed = None if alpha is None and beta is None else OverheadModel(alpha or 1.0,
                                                                               beta or 1.0)
         self.keys = None if signature_keys is None else list(signature_keys)
@@ -52,6 +63,7 @@ class FluidEstimator:
         self._lookup = ProfileLookup(self.keys) if lookup is None else lookup
         self._profiles: dict[int, Profile | None] = {}  # this call's lookups, one per trial
         self._h1: dict[int, float] = {}
+        self.guessed: set[int] = set()
         self._oh: dict[int, OverheadModel] = {}
         # one object per distinct model: trials whose models are equal share one, so that
         # the factor caches (keyed by the model's identity) and :meth:`runtimes`' one-model
@@ -218,8 +230,21 @@ class FluidEstimator:
         fallback = sum(known) / len(known) if known else 1.0
         out = {}
         h1 = self._h1
-        for tid, rem, u in rows:
-            out[tid] = h1[tid] = rem * (u if u is not None else fallback)
+        guessed = self.guessed
+        costs = self.costs
+        if costs is not None and not costs.active:
+            costs = None
+        if costs is not None:  # every time known now trains the fit of the unmeasured ones
+            for (tid, _, u), t in zip(rows, records, strict=True):
+                if u is not None:
+                    costs.observe(tid, t.config, u)
+        for (tid, rem, u), t in zip(rows, records, strict=True):
+            if u is None:
+                guessed.add(tid)
+                pred = None if costs is None else costs.predict(t.config)
+                out[tid] = h1[tid] = rem * (fallback if pred is None else pred)
+            else:
+                out[tid] = h1[tid] = rem * u
         return out
 
     def runtime(self, tid: int, w: float) -> float:

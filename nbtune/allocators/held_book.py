@@ -172,6 +172,21 @@ class HeldBook(GpuBook):
             self._set(g, ld, n)
         return cur if pl is None else pl
 
+    def pooled_placement(self, tid: int, w: float) -> Placement:
+        """Where ``tid`` goes at width ``w`` to free GPUs for others: a fraction joins the
+        fullest shared GPU with room rather than staying alone on its own (which frees
+        nothing); else :meth:`trial_placement`."""
+        if w >= 1 - _TOL:
+            return self.trial_placement(tid, w)
+        cur = self.held[tid]
+        saved = [(g, self.load[g], self.count[g]) for g, _ in cur if g in self.load]
+        self.remove(cur)
+        pl = self.place(w, ())
+        fresh = pl is None or self.load[pl[0][0]] <= _TOL
+        for g, ld, n in reversed(saved):
+            self._set(g, ld, n)
+        return self.trial_placement(tid, w) if fresh else pl
+
     def checkpoint(self) -> None:
         """Start remembering what :meth:`move` changes, for one :meth:`rollback` (or :meth:`commit`).
 

@@ -246,7 +246,12 @@ class Engine:
         now = e.time
         prev = t.last_mark
         if prev is not None and b > prev[1] + EPS:
+            first = t.unit_time is None
             t.unit_time = ((now - prev[0]) / (b - prev[1]), t.share)
+            if first:  # an allocator that placed it on a guess may re-plan from this
+                measured = getattr(self.allocator, "on_measured", None)
+                if measured is not None and measured(tid):
+                    self._dirty = True
         t.last_mark = (now, b)
         self._apply_report(t, e, cmds)
 

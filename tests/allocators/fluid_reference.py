@@ -155,8 +155,7 @@ class ReferenceDynamicFluid(_ReferenceMixin, DynamicFluidAllocator):
                      and self.pays(est, t, current[t], w)]
             before_held, before_resize = dict(held), dict(resize)
             for tid in downs:
-                pl = reference_place_widths({tid: target[tid]}, view.cluster, held, c=self.c,
-                                  max_share=caps)[tid]
+                pl = _pooled_ref(tid, target[tid], view.cluster, held, self.c, caps)
                 if pl != held[tid]:
                     held[tid] = resize[tid] = pl
                     shrunk.add(tid)
@@ -234,6 +233,18 @@ class ReferenceDynamicFluid(_ReferenceMixin, DynamicFluidAllocator):
         return {t: pl for t, pl in resize.items() if pl != view.running.get(t)}
 
 
+
+
+def _pooled_ref(tid: int, w: float, cluster, held: Mapping[int, Placement], c: int,
+                caps: Mapping[int, float]) -> Placement:
+    """A scale-down to fraction ``w`` joins the fullest shared GPU with room (placed as a new
+    trial with ``tid`` gone); if that is an idle GPU, it is re-placed where it is."""
+    if w < 1 - _TOL:
+        others = {t: pl for t, pl in held.items() if t != tid}
+        pl = reference_place_widths({tid: w}, cluster, others, c=c, max_share=caps).get(tid)
+        if pl is not None and any(g == pl[0][0] for o in others.values() for g, _ in o):
+            return pl
+    return reference_place_widths({tid: w}, cluster, held, c=c, max_share=caps)[tid]
 
 
 def _steps_down_ref(w_target: float, w_now: float) -> list[float]:

@@ -192,3 +192,32 @@ def test_a_growing_cluster_widens_the_running_trial():
     # 10 s alone, then 30 s of work on 4 GPUs after paying ε = 1 s
     assert exp.makespan == pytest.approx(10.0 + 1.0 + 30.0 / 4)
     assert set(exp.allocations().gpu_id) == {0, 1, 2, 3}
+
+
+def test_a_fraction_scaled_down_to_feed_others_joins_a_shared_gpu():
+    """Scale-downs feed scale-ups only if they free whole GPUs: a trial going to a fraction
+    joins a GPU other fractions share instead of staying alone on its own."""
+    from nbtune.allocators.held_book import HeldBook
+
+    book = HeldBook(ClusterSpec.homogeneous(3), 3, 1.0, {t: ((t, 1.0),) for t in range(3)})
+    assert book.pooled_placement(0, 1 / 3) == ((0, 1 / 3),)  # no shared GPU yet: it stays
+    book.move(0, ((0, 1 / 3),))
+    assert book.trial_placement(1, 1 / 3) == ((1, 1 / 3),)  # staying frees nothing
+    assert book.pooled_placement(1, 1 / 3) == ((0, 1 / 3),)  # pooled: GPU 1 is free
+    assert book.pooled_placement(2, 1.0) == book.trial_placement(2, 1.0)
+
+
+def test_scale_downs_pack_together_to_give_a_straggler_whole_gpus():
+    """Three fast trials each alone on a GPU and a slow one on the fourth: DynamicFluid
+    packs the fast ones onto one GPU so the slow one can widen to three."""
+    cluster = ClusterSpec.homogeneous(4)
+    wl = SyntheticWorkload({"i": grid([0, 1])}, unit_time=lambda c: 1.0 if c["i"] == 0 else 60.0)
+    tr = {t: TrialRecord(t, {"i": 0}, TrialState.RUNNING, target_budget=10.0, budget_used=0.0)
+          for t in range(3)}
+    tr[3] = TrialRecord(3, {"i": 1}, TrialState.RUNNING, target_budget=10.0, budget_used=0.0)
+    running = {t: ((t, 1.0),) for t in range(4)}
+    view = View(cluster, tr, running, hints={"workload": wl})
+    resize = DynamicFluidAllocator(c=3, resize_overhead=1.0).allocate(view).resize
+    assert width(resize[3]) == 3.0
+    fast = [resize.get(t, running[t]) for t in range(3)]
+    assert len({pl[0][0] for pl in fast}) == 1 and all(pl[0][1] < 1 for pl in fast)

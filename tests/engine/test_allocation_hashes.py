@@ -17,7 +17,9 @@ stopping rule, and again when ASHA's default became the ``rank`` rule; the knaps
 trial's first report as its demand but skips a CPU stand-in's start-up (the refine
 run is at oversubscription 1.3, where its swaps still change a decision); two knapsack
 runs when the simulator began handing events closer than EPS to the engine in one call
-(their unit times are multiples of 1/64 s, whose sums rounding splits by an ulp).
+(their unit times are multiples of 1/64 s, whose sums rounding splits by an ulp);
+waterfill-hyperband-changes when DynamicFluid's scale-downs that feed scale-ups began to
+join a shared GPU instead of staying alone on their own (which freed nothing).
 
 Run ``python tests/engine/test_allocation_hashes.py`` to print the hashes of
 the current code (to record new ones after a *deliberate* behaviour change).
@@ -159,7 +161,7 @@ EXPECTED: dict[str, tuple[str, str]] = {
     'knapsack-wfd-asha': ('96af09bf7bb8b582', '0a15073e6cf60ff7'),
     'knapsack-wfd-mixed': ('65ef465934953e6b', 'ad314b09738e6ffa'),
     'waterfill-asha-c3': ('db6313f41e196250', '9addfedd5140d7d5'),
-    'waterfill-hyperband-changes': ('dd5e61d53b3eaad2', '3a7d801e6d471814'),
+    'waterfill-hyperband-changes': ('df8eaa30a11dc07c', '90bbb86ec648c511'),
     'waterfill-random-c3-d1': ('90a78a34dc58404d', '69e1d4925a8141a8'),
     'waterfill-static-asha': ('508de686b00b5f42', '6b00936d4d74f522'),
 }
