@@ -134,6 +134,15 @@ class Experiment:
         """Metered cloud cost of a run that follows a plan (None without a plan)."""
         return None if self.plan_executor is None else self.plan_executor.cost
 
+    @property
+    def planned(self) -> tuple[float, float] | None:
+        """The followed plan's predicted ``(JCT seconds, cost)`` (None without a plan): what
+        the dashboard shows beside the measured JCT and :attr:`cost` while the plan runs."""
+        if self.plan_executor is None:
+            return None
+        p = self.plan_executor.plan.planned
+        return float(p.jct), float(p.cost)
+
     def __init__(self, name: str, engine: Engine, runtime: Runtime, trainable: Any) -> None:
         self.name = name
         self.engine = engine

@@ -278,7 +278,8 @@ class Dashboard:
         # a runtime on the wall clock samples utilization: "measured" from the first frame
         self.model = DashboardModel(experiment.engine,
                                     measured=not experiment.runtime.virtual_clock,
-                                    cost=lambda: experiment.cost, runtime=experiment.runtime)
+                                    cost=lambda: experiment.cost, runtime=experiment.runtime,
+                                    planned=experiment.planned)
         self.snapshots = Snapshots(self.model)
         # a runtime with live workers runs them on a cluster that may have a Dask dashboard
         live = experiment.runtime.live_workers

@@ -104,13 +104,15 @@ class DashboardModel:
 
     def __init__(self, engine: Engine, *, max_points: int | None = 32,
                  measured: bool = False, cost: Callable[[], float | None] | None = None,
-                 runtime: Runtime | None = None) -> None:
+                 runtime: Runtime | None = None,
+                 planned: tuple[float, float] | None = None) -> None:
         if max_points is not None and max_points < 1:
             raise ValueError(f"max_points must be >= 1 or None, got {max_points}")
         self.max_points = max_points
         self.engine = engine
         self.runtime = runtime  # drives the engine: asked for its state (see the module doc)
         self.cost = cost  # reads the bill (a planned run's meter), or None
+        self.planned = planned  # the plan's predicted (JCT s, cost), or None
         self.metric: str = engine.metric
         self.mode: str = engine.mode
         self._touched: set[int] = set()  # trials named by events since the last sync
@@ -176,6 +178,7 @@ class DashboardModel:
             best=best, best_changed=best_changed, best_curve=best_curve,
             best_value=None if best is None else self._rows[best].best,
             progress=self._progress(now), cost=None if self.cost is None else self.cost(),
+            planned=self.planned,
         )
         self._reset_buffers()
         return d

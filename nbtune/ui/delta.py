@@ -71,3 +71,5 @@ class Delta:
     progress: Progress | None = None
     #: the metered bill so far, when the run follows a RubberBand plan (``Experiment.cost``)
     cost: float | None = None
+    #: that plan's predicted ``(JCT seconds, cost)``, shown beside the measured ones
+    planned: tuple[float, float] | None = None

@@ -381,8 +381,13 @@ def summary_html(title: str, d: Delta | Snapshot, dask_link: str | None = None,
     and links to the Dask dashboard of the cluster the trials run on and to its nbtune page
     (if any)."""
     parts = [f"<b>{title}</b> &middot; {state_word(d)} &middot; t = {d.time:,.0f} s"]
+    planned = getattr(d, "planned", None)
+    if planned is not None:  # a planned run: its JCT, measured (so far) beside predicted
+        parts.append(f"JCT {format_duration(d.time)} {'measured' if d.done else 'so far'}, "
+                     f"{format_duration(planned[0])} planned")
     if d.cost is not None:  # a planned run: the metered bill, live
-        parts.append(f"${d.cost:,.2f} {'billed' if d.done else 'so far'}")
+        bill = f"${d.cost:,.2f} {'billed' if d.done else 'so far'}"
+        parts.append(bill if planned is None else f"{bill}, ${planned[1]:,.2f} planned")
     parts += progress_parts(d)
     if dask_link:
         href = html.escape(dask_link, quote=True)

@@ -47,6 +47,7 @@ class Snapshot:
     progress: Progress | None
     cost: float | None
     versions: Mapping[str, int]
+    planned: tuple[float, float] | None = None
 
     def row(self, trial_id: int) -> Mapping[str, Any] | None:
         return next((r for r in self.rows if r["trial_id"] == trial_id), None)
@@ -101,7 +102,7 @@ class SnapshotFold:
             alloc_open=tuple(d.alloc_open), util_kind=d.util_kind, util_device=d.util_device,
             util_closed=tuple(self._util), util_open=tuple(d.util_open), best=d.best,
             best_value=d.best_value, best_curve=self._best_curve, progress=d.progress,
-            cost=d.cost, versions=MappingProxyType(dict(v)),
+            cost=d.cost, versions=MappingProxyType(dict(v)), planned=d.planned,
         )
 
 
@@ -120,7 +121,8 @@ def experiment_snapshot(experiment: Any) -> Snapshot:
     """One snapshot of an experiment as it is now (a running one's state handed over on the
     engine's thread): what a report or a one-off view renders."""
     model = DashboardModel(experiment.engine, measured=not experiment.runtime.virtual_clock,
-                           runtime=experiment.runtime)
+                           runtime=experiment.runtime, cost=lambda: experiment.cost,
+                           planned=experiment.planned)
     try:
         model.settle()
         return Snapshots(model).take()

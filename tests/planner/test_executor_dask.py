@@ -103,6 +103,14 @@ def test_worker_count_follows_the_plan(tmp_path):
     assert list(cmp.columns) == ["predicted", "measured", "error"]
     assert cmp.loc["cost ($)", "measured"] == pytest.approx(exp.cost, rel=0.05)
     assert cmp.loc["JCT (s)", "predicted"] == pytest.approx(plan.planned.jct)
+    # the dashboard's header (here the report's snapshot): predicted beside measured
+    from nbtune.ui.figures import summary_html
+    from nbtune.ui.snapshot import experiment_snapshot
+
+    assert exp.planned == (pytest.approx(plan.planned.jct), pytest.approx(plan.planned.cost))
+    head = summary_html("exp", experiment_snapshot(exp))
+    assert f"${exp.cost:,.2f} billed, ${plan.planned.cost:,.2f} planned" in head
+    assert "measured" in head and "planned" in head
 
 
 def held_after_step_1(config, trial, gate):

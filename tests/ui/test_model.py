@@ -258,6 +258,28 @@ def test_a_planned_runs_bill_shows_live_in_the_header():
     assert plain.cost is None and "$" not in summary_html("exp", plain)
 
 
+def test_a_planned_run_shows_its_predicted_jct_and_cost_beside_the_measured():
+    from nbtune.planner import CloudProfile
+    from nbtune.planner.plan_executor import CostMeter
+    from nbtune.ui.figures import format_duration, summary_html
+    from nbtune.ui.snapshot import Snapshots
+
+    exp = experiment("random", trials=4, max_budget=3, gpus=2)
+    meter = CostMeter(CloudProfile("w", 3.6, 1, min_billed_s=0.0))
+    meter.observe(0.0, {"w0", "w1"})
+    model = DashboardModel(exp.engine, cost=lambda: meter.cost(float(exp.engine.time)),
+                           planned=(125.0, 0.5))
+    head = summary_html("exp", Snapshots(model).take())
+    assert "JCT 0 s so far, 2 min 05 s planned" in head and "$0.00 so far, $0.50 planned" in head
+    run(exp)
+    d = model.pull()
+    assert d.planned == (125.0, 0.5)
+    head = summary_html("exp", d)
+    assert f"JCT {format_duration(d.time)} measured, 2 min 05 s planned" in head
+    assert f"${d.cost:,.2f} billed, $0.50 planned" in head
+    assert "planned" not in summary_html("exp", DashboardModel(exp.engine).pull())
+
+
 def test_the_role_column_tells_fused_members_and_target_trials_apart():
     """A fused unit's members say which unit; a Hydro target says so."""
     import nbtune
