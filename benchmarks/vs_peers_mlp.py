@@ -2,8 +2,8 @@
 
 The same benchmark, systems, configurations and rounds as :mod:`vs_peers`, with the model
 swapped for ``asha_rules``' one-hidden-layer MLP (``NBTUNE_BENCH_WORKLOAD=mlp``, which every
-process of the run inherits; ``channels`` 4/8/16 sets the hidden width 16/64/256). Epochs this
-short make the overhead between trials (launch, first import, report, stop, next launch)
+process of the run inherits; ``channels`` 4/8/16 sets the hidden width 16/64/256; one pass over
+the training split per epoch: ~20-50 ms). Epochs this short make the overhead between trials (launch, first import, report, stop, next launch)
 most of a trial: the goal is the warm run's efficiency against the two-process bound
 measured in the same run (its work over the measured parallel speed-up of two bare
 processes) >= 0.85, with the same configurations, 0 errors and the best accuracy within
