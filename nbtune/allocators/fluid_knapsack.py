@@ -39,7 +39,7 @@ import numpy as np
 from nbtune.allocators.allocator_protocol import Allocation, SchedulingView
 from nbtune.allocators.demand import DEFAULT_DEMAND
 from nbtune.allocators.fluid import DynamicFluidAllocator, FluidEstimator
-from nbtune.allocators.knapsack import ClusterRoom, KnapsackAllocator, cluster_room
+from nbtune.allocators.knapsack import ClusterRoom, KnapsackAllocator
 from nbtune.allocators.mkp import pack
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths
 from nbtune.core.resources import Demand, Placement, width
@@ -127,7 +127,7 @@ class FluidKnapsackAllocator(KnapsackAllocator):
     def allocate(self, view: SchedulingView) -> Allocation:
         self._fluid.adopt_measured(view)
         est = self._fluid.estimator(view)
-        room = cluster_room(view, self.ratios(view), self.demand_of)
+        room = self.room(view)[0]
         launch = self._launch(view, est, room)
         if len(launch) < len(view.pending):
             return Allocation(launch=launch)  # pending trials first; grow only when none wait
