@@ -248,14 +248,18 @@ class KnapsackAllocator(BaseAllocator):
         The engine asks :meth:`capacity` and then :meth:`allocate` of the same state in
         one scheduling round; a view with a ``state_version`` (the engine's) says so, and
         the room derived first is handed out again (a copy) while the stamp, the cluster,
-        the ratios and the hinted profiles and workload are the same.
+        the running placements and loads (the engine's own mappings: found by identity),
+        the ratios and the hinted profiles and workload are the same. A view that narrows
+        the engine's (fewer GPUs or trials) but passes its stamp on shows other mappings,
+        so it gets a room of its own.
         """
         ratios = self.ratios(view)
         stamp = getattr(view, "state_version", None)
         key = None
         if stamp is not None:
             hints = view.hints
-            key = (stamp, view.cluster, hints.get("profiles"), hints.get("workload"))
+            key = (stamp, view.cluster, view.running, view.gpu_load, hints.get("profiles"),
+                   hints.get("workload"))
             last = self._last_room
             if last is not None and last[0] == key and last[1] == ratios:
                 return last[2].copy(), last[3]

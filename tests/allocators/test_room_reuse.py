@@ -110,3 +110,28 @@ def test_a_view_without_a_stamp_gets_a_fresh_room_each_time():
     view.gpu_load = {0: 0.25, 1: 0.0}  # changed behind its back: nothing may be reused
     assert alloc.room(view)[0].compute.tolist() == [0.75, 1.0]
     assert first.compute.tolist() == [0.5, 1.0]
+
+
+def test_a_narrowed_view_that_passes_the_stamp_on_gets_its_own_room():
+    """Views that hide GPUs or trials (bubbles, fusion units) forward the engine's stamp."""
+    alloc = KnapsackAllocator()
+    cluster = ClusterSpec.homogeneous(2, gpus_per_node=2)
+
+    class View:
+        state_version = (7, 3)
+        hints: dict = {}
+
+        def __init__(self, running, load):
+            self.cluster, self.running, self.gpu_load = cluster, running, load
+
+        def trial(self, tid):
+            from nbtune.core.trial import TrialRecord
+            return TrialRecord(tid, {})
+
+    full = View({0: ((0, 0.5),), 1: ((1, 0.25),)}, {0: 0.5, 1: 0.25})
+    assert alloc.room(full)[0].compute.tolist() == [0.5, 0.75]
+    narrowed = View({0: ((0, 0.5),)}, {0: 0.5, 1: 0.0})  # trial 1 hidden, same stamp
+    assert alloc.room(narrowed)[0].compute.tolist() == [0.5, 1.0]
+    assert alloc.room(full)[0].compute.tolist() == [0.5, 0.75]
+    same = View(dict(full.running), dict(full.gpu_load))  # other objects, equal contents
+    assert alloc.room(same)[0].compute.tolist() == [0.5, 0.75]
