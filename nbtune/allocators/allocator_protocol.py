@@ -36,7 +36,9 @@ class LedgerView(Protocol):
     The engine owns the one ledger (:class:`nbtune.engine.state.ResourceLedger`)
     and changes it only as it applies an :class:`Allocation`, releases a
     trial's GPUs or adopts a new cluster; an allocator reads these numbers
-    and keeps no copy of them that it trusts in a later call. A book an allocator builds for one decision (the
+    and keeps no copy of them that it trusts in a later call, unless the view
+    offers a ``state_version`` (the engine's :attr:`~nbtune.engine.engine.Engine.state_version`)
+    and it is the same as when the copy was made. A book an allocator builds for one decision (the
     Fluid allocators' :class:`~nbtune.allocators.gpu_book.GpuBook`, the
     knapsacks' :class:`~nbtune.allocators.knapsack.ClusterRoom`) is derived
     from ``running`` or ``gpu_load`` and holds what-if placements the engine

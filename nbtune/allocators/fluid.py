@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
+from operator import attrgetter
 from typing import Any
 
 from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
@@ -55,6 +56,8 @@ from nbtune.core.resources import Placement, width
 from nbtune.core.tolerance import EPS as _TOL
 
 __all__ = ["StaticFluidAllocator", "DynamicFluidAllocator", "FluidEstimator"]
+
+_TARGET = attrgetter("target_budget")
 
 
 class StaticFluidAllocator(BaseAllocator):
@@ -291,8 +294,9 @@ class DynamicFluidAllocator(StaticFluidAllocator):
 
     def plan(self, view: SchedulingView, est: FluidEstimator) -> dict[int, float]:
         """w' for every running trial (Alg. 2 line 4 over the whole cluster, spare GPUs filled)."""
-        targets = {tid: view.trial(tid).target_budget for tid in view.running}
-        h1 = est.h1(targets)
+        running = view.running
+        records = list(map(view.trial, running))
+        h1 = est.h1(dict(zip(running, map(_TARGET, records), strict=True)), records)
         n = view.cluster.n_gpus
         widths = fluid_widths(h1, n, self.c, self.d)
         if self.fill:

@@ -14,6 +14,7 @@ live trials, else 1. Nothing here knows which runtime runs it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from nbtune.core.trial import TrialRecord
 __all__ = ["FluidEstimator", "with_hints"]
 
 _UNSET: Any = object()  # a profile not looked up yet (None: looked up, there is none)
+_CONFIG = attrgetter("config")
 
 
 class FluidEstimator:
@@ -149,8 +151,12 @@ class FluidEstimator:
         left = self.remaining(tid, target)
         return self.runtime(tid, w_new) * max(target - left, 0.0) / left
 
-    def h1(self, targets: Mapping[int, float]) -> dict[int, float]:
+    def h1(self, targets: Mapping[int, float],
+           records: Sequence[TrialRecord] | None = None) -> dict[int, float]:
         """Remaining runtime at width 1 for each ``{trial_id: target budget}``.
+
+        ``records``: the trials' records in ``targets``' order, when the caller
+        fetched them already (``view.trial`` of each).
 
         The plan runs this over every live trial on every scheduling call, so
         :meth:`unit_time` and :meth:`remaining` (:func:`_left`) are spelled out
@@ -168,19 +174,29 @@ class FluidEstimator:
         plain = self.store is None
         store, lookup, profiles = self.store, self._lookup, self._profiles
         fixed, wl_overhead, wl_unit = self.fixed, self._wl_overhead, self._wl_unit_time
-        records = [trial_of(tid) for tid in targets]
+        if records is None:
+            records = list(map(trial_of, targets))
         if not plain:  # the trials' profiles in one pass (the store asked once per model)
-            ask = [(tid, t.config) for tid, t in zip(targets, records, strict=True)
-                   if tid not in profiles]
-            if ask:
-                tids = [tid for tid, _ in ask]
-                profiles.update(zip(tids, lookup.many(store, tids, [c for _, c in ask]),
+            if not profiles:  # (a new estimator: every trial is asked)
+                tids = list(targets)
+                profiles.update(zip(tids, lookup.many(store, tids, list(map(_CONFIG, records))),
                                     strict=True))
+            else:
+                ask = [(tid, t.config) for tid, t in zip(targets, records, strict=True)
+                       if tid not in profiles]
+                if ask:
+                    tids = [tid for tid, _ in ask]
+                    profiles.update(zip(tids, lookup.many(store, tids, [c for _, c in ask]),
+                                        strict=True))
         shared = self._shared
-        rows = []
+        costs = self.costs  # the fit of the times known, for the unmeasured (None: the mean)
+        if costs is not None and not costs.active:
+            costs = None
+        rows = []  # trials with no seconds per unit known: guessed once the others are known
         known = []
-        for (tid, target), t in zip(targets.items(), records, strict=True):
-            seen = seen_of(tid)
+        out = {}
+        for (tid, target), t, seen in zip(targets.items(), records, map(seen_of, targets),
+                                          strict=True):
             oh = ohs.get(tid)
             prof: Any = _UNSET
             if oh is None:
@@ -226,25 +242,21 @@ class FluidEstimator:
                         gone = now - last_t
                         left -= (0.0 if gone < 0.0 else gone) / seen[0]  # max(gone, 0.0)
             floor = 1e-6 * (1.0 if target < 1.0 else target)  # max(target, 1.0), its tie rule
-            rows.append((tid, floor if floor > left else left, u))  # max(left, floor)
-        fallback = sum(known) / len(known) if known else 1.0
-        out = {}
-        h1 = self._h1
-        guessed = self.guessed
-        costs = self.costs
-        if costs is not None and not costs.active:
-            costs = None
-        if costs is not None:  # every time known now trains the fit of the unmeasured ones
-            for (tid, _, u), t in zip(rows, records, strict=True):
-                if u is not None:
+            if u is not None:
+                out[tid] = (floor if floor > left else left) * u  # max(left, floor)
+                if costs is not None:  # every time known now trains the fit of the unmeasured
                     costs.observe(tid, t.config, u)
-        for (tid, rem, u), t in zip(rows, records, strict=True):
-            if u is None:
+            else:
+                out[tid] = 0.0  # (its place in the order; its value below)
+                rows.append((tid, floor if floor > left else left, t))
+        if rows:
+            fallback = sum(known) / len(known) if known else 1.0
+            guessed = self.guessed
+            for tid, rem, t in rows:
                 guessed.add(tid)
                 pred = None if costs is None else costs.predict(t.config)
-                out[tid] = h1[tid] = rem * (fallback if pred is None else pred)
-            else:
-                out[tid] = h1[tid] = rem * u
+                out[tid] = rem * (fallback if pred is None else pred)
+        self._h1.update(out)
         return out
 
     def runtime(self, tid: int, w: float) -> float:

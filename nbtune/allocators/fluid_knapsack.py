@@ -39,7 +39,7 @@ import numpy as np
 from nbtune.allocators.allocator_protocol import Allocation, SchedulingView
 from nbtune.allocators.demand import DEFAULT_DEMAND
 from nbtune.allocators.fluid import DynamicFluidAllocator, FluidEstimator
-from nbtune.allocators.knapsack import ClusterRoom, KnapsackAllocator, cluster_room
+from nbtune.allocators.knapsack import ClusterRoom, KnapsackAllocator
 from nbtune.allocators.mkp import pack
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths
 from nbtune.core.resources import Demand, Placement, width
@@ -127,7 +127,7 @@ class FluidKnapsackAllocator(KnapsackAllocator):
     def allocate(self, view: SchedulingView) -> Allocation:
         self._fluid.adopt_measured(view)
         est = self._fluid.estimator(view)
-        room = cluster_room(view, self.ratios(view), self.demand_of)
+        room = self.room(view)[0]
         launch = self._launch(view, est, room)
         if len(launch) < len(view.pending):
             return Allocation(launch=launch)  # pending trials first; grow only when none wait
@@ -201,7 +201,8 @@ class FluidKnapsackAllocator(KnapsackAllocator):
         target = dyn.plan(view, est)
         pos = {g: i for i, g in enumerate(room.gpu_ids)}
         resize: dict[int, Placement] = {}
-        compute = room.compute
+        compute, memory, node_cpus, gpu_node = room.compute, room.memory, room.node_cpus, \
+            room.gpu_node
         # GPUs with a whole GPU of compute free: colocate(k) needs k of them, so when fewer
         # are free it would say no, and is not asked (kept current through every _place)
         n_whole = int(np.count_nonzero(compute >= 1.0 - _TOL))
@@ -216,22 +217,39 @@ class FluidKnapsackAllocator(KnapsackAllocator):
         for tid, w_new in target.items():  # non-increasing h: the longest trial chooses first
             cur = view.running[tid]
             w = cur[0][1] if len(cur) == 1 else width(cur)  # width(), one share fast
-            if math.floor(w_new + _TOL) <= w + _TOL:
+            top = math.floor(w_new + _TOL)
+            if top <= w + _TOL:
                 continue  # the plan gives it no more whole GPUs than it holds
             dem = self.demand_of(view, tid, view.trial(tid).config)
             mine = [(pos[g], sh) for g, sh in cur if g in pos]
             own = [i for i, _ in mine]
-            for i, sh in mine:  # its own share is free for it while it chooses
-                place([i], sh, dem, -1.0)
+            mem, cpus = dem.memory_gb, dem.cpus
+            for i, sh in mine:  # its own share is free for it while it chooses (place(..., -1))
+                was = compute[i] >= 1.0 - _TOL
+                compute[i] -= -1.0 * sh
+                memory[i] -= -1.0 * mem
+                node_cpus[gpu_node[i]] -= -1.0 * cpus
+                n_whole += int(compute[i] >= 1.0 - _TOL) - int(was)
             placed = None
-            for k in range(int(math.floor(w_new + _TOL)), 0, -1):
-                if k <= w + _TOL or not dyn.pays(est, tid, w, float(k)):
-                    break  # smaller steps pay even less
-                if k > n_whole:
-                    continue  # fewer than k GPUs have a whole GPU free: colocate says None
-                placed = colocate(k, dem, room, prefer=own)
-                if placed is not None:
-                    break
+            # a step lands only on k > w GPUs with a whole GPU free; with fewer free than the
+            # least such k, no step is tried (the test of each is pure: nothing to ask)
+            if n_whole >= math.floor(w + _TOL) + 1:
+                for k in range(int(top), 0, -1):
+                    if k <= w + _TOL or not dyn.pays(est, tid, w, float(k)):
+                        break  # smaller steps pay even less
+                    if k > n_whole:
+                        continue  # fewer than k GPUs have a whole GPU free: colocate says None
+                    placed = colocate(k, dem, room, prefer=own)
+                    if placed is not None:
+                        break
+            if placed is None:  # it keeps its own share (place(...), inline)
+                for i, sh in mine:
+                    was = compute[i] >= 1.0 - _TOL
+                    compute[i] -= 1.0 * sh
+                    memory[i] -= 1.0 * mem
+                    node_cpus[gpu_node[i]] -= 1.0 * cpus
+                    n_whole += int(compute[i] >= 1.0 - _TOL) - int(was)
+                continue
             new = None if placed is None else tuple((room.gpu_ids[i], 1.0) for i in placed)
             if new is None or not dyn.keeps_paying(est, tid, w, float(len(new)), cur, new):
                 for i, sh in mine:  # (a move that restarts it would cost more than it gains)

@@ -180,7 +180,12 @@ class HeldBook(GpuBook):
             return self.trial_placement(tid, w)
         cur = self.held[tid]
         saved = [(g, self.load[g], self.count[g]) for g, _ in cur if g in self.load]
-        self.remove(cur)
+        p = self.pos[tid]
+        for g, _ in cur:  # its GPUs as a rebuild without it sums them (no subtraction's drift)
+            on = self.on.get(g)
+            if on is not None:
+                rest = [sh for q in sorted(on) if q != p for sh in on[q][1]]
+                self._set(g, sum(rest, 0.0), len(rest))
         pl = self.place(w, ())
         fresh = pl is None or self.load[pl[0][0]] <= _TOL
         for g, ld, n in reversed(saved):

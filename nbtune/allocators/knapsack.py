@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter
 
 import numpy as np
 
@@ -47,14 +49,18 @@ __all__ = [
 ]
 
 
+_COMPUTE, _MEMORY, _CPUS = attrgetter("compute"), attrgetter("memory_gb"), attrgetter("cpus")
+
+
 @dataclass
 class ClusterRoom:
     """What is left on each GPU (arrays in ``cluster.gpus`` order) once running trials are counted.
 
-    Derived afresh for each decision from the engine's ledger (``compute`` is the
-    ratio less the view's ``gpu_load``) and the running trials' demands (memory,
-    cores: only the knapsack knows them); the allocators then take from it as
-    they place, so it is a what-if copy of one decision, never kept between calls.
+    Derived from the engine's ledger (``compute`` is the ratio less the view's
+    ``gpu_load``) and the running trials' demands (memory, cores: only the
+    knapsack knows them); the allocators then take from it as they place, so
+    each decision gets its own what-if copy (:meth:`KnapsackAllocator.room`
+    derives it once per state of the engine).
     """
 
     gpu_ids: list[int]
@@ -65,6 +71,12 @@ class ClusterRoom:
     node_cpus: np.ndarray  # cores left per node
     speed: np.ndarray
     nodes: list[str]
+
+    def copy(self) -> ClusterRoom:
+        """A copy whose arrays can be taken from without changing this one."""
+        return ClusterRoom(list(self.gpu_ids), self.ratio.copy(), self.compute.copy(),
+                           self.memory.copy(), self.gpu_node.copy(), self.node_cpus.copy(),
+                           self.speed.copy(), list(self.nodes))
 
 
 def _check_ratios(ratios: Mapping[str, float]) -> dict[str, float]:
@@ -97,7 +109,8 @@ def _room_and_demands(
     gpu_ids, pos, gpu_node = base.gpu_ids, base.pos, base.gpu_node
     ratio = base.ratio(ratios)
     load = view.gpu_load
-    compute = ratio - np.array([load.get(g, 0.0) for g in gpu_ids], dtype=float)
+    compute = ratio - np.fromiter(map(load.get, gpu_ids, repeat(0.0)), dtype=float,
+                                  count=len(gpu_ids))
     memory = base.memory.copy()
     node_cpus = base.node_cpus.copy()
     # every running trial's memory off its GPUs and cores off their nodes, in the order a
@@ -203,6 +216,8 @@ class KnapsackAllocator(BaseAllocator):
         self.refine = bool(refine)
         self._kinds: tuple[ClusterSpec | None, dict[int, str]] = (None, {})
         self._hinted: tuple[Mapping[str, float] | None, dict[str, float]] = (None, {})
+        # the last room derived, with the view's state_version and what else it rests on
+        self._last_room: tuple[tuple, dict[str, float], ClusterRoom, list[Demand]] | None = None
 
     # ------------------------------------------------------------ helpers
     def ratios(self, view: SchedulingView) -> dict[str, float]:
@@ -226,6 +241,32 @@ class KnapsackAllocator(BaseAllocator):
     def max_share(self, view: SchedulingView, gpu_id: int) -> float:
         return self.ratios(view).get(self._kind_of(view, gpu_id), DEFAULT_RATIO)
 
+    def room(self, view: SchedulingView) -> tuple[ClusterRoom, list[Demand]]:
+        """:func:`cluster_room` under this allocator's ratios and demands, and the running
+        trials' demands (in ``view.running`` order), for the caller to take from.
+
+        The engine asks :meth:`capacity` and then :meth:`allocate` of the same state in
+        one scheduling round; a view with a ``state_version`` (the engine's) says so, and
+        the room derived first is handed out again (a copy) while the stamp, the cluster,
+        the running placements and loads (the engine's own mappings: found by identity),
+        the ratios and the hinted profiles and workload are the same. A view that narrows
+        the engine's (fewer GPUs or trials) but passes its stamp on shows other mappings,
+        so it gets a room of its own.
+        """
+        ratios = self.ratios(view)
+        stamp = getattr(view, "state_version", None)
+        key = None
+        if stamp is not None:
+            hints = view.hints
+            key = (stamp, view.cluster, view.running, view.gpu_load, hints.get("profiles"),
+                   hints.get("workload"))
+            last = self._last_room
+            if last is not None and last[0] == key and last[1] == ratios:
+                return last[2].copy(), last[3]
+        room, demands = _room_and_demands(view, ratios, self.demand_of)
+        self._last_room = None if key is None else (key, dict(ratios), room.copy(), demands)
+        return room, demands
+
     def _room_for_concurrency(self, view: SchedulingView) -> int | None:
         if view.max_concurrent is None:
             return None
@@ -239,12 +280,12 @@ class KnapsackAllocator(BaseAllocator):
         running and pending trials' demands (or ``default_demand``) stands in.
         Never less than the number of idle GPUs, so the cluster cannot sit idle.
         """
-        room, running = _room_and_demands(view, self.ratios(view), self.demand_of)
+        room, running = self.room(view)
         known = [self.demand_of(view, s.trial_id, s.config) for s in view.pending] + running
-        if known:
-            c = float(np.mean([d.compute for d in known]))
-            m = float(np.mean([d.memory_gb for d in known]))
-            q = float(np.mean([d.cpus for d in known]))
+        if known:  # (the lists np.mean was given, built without a Python loop)
+            c = float(np.mean(list(map(_COMPUTE, known))))
+            m = float(np.mean(list(map(_MEMORY, known))))
+            q = float(np.mean(list(map(_CPUS, known))))
         else:
             d = self.default_demand
             c, m, q = d.compute, d.memory_gb, d.cpus
@@ -263,7 +304,7 @@ class KnapsackAllocator(BaseAllocator):
         cap = self._room_for_concurrency(view)
         if not pending or cap == 0:
             return Allocation()
-        room = cluster_room(view, self.ratios(view), self.demand_of)
+        room = self.room(view)[0]
         demands = [self.demand_of(view, s.trial_id, s.config) for s in pending]
         self._check_fits(view, room, pending, demands)
         runtime = None

@@ -75,6 +75,7 @@ class Engine:
         self.stopped = False
         self.done = False
         self.events_handled = 0
+        self._rounds = 0  # handle calls, scheduling rounds, hints set: see state_version
         self.utilization: list[tuple[float, int, float, float]] = []
         self._dirty = True
         self._spec: dict[int, Speculation] = {}
@@ -105,6 +106,7 @@ class Engine:
     def handle(self, *events: ev.Event) -> list[Command]:
         cmds: list[Command] = []
         handlers = self._handlers
+        self._rounds += 1  # trials change from here on (and the subscribers' profiles at the end)
         for e in events:
             if e.time > self.time:
                 self.time = e.time
@@ -123,6 +125,7 @@ class Engine:
         if self._subscribers:
             for sub in self._subscribers:  # a snapshot: a subscriber may unsubscribe while called
                 sub(events, cmds)
+        self._rounds += 1  # what they learnt is read in the next round
         return cmds
 
     #: a second ``ExperimentStarted`` means "the runtime restarted" (resume), not an error
@@ -185,10 +188,20 @@ class Engine:
         """Give the allocator a measurement source (the runtime's profiler sets ``"profiles"``)."""
         self._hints[key] = value
         self._dirty = True
+        self._rounds += 1
 
     @property
     def held(self) -> Mapping[int, Placement]:
         return self.ledger.held
+
+    @property
+    def state_version(self) -> tuple[int, int]:
+        """A stamp of what allocators read: equal stamps, the same running placements, loads,
+        held trials, hints and profiles. It moves as each event batch is handled, as each
+        scheduling round begins, after the subscribers (profilers) have seen a batch, and with
+        each change of the ledger (launches, resizes, releases), so an allocator asked twice
+        in a round (capacity, then allocate) may reuse what it derived the first time."""
+        return (self._rounds, self.ledger.version)
 
     @property
     def speculating(self) -> Mapping[int, float]:  # trial -> budget: see .barrier_fill
@@ -465,6 +478,7 @@ class Engine:
 
     def _schedule(self, cmds: list[Command]) -> None:
         self._dirty = False
+        self._rounds += 1
         if self.paused or self.stopped:
             return
         closed = False

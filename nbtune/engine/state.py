@@ -62,6 +62,8 @@ class ResourceLedger:
         self._held: dict[int, Placement] = {}
         self._views = (MappingProxyType(self.placements), MappingProxyType(self.load),
                        MappingProxyType(self.count), MappingProxyType(self._held))
+        #: counts the changes below: an equal version, an unchanged ledger
+        self.version = 0
 
     # ---------------------------------------------------------- LedgerView (read-only)
     @property
@@ -87,6 +89,7 @@ class ResourceLedger:
     # ---------------------------------------------------------- changes (the engine's)
     def set_cluster(self, cluster: ClusterSpec) -> list[int]:
         """Adopt a new cluster; return trials that held a GPU that is gone."""
+        self.version += 1
         self.cluster = cluster
         ids = {g.gpu_id for g in cluster.gpus}
         for g in ids:
@@ -109,6 +112,7 @@ class ResourceLedger:
         A paused trial placed again no longer waits anywhere else.
         """
         tid = trial.trial_id
+        self.version += 1
         self.forget(tid)
         self.placements[tid] = placement
         opened = []
@@ -131,6 +135,7 @@ class ResourceLedger:
         placement = self.placements.pop(tid, None)
         if placement is None:
             return None
+        self.version += 1
         if pause:
             self.paused_on[tid] = placement
         trial.gpu_seconds = trial.gpu_seconds_at(time)
@@ -152,11 +157,13 @@ class ResourceLedger:
         where = self.paused_on.get(trial_id)
         if where is None:
             return False
+        self.version += 1
         self._held[trial_id] = where
         return True
 
     def forget(self, trial_id: int) -> bool:
         """The trial is paused nowhere any more; True if a process of it was waiting (held)."""
+        self.version += 1
         self.paused_on.pop(trial_id, None)
         return self._held.pop(trial_id, None) is not None
 

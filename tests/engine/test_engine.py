@@ -185,3 +185,41 @@ def test_a_function_that_returned_completes_at_its_last_report_and_frees_its_gpu
     assert t.budget_used == 1.0 and t.end_time == 2.0
     assert [c.trial_id for c in launches(cmds)] == [1]
     assert eng.handle(ev.TrialReturned(3.0, 0)) == []  # a second word on it changes nothing
+
+
+def test_state_version_is_one_stamp_within_a_round_and_moves_between_them():
+    """Allocators may reuse what they derived while the stamp holds: it must move whenever a
+    trial or a subscriber's profile may have changed, and hold from capacity to allocate."""
+    stamps: list[tuple[str, object]] = []
+
+    class Recording(BaseAllocator):
+        def capacity(self, view):
+            stamps.append(("capacity", view.state_version))
+            return len(view.idle_gpus)
+
+        def allocate(self, view):
+            stamps.append(("allocate", view.state_version))
+            idle = sorted(view.idle_gpus)
+            return Allocation(launch={s.trial_id: ((g, 1.0),)
+                                      for s, g in zip(view.pending, idle, strict=False)})
+
+    algo = OneShot(SPACE, metric="loss", max_budget=3, num_trials=3, seed=0)
+    eng = Engine(algo, allocator=Recording())
+    after_sub = []
+    eng.subscribe(lambda events, cmds: after_sub.append(eng.state_version))
+    eng.handle(ev.ExperimentStarted(0.0, ClusterSpec.homogeneous(2)))
+    # one round: capacity (asked again once the algorithm answered), then allocate, one stamp
+    assert {s for _, s in stamps} == {stamps[0][1]} and stamps[-1][0] == "allocate"
+    first = stamps[-1][1]
+    assert after_sub[-1][0] == first[0]  # the subscribers see the round's launches ...
+    assert eng.state_version != after_sub[-1]  # ... and what they learn gets a new stamp
+    before, version = eng.state_version, eng.ledger.version
+    eng.handle(ev.TrialReported(1.0, 0, 1, {"loss": 1.0}))
+    assert eng.ledger.version == version  # a report that moves nothing on the ledger ...
+    assert eng.state_version != before  # ... still changes what allocators read
+    before = eng.state_version
+    eng.set_hint("profiles", None)
+    assert eng.state_version != before
+    eng.handle(ev.TrialReported(3.0, 0, 3, {"loss": 0.5}))  # done: its GPU goes to trial 2
+    assert stamps[-1][0] == "allocate" and stamps[-1][1] != first
+    assert eng.trials[2].state is TrialState.RUNNING

@@ -78,3 +78,20 @@ def test_check_catches_a_count_that_drifted():
     led.count[0] += 1
     with pytest.raises(InvariantError, match="count drifted"):
         led.check({})
+
+
+def test_the_version_moves_with_every_change_of_the_ledger():
+    led, t = _ledger(), TrialRecord(0, {})
+    seen = [led.version]
+    led.place(t, ((0, 0.5),), 0.0)
+    seen.append(led.version)
+    led.release(t, 1.0, pause=True)
+    seen.append(led.version)
+    assert led.hold(0)
+    seen.append(led.version)
+    led.forget(0)
+    seen.append(led.version)
+    led.set_cluster(ClusterSpec.homogeneous(2, gpus_per_node=2))
+    seen.append(led.version)
+    assert seen == sorted(set(seen))  # each change a new version
+    assert led.release(t, 2.0) is None and led.version == seen[-1]  # nothing held: no change
