@@ -29,9 +29,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from nbtune.runtimes.dask.protocol import Utilization, encode
+from nbtune.runtimes.dask.protocol import Exit, Report, Utilization, encode, kind_of
 
-__all__ = ["KernelSlot", "kernel_address", "usable"]
+__all__ = ["KernelSlot", "kernel_address", "usable", "FIRST_REPORT_WAIT"]
+
+#: seconds the cluster's start waits for the kernel slot's first report, at most: on a small
+#: machine starting worker processes (and, in this process, the scheduler) takes the cores
+#: and the interpreter lock the first trial needs; its first result comes first
+FIRST_REPORT_WAIT = 3.0
 
 
 def kernel_address() -> str:
@@ -64,6 +69,8 @@ class KernelSlot:
         self._interval = float(sample_interval)
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
+        #: set at the first report (or exit) of a trial here: the cluster may start now
+        self.first_report = threading.Event()
         #: what a trial thread changes process-wide, restored when the experiment ends
         self._torch_threads = _torch_threads()
         self._switch = sys.getswitchinterval()
@@ -76,6 +83,8 @@ class KernelSlot:
                 "resources": {"GPU": 1.0}, "cores": cores, "devices": []}
 
     def _emit(self, topic: str, batch: list[dict[str, Any]]) -> None:
+        if not self.first_report.is_set() and any(kind_of(m) in (Report, Exit) for m in batch):
+            self.first_report.set()
         self._put(("msgs", batch))
 
     def launch(self, run_id: int, rank: int, job: dict[str, Any]) -> None:
@@ -120,6 +129,7 @@ class KernelSlot:
     def close(self) -> None:
         """The experiment ended: sampling stops, the process's torch threads come back."""
         self._stop.set()
+        self.first_report.set()
         if self._torch_threads is not None and "torch" in sys.modules:
             with contextlib.suppress(Exception):
                 sys.modules["torch"].set_num_threads(self._torch_threads)

@@ -59,7 +59,7 @@ from nbtune.runtimes.dask.driver_side.jobs import (
     pickled,
     resize_restarts,
 )
-from nbtune.runtimes.dask.driver_side.kernel_slot import KernelSlot, usable
+from nbtune.runtimes.dask.driver_side.kernel_slot import FIRST_REPORT_WAIT, KernelSlot, usable
 from nbtune.runtimes.dask.driver_side.links import WorkerLinks
 from nbtune.runtimes.dask.driver_side.membership import Membership
 from nbtune.runtimes.dask.driver_side.runs import Run, WallClock, check_memory_limit, check_timeout
@@ -367,7 +367,7 @@ class DaskRuntime:
         if cold and (self._connector is None or not self._connector.is_alive()):
             # (one still starting the cluster from the last experiment tells this one)
             self._connector = threading.Thread(target=self._connect_later,
-                                               args=(trainable,), daemon=True,
+                                               args=(trainable, kernel), daemon=True,
                                                name="nbtune-dask-connect")
             self._connector.start()
 
@@ -387,11 +387,11 @@ class DaskRuntime:
         return KernelSlot(self.host, self._inbox.put, self.threads_per_worker,
                           self.sample_interval)
 
-    def _connect_later(self, trainable: Any) -> None:
-        """Start the cluster behind the kernel slot's first trials, at once (a second lane
-        sooner is worth more than the core and interpreter time its start takes from the
-        first epoch); its workers join the experiment as they come (``("cluster", error)``
-        on the inbox of the experiment running when it is up)."""
+    def _connect_later(self, trainable: Any, kernel: KernelSlot) -> None:
+        """Start the cluster once the kernel slot's first trial has reported (within
+        :data:`~.kernel_slot.FIRST_REPORT_WAIT` s); its workers join the experiment as they
+        come (``("cluster", error)`` on the inbox of the experiment running when it is up)."""
+        kernel.first_report.wait(FIRST_REPORT_WAIT)
         try:
             if self._closed:
                 return
