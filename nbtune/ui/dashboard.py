@@ -54,7 +54,7 @@ from nbtune.ui.snapshot import Snapshot, Snapshots
 if TYPE_CHECKING:
     from nbtune.experiment import Experiment
 
-__all__ = ["Dashboard", "dashboard_for", "load_bokehjs", "show"]
+__all__ = ["Dashboard", "dashboard_for", "load_bokehjs", "patch_message", "show"]
 
 log = logging.getLogger(__name__)
 _BOKEHJS_LOADED = False
@@ -111,7 +111,6 @@ def _batched_bokeh_model() -> type:
     kernel-side cost several-fold. The message is the standard one (a
     PATCH-DOC may carry any number of events), so the frontend is unchanged.
     """
-    from bokeh.protocol import Protocol
     from jupyter_bokeh import BokehModel
 
     class BatchedBokehModel(BokehModel):
@@ -177,7 +176,7 @@ def _batched_bokeh_model() -> type:
             finally:
                 events, self._batch = self._batch, None
                 if events and send:
-                    self._send_patch(Protocol().create("PATCH-DOC", events))
+                    self._send_patch(patch_message(events))
 
         def _send_patch(self, msg: Any) -> None:  # the same frames as BokehModel's
             self.send({"msg": "patch", "payload": msg.header_json})
@@ -188,6 +187,31 @@ def _batched_bokeh_model() -> type:
                 self.send({"msg": "patch"}, [buffer.to_bytes()])
 
     return BatchedBokehModel
+
+
+def patch_message(events: list[Any]) -> Any:
+    """One PATCH-DOC message of ``events``, their numpy columns inline (base64) rather than
+    as binary buffers.
+
+    Each buffer of a message costs the widget two more comm messages (jupyter_bokeh
+    sends one per part), more than encoding it inline; the dashboard's long columns
+    are numpy arrays (:func:`nbtune.ui.columns.arrays`), so each goes out as one block
+    inside the message's JSON. The message is the standard one: BokehJS reads an inline
+    block as it reads a buffer.
+    """
+    try:
+        from bokeh.core.serialization import Serializer
+        from bokeh.document.json import PatchJson
+        from bokeh.protocol.messages.patch_doc import patch_doc
+    except ImportError:  # Bokeh moved these: its own message, arrays as buffers
+        from bokeh.protocol import Protocol
+
+        return Protocol().create("PATCH-DOC", events)
+    doc = events[0].document
+    serializer = Serializer(references=doc.models.synced_references, deferred=False)
+    content = PatchJson(events=serializer.encode(events))
+    doc.models.flush_synced(lambda model: not serializer.has_ref(model))
+    return patch_doc(patch_doc.create_header(), {}, content)
 
 
 class Dashboard:
