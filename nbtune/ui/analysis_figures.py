@@ -150,10 +150,18 @@ class AnalysisFigures:
         """What a render of ``snap`` would show: when it changes, render (and importance)."""
         return snap.versions["rows"], self.budget(snap)
 
+    def importance_key(self, snap: Any) -> Any:
+        """What the importance of ``snap`` depends on: the budget the views show and each
+        shown trial's value (two snapshots of equal keys give the same bars)."""
+        budget = self.budget(snap)
+        return budget, tuple((e.trial_id, e.value) for e in an.ended_trials(snap, budget))
+
     def render(self, snap: Any, importance: Mapping[str, float] | None = None, *,
-               force: bool = False) -> None:
+               force: bool = False, as_of: float | None = None) -> None:
         """Show ``snap`` at the chosen budget (every part whole); ``importance`` as computed
-        for :meth:`wanted` (None: not yet, or not enough trials)."""
+        for :meth:`importance_key` (None: not yet, or not enough trials), fitted on the state
+        at time ``as_of`` when that is not ``snap``'s (a live run refits it every few
+        seconds)."""
         key = self.wanted(snap)
         if key != self._key or force:
             self._key = key
@@ -167,11 +175,15 @@ class AnalysisFigures:
                 self.slice_srcs[k].data = arrays({"x": x, "value": cols["value"],
                                                   "budget": cols["budget"],
                                                   "trial": cols["trial_id"]})
-        if force or importance != self._shown_importance:  # each change once, as the rest
-            self.render_importance(importance)
+        shown = None if importance is None else (dict(importance), as_of)
+        if force or shown != self._shown_importance:  # each change once, as the rest
+            self.render_importance(importance, as_of=as_of)
 
-    def render_importance(self, importance: Mapping[str, float] | None) -> None:
-        self._shown_importance = None if importance is None else dict(importance)
+    def render_importance(self, importance: Mapping[str, float] | None, *,
+                          as_of: float | None = None) -> None:
+        """Show the bars of ``importance``, fitted on the state at time ``as_of`` (None: the
+        state the other views show)."""
+        self._shown_importance = None if importance is None else (dict(importance), as_of)
         if importance is None:
             self.importance_src.data = arrays({"name": [], "importance": []})
             self.importance.title.text = ("hyperparameter importance (random forest, "
@@ -183,7 +195,10 @@ class AnalysisFigures:
                                            "importance": [importance[k] for k in names]})
         self.importance.y_range.factors = names
         self.importance.title.text = ("hyperparameter importance (random forest, "
-                                      "scikit-learn, seed 0)")
+                                      "scikit-learn, seed 0)" + (
+                                          "" if as_of is None else
+                                          f" as of t = {as_of:,.0f} s: refitted every few "
+                                          "seconds while the run goes"))
 
     def _render_select(self, snap: Any, budget: float | None) -> None:
         options = [ALL_BUDGETS, *(_label(b) for b in an.budgets(snap))]

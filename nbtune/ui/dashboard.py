@@ -249,7 +249,13 @@ class Dashboard:
         self.analysis = AnalysisFigures(metric, mode, space)
         #: the Bokeh root: the run's views and the analysis views, one tab each
         self.layout = analysis_layout(self.figures, self.analysis)
-        self._importance: tuple[Any, Future[Any]] | None = None  # (for what, its fit)
+        #: the last fit asked for and the last one ended: (what it fits, the fit, the
+        #: snapshot's time)
+        self._importance: tuple[Any, Future[Any], float] | None = None
+        self._fit_ready: tuple[Any, Future[Any], float] | None = None
+        self._fit_cost = 0.0  # CPU seconds the last ended fit took (on the fitting thread)
+        self._fit_started = -float("inf")  # time.monotonic() when the last fit was asked for
+        self._fit_now = False  # a person picked a budget: fit it at once
         self._fit_shown: Future[Any] | None = None  # the ended fit the last update rendered
         self._autostart = autostart
         self.analysis.budget_select.on_change("value", self._on_budget)
@@ -425,8 +431,8 @@ class Dashboard:
                 self.figures.render(s, force=force)
                 self.figures.set_header(summary_html(self.experiment.name, s, self.dask_link,
                                                      self.dask_page), force)
-                fit = self._importance_of(s)
-                self.analysis.render(s, self._fitted(fit), force=force)
+                fit, as_of = self._importance_of(s)
+                self.analysis.render(s, self._fitted(fit), force=force, as_of=as_of)
                 self._update_widgets(s)
                 # the final state, or its importance now shown: a bundle follows (not while
                 # the fit is still running: those updates are patches, as before the end)
@@ -441,23 +447,61 @@ class Dashboard:
         self.update_seconds += time.thread_time() - t0
         return s
 
-    def _importance_of(self, s: Snapshot) -> Future[Any] | None:
-        """The ended fit of the importance the analysis views show for ``s`` (None: not
-        ended yet). Fitted on a background thread once per change of the trials or the
-        budget, the final state's too: the views show everything else at once. A fit that
-        ends between two updates is shown by the next one, through the same path (patch
-        or bundle) as every other change: nothing is sent from the fitting thread. A fit
-        still queued when the trials change again is cancelled: only the latest runs, so a
-        fast run's updates never queue fits the final one would wait behind."""
-        want = self.analysis.wanted(s)
-        if self._importance is None or self._importance[0] != want:
-            if self._importance is not None:  # superseded: a fit not started never runs
-                self._importance[1].cancel()
-            future = _IMPORTANCE.submit(importance, s, self.analysis.space, budget=want[1])
-            self._importance = (want, future)
+    def _importance_of(self, s: Snapshot) -> tuple[Future[Any] | None, float | None]:
+        """The ended fit the importance view shows for ``s`` (None: none ended yet), and
+        the time of the snapshot it was fitted on when that is not ``s``'s state (None: it
+        is). Fitted on a background thread, off the views' path: everything else is
+        shown at once. A fit that ends between two updates is shown by the next one,
+        through the same path (patch or bundle) as every other change: nothing is sent
+        from the fitting thread.
+
+        A fit depends only on the shown trials' values and the budget
+        (:meth:`~nbtune.ui.analysis_figures.AnalysisFigures.importance_key`): a snapshot
+        where those did not change is not refitted. While the run goes, a change is
+        refitted only once the last fit has ended and as much time has passed since it was
+        asked for as its cost allows (:meth:`_refit_due`): a forest fit is far more work
+        than an update, and its CPU is taken from the trials; the view meanwhile shows the
+        last fit, saying as of when. A person's pick of a budget and the final state are
+        fitted at once; a fit still queued when a newer one is asked for is cancelled, so
+        the final one never waits behind stale ones."""
+        want = self.analysis.importance_key(s)
+        current = self._importance
+        if current is None or current[0] != want and self._refit_due(s, current):
+            if current is not None:  # superseded: a fit not started never runs
+                current[1].cancel()
+            future = _IMPORTANCE.submit(self._fit, s, want[0])
+            self._importance = current = (want, future, s.time)
+            self._fit_started, self._fit_now = time.monotonic(), False
             future.add_done_callback(_log_failure)
-        ready = self._importance[1]
-        return ready if ready.done() else None
+        if current[1].done() and not current[1].cancelled():
+            self._fit_ready = current
+        ready = self._fit_ready
+        if ready is None:
+            return None, None
+        return ready[1], None if ready[0] == want else ready[2]
+
+    def _refit_due(self, s: Snapshot, current: tuple[Any, Future[Any], float]) -> bool:
+        """Whether a change of what the importance depends on is fitted now (see
+        :meth:`_importance_of`): the final state, a person's pick of a budget, a change
+        after a fit that found too few trials to fit (it cost nothing), or else once the
+        last fit has ended and its cost over the time since it was asked for is within
+        ``max_overhead``."""
+        if s.done or self._fit_now:
+            return True
+        last = current[1]
+        if not last.done():
+            return False
+        if last.exception() is None and last.result() is None:
+            return True
+        return time.monotonic() - self._fit_started >= self._fit_cost / self.max_overhead
+
+    def _fit(self, s: Snapshot, budget: float | None) -> dict[str, float] | None:
+        """Fit the importance of ``s`` at ``budget`` (on the fitting thread), noting its cost."""
+        t0 = time.thread_time()
+        try:
+            return importance(s, self.analysis.space, budget=budget)
+        finally:
+            self._fit_cost = time.thread_time() - t0
 
     @staticmethod
     def _fitted(fit: Future[Any] | None) -> dict[str, float] | None:
@@ -467,7 +511,9 @@ class Dashboard:
 
     def importance_settled(self, timeout: float | None = None) -> bool:
         """Wait until the importance fit the views asked for last has ended (True), or
-        ``timeout`` seconds (False); the next :meth:`update` then shows it."""
+        ``timeout`` seconds (False); the next :meth:`update` then shows it. (While the run
+        goes, a change of the trials may wait before it is asked for: see
+        :meth:`_importance_of`.)"""
         with self._lock:
             pending = None if self._importance is None else self._importance[1]
         if pending is None:
@@ -483,6 +529,7 @@ class Dashboard:
         if new == self.analysis.shown:
             return  # the views' own render set it
         self.analysis.chosen = new
+        self._fit_now = True
         if self.model is not None:
             self.update(force=False)
             if self._autostart and not self.settled:

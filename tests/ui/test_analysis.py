@@ -186,3 +186,60 @@ def test_exp_plot_shows_one_view_of_the_trials_at_a_budget(finished, wire):
         hist._ipython_display_()
     assert any(LOAD_MIME_TYPE in o.data for o in shown.outputs)
     assert any(m[0] == "comm_open" and "jupyter_bokeh" in str(m[1]) for m in wire)
+
+
+def test_a_live_run_refits_the_importance_within_its_share_and_the_end_at_once(wire,
+                                                                               monkeypatch):
+    """A forest fit costs far more than an update, and its CPU is taken from the trials:
+    while the run goes, a change of the shown trials is refitted only once the last fit's
+    cost is within ``max_overhead`` of the time since it (here a share so small that it
+    never is), and the view says as of when its bars are; a person's pick of a budget is
+    fitted at once, and so is the final state, whose bars are the library's for it."""
+    import nbtune.ui.dashboard as dashboard_module
+    from nbtune.ui import Dashboard
+    from nbtune.ui.analysis_figures import ALL_BUDGETS
+
+    fitted: list[float | None] = []
+    real = dashboard_module.importance
+
+    def counted(snap, space, *, budget=None):  # the real fit, counted
+        fitted.append(budget)
+        return real(snap, space, budget=budget)
+
+    monkeypatch.setattr(dashboard_module, "importance", counted)
+    exp = experiment("asha", trials=30, gpus=4)
+    dash = Dashboard(exp, autostart=False, max_overhead=1e-9)
+    title = dash.analysis.importance.title
+    seen: dict[str, object] = {}
+
+    def tick(events, cmds):
+        reported = sum(1 for t in exp.engine.trials.values() if t.last is not None)
+        if "first" not in seen and reported >= 8:
+            # before, too few trials to fit: the first fit of a forest is asked for at once
+            dash.update()
+            assert dash.importance_settled(30)
+            dash.update()
+            seen["first"] = len(fitted)
+            seen["key"] = dash.analysis.importance_key(dash.last)
+            assert len(dash.analysis.importance_src.data["importance"]) == len(SPACE)
+            assert "as of" not in title.text
+        elif "first" in seen and "later" not in seen and exp.engine.time > 2 * dash.last.time:
+            dash.update()
+            if dash.analysis.importance_key(dash.last) == seen["key"]:
+                return  # the shown trials' values did not change: nothing to refit
+            seen["later"] = title.text
+            assert len(fitted) == seen["first"]  # not refitted: not within its share yet
+            dash.analysis.budget_select.value = ALL_BUDGETS  # a person's pick: fitted at once
+            assert fitted[-1] is None and len(fitted) == seen["first"] + 1
+
+    exp.engine.subscribe(tick)
+    run(exp)
+    assert "later" in seen and "as of t = " in str(seen["later"])
+    dash.update()  # the final state: fitted at once, shown when it ends
+    assert len(fitted) == seen["first"] + 2 and dash.importance_settled(30)
+    dash.update()
+    assert dash.settled and "as of" not in title.text
+    want = an.importance(dash.last, SPACE, budget=None)
+    bars = dash.analysis.importance_src.data
+    assert want and dict(zip(bars["name"], bars["importance"], strict=True)) == want
+    dash.close()
