@@ -130,9 +130,11 @@ class AnalysisFigures:
         self.slices = gridplot(plots, ncols=3, toolbar_location=None) if plots else \
             Div(text="no searched hyperparameter")
 
+        #: the importance view's tab: while no view shows it, a live run is not refitted
+        self.importance_panel = TabPanel(child=column(self.importance), title="importance")
         self.panels = [
             TabPanel(child=column(self.history), title="history"),
-            TabPanel(child=column(self.importance), title="importance"),
+            self.importance_panel,
             TabPanel(child=column(self.parallel), title="parallel coordinates"),
             TabPanel(child=column(self.slices), title="slices"),
         ]
@@ -238,7 +240,7 @@ def _is_log(d: Domain) -> bool:
 
 
 def analysis_layout(run: Any, analysis: AnalysisFigures) -> Any:
-    """The dashboard's root: the run's views (``run.layout``) in the first tab, then one tab
-    per analysis view, with the budget selector above them."""
+    """The dashboard's root: the budget selector, then the tabs (``children[1]``): the run's
+    views (``run.layout``) in the first, then one per analysis view."""
     tabs = Tabs(tabs=[TabPanel(child=run.layout, title="run"), *analysis.panels])
     return column(analysis.budget_select, tabs)

@@ -5,9 +5,11 @@ A :class:`Dashboard` owns a :class:`~nbtune.ui.dashboard_model.DashboardModel` a
 snapshot of the model every ``period`` seconds and renders it whole into the
 Bokeh sources, which ``jupyter_bokeh.BokehModel`` forwards to the browser as
 ordinary widget messages. A thread rather than a task on the kernel's event loop keeps the
-dashboard moving while a cell blocks in ``exp.wait()``. The thread measures
-its own cost and stretches its period so it never takes more than
-``max_overhead`` of the process's time, whatever the experiment's size.
+dashboard moving while a cell blocks in ``exp.wait()``. The dashboard measures
+its own cost and spaces its work so it never takes more than ``max_overhead``
+of the process's time, whatever the experiment's size: half for the updates
+(the thread stretches its period), half for refitting the importance view's
+forest while the run goes (see :meth:`Dashboard._importance_of`).
 
 One source of truth for every view. Each browser view of a BokehModel
 builds its own document from the widget's ``render_bundle`` and then applies
@@ -218,7 +220,8 @@ class Dashboard:
     """Live view and controls of one :class:`~nbtune.experiment.Experiment`.
 
     ``period`` is the update interval in seconds; ``max_overhead`` the share of
-    time the updates may take (the period stretches to respect it);
+    time the dashboard's own work may take, half for the updates (the period
+    stretches to respect it), half for the live importance refits;
     ``autostart=False`` leaves updating to explicit :meth:`update` calls.
 
     Built from an experiment, it attaches at once. Built with ``metric``,
@@ -249,13 +252,17 @@ class Dashboard:
         self.analysis = AnalysisFigures(metric, mode, space)
         #: the Bokeh root: the run's views and the analysis views, one tab each
         self.layout = analysis_layout(self.figures, self.analysis)
+        #: the tabs of the run's and the analysis views (a person's pick arrives as ``active``)
+        self.tabs = self.layout.children[1]
+        self._tab_seen = self.tabs.active
+        self.tabs.on_change("active", self._on_tab)
         #: the last fit asked for and the last one ended: (what it fits, the fit, the
         #: snapshot's time)
         self._importance: tuple[Any, Future[Any], float] | None = None
         self._fit_ready: tuple[Any, Future[Any], float] | None = None
         self._fit_cost = 0.0  # CPU seconds the last ended fit took (on the fitting thread)
         self._fit_started = -float("inf")  # time.monotonic() when the last fit was asked for
-        self._fit_now = False  # a person picked a budget: fit it at once
+        self._fit_now = False  # a person picked a budget or the importance tab: fit at once
         self._fit_shown: Future[Any] | None = None  # the ended fit the last update rendered
         self._autostart = autostart
         self.analysis.budget_select.on_change("value", self._on_budget)
@@ -458,11 +465,12 @@ class Dashboard:
         A fit depends only on the shown trials' values and the budget
         (:meth:`~nbtune.ui.analysis_figures.AnalysisFigures.importance_key`): a snapshot
         where those did not change is not refitted. While the run goes, a change is
-        refitted only once the last fit has ended and as much time has passed since it was
-        asked for as its cost allows (:meth:`_refit_due`): a forest fit is far more work
-        than an update, and its CPU is taken from the trials; the view meanwhile shows the
-        last fit, saying as of when. A person's pick of a budget and the final state are
-        fitted at once; a fit still queued when a newer one is asked for is cancelled, so
+        refitted only while the importance tab is shown (:attr:`importance_shown`), once the
+        last fit has ended and as much time has passed since it was asked for as its cost
+        allows (:meth:`_refit_due`): a forest fit is far more work than an update, and its
+        CPU is taken from the trials; the view meanwhile shows the last fit, saying as of
+        when. A person's pick of a budget or of the importance tab, and the final state,
+        are fitted at once; a fit still queued when a newer one is asked for is cancelled, so
         the final one never waits behind stale ones."""
         want = self.analysis.importance_key(s)
         current = self._importance
@@ -482,18 +490,26 @@ class Dashboard:
 
     def _refit_due(self, s: Snapshot, current: tuple[Any, Future[Any], float]) -> bool:
         """Whether a change of what the importance depends on is fitted now (see
-        :meth:`_importance_of`): the final state, a person's pick of a budget, a change
-        after a fit that found too few trials to fit (it cost nothing), or else once the
-        last fit has ended and its cost over the time since it was asked for is within
-        ``max_overhead``."""
+        :meth:`_importance_of`): the final state, or a person's pick of a budget or of the
+        importance tab; else, while the tab is shown, a change after a fit that found too
+        few trials to fit (it cost nothing), or once the last fit has ended and its cost
+        over the time since it was asked for is within its half of ``max_overhead``."""
         if s.done or self._fit_now:
             return True
+        if not self.importance_shown:
+            return False  # fitted when a view shows it, and at the end
         last = current[1]
         if not last.done():
             return False
         if last.exception() is None and last.result() is None:
             return True
-        return time.monotonic() - self._fit_started >= self._fit_cost / self.max_overhead
+        return time.monotonic() - self._fit_started >= self._fit_cost / self._share
+
+    @property
+    def _share(self) -> float:
+        """The share of the time the updates may take, and the live refits too: half of
+        ``max_overhead`` each."""
+        return self.max_overhead / 2
 
     def _fit(self, s: Snapshot, budget: float | None) -> dict[str, float] | None:
         """Fit the importance of ``s`` at ``budget`` (on the fitting thread), noting its cost."""
@@ -523,6 +539,22 @@ class Dashboard:
         except (TimeoutError, CancelledError):  # cancelled: a newer fit took its place
             return False
         return True
+
+    @property
+    def importance_shown(self) -> bool:
+        """Whether the importance tab is the one shown (as the last view that changed tabs
+        left it)."""
+        return self.tabs.tabs[self.tabs.active] is self.analysis.importance_panel
+
+    def _on_tab(self, attr: str, old: int, new: int) -> None:
+        """A person picked a tab (the browser's change): the importance tab shows a fit of
+        the current state, asked for at once (a live run refits it only while shown)."""
+        if new == self._tab_seen:
+            return  # already seen: jupyter_bokeh calls back twice for one change
+        self._tab_seen = new
+        if self.importance_shown and self.model is not None and not self.finished:
+            self._fit_now = True
+            self.update()
 
     def _on_budget(self, attr: str, old: str, new: str) -> None:
         """A person picked the budget the analysis views show (the browser's change)."""
@@ -579,8 +611,8 @@ class Dashboard:
                         return
                 delay = 0.0
                 continue
-            # stretch the period so updates stay under max_overhead of the time
-            delay = max(self.period, (time.thread_time() - t0) / self.max_overhead)
+            # stretch the period so updates stay under their share of the time
+            delay = max(self.period, (time.thread_time() - t0) / self._share)
 
     def stop(self) -> None:
         """Stop the background updates (the experiment keeps running)."""

@@ -188,13 +188,13 @@ def test_exp_plot_shows_one_view_of_the_trials_at_a_budget(finished, wire):
     assert any(m[0] == "comm_open" and "jupyter_bokeh" in str(m[1]) for m in wire)
 
 
-def test_a_live_run_refits_the_importance_within_its_share_and_the_end_at_once(wire,
-                                                                               monkeypatch):
+def test_a_live_run_refits_the_importance_only_when_shown_within_its_share(wire, monkeypatch):
     """A forest fit costs far more than an update, and its CPU is taken from the trials:
-    while the run goes, a change of the shown trials is refitted only once the last fit's
-    cost is within ``max_overhead`` of the time since it (here a share so small that it
-    never is), and the view says as of when its bars are; a person's pick of a budget is
-    fitted at once, and so is the final state, whose bars are the library's for it."""
+    while the run goes, the importance is refitted only while its tab is shown, and a
+    change of the shown trials only once the last fit's cost is within its share of the
+    time since it (here a share so small that it never is), the view saying as of when
+    its bars are; a person's pick of the tab or of a budget is fitted at once, and so is
+    the final state, whose bars are the library's for it."""
     import nbtune.ui.dashboard as dashboard_module
     from nbtune.ui import Dashboard
     from nbtune.ui.analysis_figures import ALL_BUDGETS
@@ -209,15 +209,18 @@ def test_a_live_run_refits_the_importance_within_its_share_and_the_end_at_once(w
     monkeypatch.setattr(dashboard_module, "importance", counted)
     exp = experiment("asha", trials=30, gpus=4)
     dash = Dashboard(exp, autostart=False, max_overhead=1e-9)
+    assert len(fitted) == 1  # the state it was built on: no trial to fit yet
     title = dash.analysis.importance.title
+    tab = [t.title for t in dash.tabs.tabs].index("importance")
     seen: dict[str, object] = {}
 
     def tick(events, cmds):
         reported = sum(1 for t in exp.engine.trials.values() if t.last is not None)
         if "first" not in seen and reported >= 8:
-            # before, too few trials to fit: the first fit of a forest is asked for at once
             dash.update()
-            assert dash.importance_settled(30)
+            assert len(fitted) == 1 and not dash.importance_shown  # nobody looks at it
+            dash.tabs.active = tab  # a person opens the tab: fitted at once
+            assert len(fitted) == 2 and dash.importance_settled(30)
             dash.update()
             seen["first"] = len(fitted)
             seen["key"] = dash.analysis.importance_key(dash.last)
@@ -235,6 +238,7 @@ def test_a_live_run_refits_the_importance_within_its_share_and_the_end_at_once(w
     exp.engine.subscribe(tick)
     run(exp)
     assert "later" in seen and "as of t = " in str(seen["later"])
+    dash.tabs.active = 0  # back on the run's views: the end is fitted all the same
     dash.update()  # the final state: fitted at once, shown when it ends
     assert len(fitted) == seen["first"] + 2 and dash.importance_settled(30)
     dash.update()
