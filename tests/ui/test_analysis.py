@@ -209,7 +209,8 @@ def test_a_live_run_refits_the_importance_only_when_shown_within_its_share(wire,
     monkeypatch.setattr(dashboard_module, "importance", counted)
     exp = experiment("asha", trials=30, gpus=4)
     dash = Dashboard(exp, autostart=False, max_overhead=1e-9)
-    assert len(fitted) == 1  # the state it was built on: no trial to fit yet
+    # the state it was built on (no trial to fit yet); a fit is counted when it runs
+    assert dash.importance_settled(30) and len(fitted) == 1
     title = dash.analysis.importance.title
     tab = [t.title for t in dash.tabs.tabs].index("importance")
     seen: dict[str, object] = {}
@@ -218,9 +219,10 @@ def test_a_live_run_refits_the_importance_only_when_shown_within_its_share(wire,
         reported = sum(1 for t in exp.engine.trials.values() if t.last is not None)
         if "first" not in seen and reported >= 8:
             dash.update()
-            assert len(fitted) == 1 and not dash.importance_shown  # nobody looks at it
+            assert not dash.importance_shown  # nobody looks at it: not fitted
+            assert dash.importance_settled(30) and len(fitted) == 1
             dash.tabs.active = tab  # a person opens the tab: fitted at once
-            assert len(fitted) == 2 and dash.importance_settled(30)
+            assert dash.importance_settled(30) and len(fitted) == 2
             dash.update()
             seen["first"] = len(fitted)
             seen["key"] = dash.analysis.importance_key(dash.last)
@@ -231,8 +233,10 @@ def test_a_live_run_refits_the_importance_only_when_shown_within_its_share(wire,
             if dash.analysis.importance_key(dash.last) == seen["key"]:
                 return  # the shown trials' values did not change: nothing to refit
             seen["later"] = title.text
-            assert len(fitted) == seen["first"]  # not refitted: not within its share yet
+            assert dash.importance_settled(30)  # not refitted: not within its share yet
+            assert len(fitted) == seen["first"]
             dash.analysis.budget_select.value = ALL_BUDGETS  # a person's pick: fitted at once
+            assert dash.importance_settled(30)
             assert fitted[-1] is None and len(fitted) == seen["first"] + 1
 
     exp.engine.subscribe(tick)
@@ -240,7 +244,7 @@ def test_a_live_run_refits_the_importance_only_when_shown_within_its_share(wire,
     assert "later" in seen and "as of t = " in str(seen["later"])
     dash.tabs.active = 0  # back on the run's views: the end is fitted all the same
     dash.update()  # the final state: fitted at once, shown when it ends
-    assert len(fitted) == seen["first"] + 2 and dash.importance_settled(30)
+    assert dash.importance_settled(30) and len(fitted) == seen["first"] + 2
     dash.update()
     assert dash.settled and "as of" not in title.text
     want = an.importance(dash.last, SPACE, budget=None)
