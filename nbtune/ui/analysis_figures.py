@@ -130,9 +130,11 @@ class AnalysisFigures:
         self.slices = gridplot(plots, ncols=3, toolbar_location=None) if plots else \
             Div(text="no searched hyperparameter")
 
+        #: the importance view's tab: while no view shows it, a live run is not refitted
+        self.importance_panel = TabPanel(child=column(self.importance), title="importance")
         self.panels = [
             TabPanel(child=column(self.history), title="history"),
-            TabPanel(child=column(self.importance), title="importance"),
+            self.importance_panel,
             TabPanel(child=column(self.parallel), title="parallel coordinates"),
             TabPanel(child=column(self.slices), title="slices"),
         ]
@@ -150,10 +152,18 @@ class AnalysisFigures:
         """What a render of ``snap`` would show: when it changes, render (and importance)."""
         return snap.versions["rows"], self.budget(snap)
 
+    def importance_key(self, snap: Any) -> Any:
+        """What the importance of ``snap`` depends on: the budget the views show and each
+        shown trial's value (two snapshots of equal keys give the same bars)."""
+        budget = self.budget(snap)
+        return budget, tuple((e.trial_id, e.value) for e in an.ended_trials(snap, budget))
+
     def render(self, snap: Any, importance: Mapping[str, float] | None = None, *,
-               force: bool = False) -> None:
+               force: bool = False, as_of: float | None = None) -> None:
         """Show ``snap`` at the chosen budget (every part whole); ``importance`` as computed
-        for :meth:`wanted` (None: not yet, or not enough trials)."""
+        for :meth:`importance_key` (None: not yet, or not enough trials), fitted on the state
+        at time ``as_of`` when that is not ``snap``'s (a live run refits it every few
+        seconds)."""
         key = self.wanted(snap)
         if key != self._key or force:
             self._key = key
@@ -167,11 +177,15 @@ class AnalysisFigures:
                 self.slice_srcs[k].data = arrays({"x": x, "value": cols["value"],
                                                   "budget": cols["budget"],
                                                   "trial": cols["trial_id"]})
-        if force or importance != self._shown_importance:  # each change once, as the rest
-            self.render_importance(importance)
+        shown = None if importance is None else (dict(importance), as_of)
+        if force or shown != self._shown_importance:  # each change once, as the rest
+            self.render_importance(importance, as_of=as_of)
 
-    def render_importance(self, importance: Mapping[str, float] | None) -> None:
-        self._shown_importance = None if importance is None else dict(importance)
+    def render_importance(self, importance: Mapping[str, float] | None, *,
+                          as_of: float | None = None) -> None:
+        """Show the bars of ``importance``, fitted on the state at time ``as_of`` (None: the
+        state the other views show)."""
+        self._shown_importance = None if importance is None else (dict(importance), as_of)
         if importance is None:
             self.importance_src.data = arrays({"name": [], "importance": []})
             self.importance.title.text = ("hyperparameter importance (random forest, "
@@ -183,7 +197,10 @@ class AnalysisFigures:
                                            "importance": [importance[k] for k in names]})
         self.importance.y_range.factors = names
         self.importance.title.text = ("hyperparameter importance (random forest, "
-                                      "scikit-learn, seed 0)")
+                                      "scikit-learn, seed 0)" + (
+                                          "" if as_of is None else
+                                          f" as of t = {as_of:,.0f} s: refitted every few "
+                                          "seconds while the run goes"))
 
     def _render_select(self, snap: Any, budget: float | None) -> None:
         options = [ALL_BUDGETS, *(_label(b) for b in an.budgets(snap))]
@@ -223,7 +240,7 @@ def _is_log(d: Domain) -> bool:
 
 
 def analysis_layout(run: Any, analysis: AnalysisFigures) -> Any:
-    """The dashboard's root: the run's views (``run.layout``) in the first tab, then one tab
-    per analysis view, with the budget selector above them."""
+    """The dashboard's root: the budget selector, then the tabs (``children[1]``): the run's
+    views (``run.layout``) in the first, then one per analysis view."""
     tabs = Tabs(tabs=[TabPanel(child=run.layout, title="run"), *analysis.panels])
     return column(analysis.budget_select, tabs)

@@ -5,9 +5,11 @@ A :class:`Dashboard` owns a :class:`~nbtune.ui.dashboard_model.DashboardModel` a
 snapshot of the model every ``period`` seconds and renders it whole into the
 Bokeh sources, which ``jupyter_bokeh.BokehModel`` forwards to the browser as
 ordinary widget messages. A thread rather than a task on the kernel's event loop keeps the
-dashboard moving while a cell blocks in ``exp.wait()``. The thread measures
-its own cost and stretches its period so it never takes more than
-``max_overhead`` of the process's time, whatever the experiment's size.
+dashboard moving while a cell blocks in ``exp.wait()``. The dashboard measures
+its own cost and spaces its work so it never takes more than ``max_overhead``
+of the process's time, whatever the experiment's size: half for the updates
+(the thread stretches its period), half for refitting the importance view's
+forest while the run goes (see :meth:`Dashboard._importance_of`).
 
 One source of truth for every view. Each browser view of a BokehModel
 builds its own document from the widget's ``render_bundle`` and then applies
@@ -54,7 +56,7 @@ from nbtune.ui.snapshot import Snapshot, Snapshots
 if TYPE_CHECKING:
     from nbtune.experiment import Experiment
 
-__all__ = ["Dashboard", "dashboard_for", "load_bokehjs", "show"]
+__all__ = ["Dashboard", "dashboard_for", "load_bokehjs", "patch_message", "show"]
 
 log = logging.getLogger(__name__)
 _BOKEHJS_LOADED = False
@@ -111,7 +113,6 @@ def _batched_bokeh_model() -> type:
     kernel-side cost several-fold. The message is the standard one (a
     PATCH-DOC may carry any number of events), so the frontend is unchanged.
     """
-    from bokeh.protocol import Protocol
     from jupyter_bokeh import BokehModel
 
     class BatchedBokehModel(BokehModel):
@@ -177,7 +178,7 @@ def _batched_bokeh_model() -> type:
             finally:
                 events, self._batch = self._batch, None
                 if events and send:
-                    self._send_patch(Protocol().create("PATCH-DOC", events))
+                    self._send_patch(patch_message(events))
 
         def _send_patch(self, msg: Any) -> None:  # the same frames as BokehModel's
             self.send({"msg": "patch", "payload": msg.header_json})
@@ -190,11 +191,37 @@ def _batched_bokeh_model() -> type:
     return BatchedBokehModel
 
 
+def patch_message(events: list[Any]) -> Any:
+    """One PATCH-DOC message of ``events``, their numpy columns inline (base64) rather than
+    as binary buffers.
+
+    Each buffer of a message costs the widget two more comm messages (jupyter_bokeh
+    sends one per part), more than encoding it inline; the dashboard's long columns
+    are numpy arrays (:func:`nbtune.ui.columns.arrays`), so each goes out as one block
+    inside the message's JSON. The message is the standard one: BokehJS reads an inline
+    block as it reads a buffer.
+    """
+    try:
+        from bokeh.core.serialization import Serializer
+        from bokeh.document.json import PatchJson
+        from bokeh.protocol.messages.patch_doc import patch_doc
+    except ImportError:  # Bokeh moved these: its own message, arrays as buffers
+        from bokeh.protocol import Protocol
+
+        return Protocol().create("PATCH-DOC", events)
+    doc = events[0].document
+    serializer = Serializer(references=doc.models.synced_references, deferred=False)
+    content = PatchJson(events=serializer.encode(events))
+    doc.models.flush_synced(lambda model: not serializer.has_ref(model))
+    return patch_doc(patch_doc.create_header(), {}, content)
+
+
 class Dashboard:
     """Live view and controls of one :class:`~nbtune.experiment.Experiment`.
 
     ``period`` is the update interval in seconds; ``max_overhead`` the share of
-    time the updates may take (the period stretches to respect it);
+    time the dashboard's own work may take, half for the updates (the period
+    stretches to respect it), half for the live importance refits;
     ``autostart=False`` leaves updating to explicit :meth:`update` calls.
 
     Built from an experiment, it attaches at once. Built with ``metric``,
@@ -225,7 +252,17 @@ class Dashboard:
         self.analysis = AnalysisFigures(metric, mode, space)
         #: the Bokeh root: the run's views and the analysis views, one tab each
         self.layout = analysis_layout(self.figures, self.analysis)
-        self._importance: tuple[Any, Future[Any]] | None = None  # (for what, its fit)
+        #: the tabs of the run's and the analysis views (a person's pick arrives as ``active``)
+        self.tabs = self.layout.children[1]
+        self._tab_seen = self.tabs.active
+        self.tabs.on_change("active", self._on_tab)
+        #: the last fit asked for and the last one ended: (what it fits, the fit, the
+        #: snapshot's time)
+        self._importance: tuple[Any, Future[Any], float] | None = None
+        self._fit_ready: tuple[Any, Future[Any], float] | None = None
+        self._fit_cost = 0.0  # CPU seconds the last ended fit took (on the fitting thread)
+        self._fit_started = -float("inf")  # time.monotonic() when the last fit was asked for
+        self._fit_now = False  # a person picked a budget or the importance tab: fit at once
         self._fit_shown: Future[Any] | None = None  # the ended fit the last update rendered
         self._autostart = autostart
         self.analysis.budget_select.on_change("value", self._on_budget)
@@ -402,8 +439,8 @@ class Dashboard:
                 self.figures.render(s, force=force)
                 self.figures.set_header(summary_html(self.experiment.name, s, self.dask_link,
                                                      self.dask_page), force)
-                fit = self._importance_of(s)
-                self.analysis.render(s, self._fitted(fit), force=force)
+                fit, as_of = self._importance_of(s)
+                self.analysis.render(s, self._fitted(fit), force=force, as_of=as_of)
                 self._update_widgets(s)
                 # the final state, or its importance now shown: a bundle follows (not while
                 # the fit is still running: those updates are patches, as before the end)
@@ -418,23 +455,70 @@ class Dashboard:
         self.update_seconds += time.thread_time() - t0
         return s
 
-    def _importance_of(self, s: Snapshot) -> Future[Any] | None:
-        """The ended fit of the importance the analysis views show for ``s`` (None: not
-        ended yet). Fitted on a background thread once per change of the trials or the
-        budget, the final state's too: the views show everything else at once. A fit that
-        ends between two updates is shown by the next one, through the same path (patch
-        or bundle) as every other change: nothing is sent from the fitting thread. A fit
-        still queued when the trials change again is cancelled: only the latest runs, so a
-        fast run's updates never queue fits the final one would wait behind."""
-        want = self.analysis.wanted(s)
-        if self._importance is None or self._importance[0] != want:
-            if self._importance is not None:  # superseded: a fit not started never runs
-                self._importance[1].cancel()
-            future = _IMPORTANCE.submit(importance, s, self.analysis.space, budget=want[1])
-            self._importance = (want, future)
+    def _importance_of(self, s: Snapshot) -> tuple[Future[Any] | None, float | None]:
+        """The ended fit the importance view shows for ``s`` (None: none ended yet), and
+        the time of the snapshot it was fitted on when that is not ``s``'s state (None: it
+        is). Fitted on a background thread, off the views' path: everything else is
+        shown at once. A fit that ends between two updates is shown by the next one,
+        through the same path (patch or bundle) as every other change: nothing is sent
+        from the fitting thread.
+
+        A fit depends only on the shown trials' values and the budget
+        (:meth:`~nbtune.ui.analysis_figures.AnalysisFigures.importance_key`): a snapshot
+        where those did not change is not refitted. While the run goes, a change is
+        refitted only while the importance tab is shown (:attr:`importance_shown`), once the
+        last fit has ended and as much time has passed since it was asked for as its cost
+        allows (:meth:`_refit_due`): a forest fit is far more work than an update, and its
+        CPU is taken from the trials; the view meanwhile shows the last fit, saying as of
+        when. A person's pick of a budget or of the importance tab, and the final state,
+        are fitted at once; a fit still queued when a newer one is asked for is cancelled, so
+        the final one never waits behind stale ones."""
+        want = self.analysis.importance_key(s)
+        current = self._importance
+        if current is None or current[0] != want and self._refit_due(s, current):
+            if current is not None:  # superseded: a fit not started never runs
+                current[1].cancel()
+            future = _IMPORTANCE.submit(self._fit, s, want[0])
+            self._importance = current = (want, future, s.time)
+            self._fit_started, self._fit_now = time.monotonic(), False
             future.add_done_callback(_log_failure)
-        ready = self._importance[1]
-        return ready if ready.done() else None
+        if current[1].done() and not current[1].cancelled():
+            self._fit_ready = current
+        ready = self._fit_ready
+        if ready is None:
+            return None, None
+        return ready[1], None if ready[0] == want else ready[2]
+
+    def _refit_due(self, s: Snapshot, current: tuple[Any, Future[Any], float]) -> bool:
+        """Whether a change of what the importance depends on is fitted now (see
+        :meth:`_importance_of`): the final state, or a person's pick of a budget or of the
+        importance tab; else, while the tab is shown, a change after a fit that found too
+        few trials to fit (it cost nothing), or once the last fit has ended and its cost
+        over the time since it was asked for is within its half of ``max_overhead``."""
+        if s.done or self._fit_now:
+            return True
+        if not self.importance_shown:
+            return False  # fitted when a view shows it, and at the end
+        last = current[1]
+        if not last.done():
+            return False
+        if last.exception() is None and last.result() is None:
+            return True
+        return time.monotonic() - self._fit_started >= self._fit_cost / self._share
+
+    @property
+    def _share(self) -> float:
+        """The share of the time the updates may take, and the live refits too: half of
+        ``max_overhead`` each."""
+        return self.max_overhead / 2
+
+    def _fit(self, s: Snapshot, budget: float | None) -> dict[str, float] | None:
+        """Fit the importance of ``s`` at ``budget`` (on the fitting thread), noting its cost."""
+        t0 = time.thread_time()
+        try:
+            return importance(s, self.analysis.space, budget=budget)
+        finally:
+            self._fit_cost = time.thread_time() - t0
 
     @staticmethod
     def _fitted(fit: Future[Any] | None) -> dict[str, float] | None:
@@ -444,7 +528,9 @@ class Dashboard:
 
     def importance_settled(self, timeout: float | None = None) -> bool:
         """Wait until the importance fit the views asked for last has ended (True), or
-        ``timeout`` seconds (False); the next :meth:`update` then shows it."""
+        ``timeout`` seconds (False); the next :meth:`update` then shows it. (While the run
+        goes, a change of the trials may wait before it is asked for: see
+        :meth:`_importance_of`.)"""
         with self._lock:
             pending = None if self._importance is None else self._importance[1]
         if pending is None:
@@ -455,11 +541,28 @@ class Dashboard:
             return False
         return True
 
+    @property
+    def importance_shown(self) -> bool:
+        """Whether the importance tab is the one shown (as the last view that changed tabs
+        left it)."""
+        return self.tabs.tabs[self.tabs.active] is self.analysis.importance_panel
+
+    def _on_tab(self, attr: str, old: int, new: int) -> None:
+        """A person picked a tab (the browser's change): the importance tab shows a fit of
+        the current state, asked for at once (a live run refits it only while shown)."""
+        if new == self._tab_seen:
+            return  # already seen: jupyter_bokeh calls back twice for one change
+        self._tab_seen = new
+        if self.importance_shown and self.model is not None and not self.finished:
+            self._fit_now = True
+            self.update()
+
     def _on_budget(self, attr: str, old: str, new: str) -> None:
         """A person picked the budget the analysis views show (the browser's change)."""
         if new == self.analysis.shown:
             return  # the views' own render set it
         self.analysis.chosen = new
+        self._fit_now = True
         if self.model is not None:
             self.update(force=False)
             if self._autostart and not self.settled:
@@ -509,8 +612,8 @@ class Dashboard:
                         return
                 delay = 0.0
                 continue
-            # stretch the period so updates stay under max_overhead of the time
-            delay = max(self.period, (time.thread_time() - t0) / self.max_overhead)
+            # stretch the period so updates stay under their share of the time
+            delay = max(self.period, (time.thread_time() - t0) / self._share)
 
     def stop(self) -> None:
         """Stop the background updates (the experiment keeps running)."""

@@ -21,7 +21,6 @@ import numpy as np
 from bokeh.core.property.validation import validate
 from bokeh.layouts import column
 from bokeh.models import (
-    AllIndices,
     ColorBar,
     ColumnDataSource,
     DataTable,
@@ -112,8 +111,6 @@ class Figures:
         self.table = DataTable(source=self.table_src, columns=self._table_columns(), width=width,
                                height=260, sortable=True, index_position=None,
                                autosize_mode="none")
-        #: two equal filters the table's view alternates between (see _render_table)
-        self._table_filters = (self.table.view.filter, AllIndices())
         self.layout = column(self.header, self.legend, self.curves, self.util, self.alloc,
                              self.table)
 
@@ -252,8 +249,10 @@ class Figures:
         BokehJS's DataTable redraws only when its view's ``indices`` change or the
         view itself changes; a same-length update (states and budgets changing while
         the set of trials does not: trials waiting at a rung) left the drawn grid
-        stale while its source was current. Flipping the view's filter between two
-        equal ``AllIndices`` is a view change that selects the same rows.
+        stale while its source was current. Flipping the view's ``tags`` between two
+        values is a view change that selects the same rows; a plain value, not a model, so
+        Bokeh does not walk the whole document again for it, as it does when a model-valued
+        property (the view's filter) changes.
         """
         if not rows:
             return
@@ -262,8 +261,8 @@ class Figures:
         self._row_of = {r["trial_id"]: i for i, r in enumerate(rows)}
         self.table_src.stream(self._table_arrays(self._rows), rollover=len(rows))
         if same_length:
-            a, b = self._table_filters
-            self.table.view.filter = b if self.table.view.filter is a else a
+            view = self.table.view
+            view.tags = [1] if view.tags == [0] else [0]
 
     def _recolor(self, rows: tuple[Mapping[str, Any], ...], force: bool) -> None:
         """Give trials their state's colour through the mapper, in one change.

@@ -186,3 +186,68 @@ def test_exp_plot_shows_one_view_of_the_trials_at_a_budget(finished, wire):
         hist._ipython_display_()
     assert any(LOAD_MIME_TYPE in o.data for o in shown.outputs)
     assert any(m[0] == "comm_open" and "jupyter_bokeh" in str(m[1]) for m in wire)
+
+
+def test_a_live_run_refits_the_importance_only_when_shown_within_its_share(wire, monkeypatch):
+    """A forest fit costs far more than an update, and its CPU is taken from the trials:
+    while the run goes, the importance is refitted only while its tab is shown, and a
+    change of the shown trials only once the last fit's cost is within its share of the
+    time since it (here a share so small that it never is), the view saying as of when
+    its bars are; a person's pick of the tab or of a budget is fitted at once, and so is
+    the final state, whose bars are the library's for it."""
+    import nbtune.ui.dashboard as dashboard_module
+    from nbtune.ui import Dashboard
+    from nbtune.ui.analysis_figures import ALL_BUDGETS
+
+    fitted: list[float | None] = []
+    real = dashboard_module.importance
+
+    def counted(snap, space, *, budget=None):  # the real fit, counted
+        fitted.append(budget)
+        return real(snap, space, budget=budget)
+
+    monkeypatch.setattr(dashboard_module, "importance", counted)
+    exp = experiment("asha", trials=30, gpus=4)
+    dash = Dashboard(exp, autostart=False, max_overhead=1e-9)
+    # the state it was built on (no trial to fit yet); a fit is counted when it runs
+    assert dash.importance_settled(30) and len(fitted) == 1
+    title = dash.analysis.importance.title
+    tab = [t.title for t in dash.tabs.tabs].index("importance")
+    seen: dict[str, object] = {}
+
+    def tick(events, cmds):
+        reported = sum(1 for t in exp.engine.trials.values() if t.last is not None)
+        if "first" not in seen and reported >= 8:
+            dash.update()
+            assert not dash.importance_shown  # nobody looks at it: not fitted
+            assert dash.importance_settled(30) and len(fitted) == 1
+            dash.tabs.active = tab  # a person opens the tab: fitted at once
+            assert dash.importance_settled(30) and len(fitted) == 2
+            dash.update()
+            seen["first"] = len(fitted)
+            seen["key"] = dash.analysis.importance_key(dash.last)
+            assert len(dash.analysis.importance_src.data["importance"]) == len(SPACE)
+            assert "as of" not in title.text
+        elif "first" in seen and "later" not in seen and exp.engine.time > 2 * dash.last.time:
+            dash.update()
+            if dash.analysis.importance_key(dash.last) == seen["key"]:
+                return  # the shown trials' values did not change: nothing to refit
+            seen["later"] = title.text
+            assert dash.importance_settled(30)  # not refitted: not within its share yet
+            assert len(fitted) == seen["first"]
+            dash.analysis.budget_select.value = ALL_BUDGETS  # a person's pick: fitted at once
+            assert dash.importance_settled(30)
+            assert fitted[-1] is None and len(fitted) == seen["first"] + 1
+
+    exp.engine.subscribe(tick)
+    run(exp)
+    assert "later" in seen and "as of t = " in str(seen["later"])
+    dash.tabs.active = 0  # back on the run's views: the end is fitted all the same
+    dash.update()  # the final state: fitted at once, shown when it ends
+    assert dash.importance_settled(30) and len(fitted) == seen["first"] + 2
+    dash.update()
+    assert dash.settled and "as of" not in title.text
+    want = an.importance(dash.last, SPACE, budget=None)
+    bars = dash.analysis.importance_src.data
+    assert want and dict(zip(bars["name"], bars["importance"], strict=True)) == want
+    dash.close()
