@@ -148,6 +148,8 @@ def run_dask(client: Any, args: argparse.Namespace, mode: str) -> dict[str, Any]
         dash.attach(exp)
     elif mode == "display":
         dash = Dashboard(exp, period=args.period)
+    if dash is not None:
+        show_tab(dash, args.tab)
     exp.wait(600)
     out = {"makespan": exp.makespan, "cpu": time.process_time() - c0,
            "trials": len(exp.engine.trials)}
@@ -159,6 +161,15 @@ def run_dask(client: Any, args: argparse.Namespace, mode: str) -> dict[str, Any]
         dash.close()
     rt.close()
     return out
+
+
+def show_tab(dash: Any, title: str) -> None:
+    """Pick the tab titled ``title``, as a person's click in the browser does (the views
+    compute what the shown tab needs: a live run refits the importance only while shown)."""
+    titles = [t.title for t in dash.tabs.tabs]
+    if title not in titles:
+        raise SystemExit(f"--tab {title!r}: the dashboard's tabs are {titles}")
+    dash.tabs.active = titles.index(title)
 
 
 def dask_arm(args: argparse.Namespace) -> dict[str, Any]:
@@ -223,6 +234,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--dask-trials", type=int, default=30)
     p.add_argument("--step", type=float, default=0.1, help="seconds per Dask training step")
     p.add_argument("--no-dask", action="store_true", help="skip the Dask arm")
+    p.add_argument("--tab", default="run",
+                   help="the dashboard tab shown during the Dask runs (run, history, importance, "
+                        "parallel coordinates, slices): importance refits live only while shown")
     a = p.parse_args(argv)
     global args_step
     args_step = a.step
@@ -245,7 +259,7 @@ def main(argv: list[str] | None = None) -> dict:
     overhead = c_dash / c_plain - 1.0
     updates = sum(r["updates"] for r in dashed)
     figures = {
-        "repeats": a.repeats, "period_s": a.period,
+        "repeats": a.repeats, "period_s": a.period, "tab": a.tab,
         "sim_trials": a.trials, "sim_gpus": a.gpus, "sim_events": plain[0]["events"],
         "sim_without_dashboard_cpu_s": round(c_plain, 3),
         "sim_with_dashboard_cpu_s": round(c_dash, 3),
