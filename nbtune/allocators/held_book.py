@@ -75,15 +75,21 @@ class HeldBook(GpuBook):
                 on.pop(p, None)
                 touched.add(g)
 
-    def _resum(self, g: int) -> None:
-        """Re-add GPU ``g``'s shares in ``held`` order, as a rebuild from scratch would."""
+    def _sum(self, g: int, skip: int | None = None) -> tuple[float, int]:
+        """GPU ``g``'s shares added in ``held`` order, as a rebuild from scratch would (the
+        trial at position ``skip`` left out): ``(load, count)``."""
         on = self.on[g]
         total, n = 0.0, 0
         for q in sorted(on):
-            for sh in on[q][1]:
-                total += sh
-                n += 1
-        self._set(g, total, n)
+            if q != skip:
+                for sh in on[q][1]:
+                    total += sh
+                    n += 1
+        return total, n
+
+    def _resum(self, g: int) -> None:
+        """Re-add GPU ``g``'s shares in ``held`` order, as a rebuild from scratch would."""
+        self._set(g, *self._sum(g))
         if self._spreadable(g):
             self.spreadable.add(g)
         else:
@@ -182,10 +188,8 @@ class HeldBook(GpuBook):
         saved = [(g, self.load[g], self.count[g]) for g, _ in cur if g in self.load]
         p = self.pos[tid]
         for g, _ in cur:  # its GPUs as a rebuild without it sums them (no subtraction's drift)
-            on = self.on.get(g)
-            if on is not None:
-                rest = [sh for q in sorted(on) if q != p for sh in on[q][1]]
-                self._set(g, sum(rest, 0.0), len(rest))
+            if g in self.on:
+                self._set(g, *self._sum(g, skip=p))
         pl = self.place(w, ())
         fresh = pl is None or self.load[pl[0][0]] <= _TOL
         for g, ld, n in reversed(saved):
