@@ -42,7 +42,11 @@ def test_notebook_01_executes(tmp_path):
     assert report.exists() and "first-tuning" in report.read_text()
     text = "".join(str(o.get("data", {}).get("text/plain", "")) for o in outputs)
     assert "first-tuning" in text and "'trial_id'" in text  # %tune_list and exp.best
-    # it ends with what mattered: the importance and parallel-coordinates views, as widgets
+    # it ends with what mattered: the importance and parallel-coordinates views, as widgets,
+    # then the words on what they show
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    assert [c.source for c in code_cells[-2:]] == ['exp.plot("importance")', 'exp.plot("parallel")']
+    assert nb.cells[-1].cell_type == "markdown" and "Importance" in nb.cells[-1].source
     for view in ("importance", "parallel"):
         cell = next(c for c in nb.cells if c.cell_type == "code"
                     and c.source == f'exp.plot("{view}")')
