@@ -23,6 +23,7 @@ from bokeh.models import (
     ColumnDataSource,
     Div,
     FactorRange,
+    FixedTicker,
     HoverTool,
     LinearColorMapper,
     Range1d,
@@ -77,8 +78,10 @@ class AnalysisFigures:
         self.history.add_tools(HoverTool(renderers=[dots], tooltips=[
             ("trial", "@trial{0}"), (metric, "@value"), ("budget", "@budget"),
             ("time", "@x{0.0} s")]))
+        # ticks at the budgets trials reached (the rungs), not at the mapper's in-between values
+        self.budget_ticker = FixedTicker(ticks=[])
         self.history.add_layout(ColorBar(color_mapper=self.budget_cmap, width=8,
-                                         title="budget"), "right")
+                                         ticker=self.budget_ticker, title="budget"), "right")
 
         names = self.names or ["(no searched hyperparameter)"]
         self.importance_src = ColumnDataSource(arrays({"name": [], "importance": []}),
@@ -212,7 +215,12 @@ class AnalysisFigures:
             self.budget_select.value = value
         reached = an.budgets(snap)
         lo, hi = (reached[0], reached[-1]) if reached else (0.0, 1.0)
-        self.budget_cmap.low, self.budget_cmap.high = lo, max(hi, lo + 1e-9)
+        if hi - lo < 1e-9:  # one budget reached: a unit-wide scale, its colour the low end
+            hi = lo + 1.0
+        if (self.budget_cmap.low, self.budget_cmap.high) != (lo, hi):
+            self.budget_cmap.low, self.budget_cmap.high = lo, hi
+        if list(self.budget_ticker.ticks) != list(reached):
+            self.budget_ticker.ticks = list(reached)
 
     def _render_history(self, snap: Any, budget: float | None) -> None:
         h = an.history(snap, budget=budget)
