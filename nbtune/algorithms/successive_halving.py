@@ -13,6 +13,7 @@ handling, so Hyperband and synchronous BOHB reuse both by composition.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import Any
 
 from nbtune.algorithms._common import (
@@ -29,6 +30,8 @@ from nbtune.core.group import TrialGroup
 from nbtune.core.trial import TrialSpec, TrialState
 
 __all__ = ["Bracket", "BracketAlgorithm", "SuccessiveHalving", "halving_sizes"]
+
+_DONE = attrgetter("done")
 
 
 def halving_sizes(n: int, num_rungs: int, eta: float) -> list[int]:
@@ -155,6 +158,9 @@ class BracketAlgorithm(BaseAlgorithm):
         self.fill_barriers = fill_barriers
         self.brackets: list[Bracket] = []
         self._open: list[Bracket] = []  # brackets maybe not done, in order (see open_brackets)
+        #: indices of the brackets whose rung may have trials not handed out yet: a rung's
+        #: ``ready`` fills only as it starts (:meth:`open_bracket`, :meth:`_settle`)
+        self._stirred: set[int] = set()
         self._bracket_of: dict[int, Bracket] = {}
         self._target: dict[int, float] = {}
 
@@ -174,12 +180,13 @@ class BracketAlgorithm(BaseAlgorithm):
             self._bracket_of[t] = b
         self.brackets.append(b)
         self._open.append(b)
+        self._stirred.add(b.index)
         return b
 
     def open_brackets(self) -> list[Bracket]:
         """The brackets not done, in order: ``[b for b in self.brackets if not b.done]``
         without walking the finished ones again (a bracket once done stays done)."""
-        if any(b.done for b in self._open):
+        if any(map(_DONE, self._open)):  # (no Python frame per bracket: asked per decision)
             self._open = [b for b in self._open if not b.done]
         return self._open
 
@@ -192,8 +199,18 @@ class BracketAlgorithm(BaseAlgorithm):
         return self.new_group(specs) if specs else None
 
     def emit_ready(self) -> list[TrialGroup]:
+        """A group of each open bracket's rung trials not handed out yet, in bracket order.
+
+        Only the brackets whose rung started since the last call are looked at (the others'
+        ``ready`` is empty), not every open one: this runs at each scheduling round.
+        """
         groups = []
-        for b in self.open_brackets():
+        if not self._stirred:
+            return groups
+        stirred, self._stirred = sorted(self._stirred), set()
+        brackets = self.brackets
+        for i in stirred:
+            b = brackets[i]
             if b.ready and not b.done:
                 g = self.emit(b)
                 if g is not None:
@@ -226,6 +243,7 @@ class BracketAlgorithm(BaseAlgorithm):
         while b.barrier_passed:
             for t in b.advance(lambda t: t not in self.ended):
                 self.retire(t)
+            self._stirred.add(b.index)  # its next rung's trials are ready
 
     # ----------------------------------------------------------------- events
     def on_segment_end(self, trial_id: int, budget: float) -> None:

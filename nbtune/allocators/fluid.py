@@ -413,16 +413,19 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         round (``shrunk``) are left alone: that would undo a step Alg. 2 took.
         """
         held, running = book.held, view.running
+        on_gpu, caps = book.on, book.cap
+        is_running, pays, keeps_paying = running.__contains__, self.pays, self.keeps_paying
         # GPUs in the order they first appear in ``held``, each with its trials in that order;
-        # only those with nothing but single-GPU fractions, some below an equal split
-        for _, g in sorted((min(book.on[g]), g) for g in book.spreadable):
-            on = book.on[g]
+        # only those with nothing but single-GPU fractions, some below an equal split (this
+        # runs over every such GPU at each decision: the tests below are map()s, no frames)
+        for _, g in sorted([(min(on_gpu[g]), g) for g in book.spreadable]):
+            on = on_gpu[g]
             tids = [on[p][0] for p in sorted(on) for _ in on[p][1]]
-            if any(t not in running or t in shrunk for t in tids):
+            if not all(map(is_running, tids)) or (shrunk and any(map(shrunk.__contains__, tids))):
                 continue  # just launched or just scaled down: leave it as placed
-            share = min(book.cap[g], 1.0) / len(tids)
-            if all(self.pays(est, t, held[t][0][1], share)
-                   and self.keeps_paying(est, t, held[t][0][1], share, held[t], ((g, share),))
+            share = min(caps[g], 1.0) / len(tids)
+            if all(pays(est, t, held[t][0][1], share)
+                   and keeps_paying(est, t, held[t][0][1], share, held[t], ((g, share),))
                    for t in tids):
                 for t in tids:
                     book.move(t, ((g, share),))

@@ -286,9 +286,9 @@ class FluidEstimator:
         hs = np.fromiter(map(self._h1.__getitem__, tids), dtype=float, count=len(tids))
         first = ohs[0]
         if len(ids) == 1:  # one model for all (the common case)
-            vals, inv = np.unique(ws, return_inverse=True)
+            vals = np.unique(ws)  # each width's index among them: a search, not unique's argsort
             fs = np.array([self._factor(first, w) for w in vals.tolist()], dtype=float)
-            return hs * fs[inv.reshape(ws.shape)]
+            return hs * fs[np.searchsorted(vals, ws)]
         rows = ws.reshape(-1, len(tids)).tolist()
         fs = np.array([[self._factor(oh, w) for oh, w in zip(ohs, row, strict=True)] for row in rows],
                       dtype=float)

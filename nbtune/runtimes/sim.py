@@ -11,9 +11,12 @@ real. Stale heap entries are skipped by a per-trial generation number.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -35,6 +38,41 @@ _START, _REPORT, _EXTERNAL, _SAMPLE = 0, 1, 2, 3
 
 class SimulationError(RuntimeError):
     pass
+
+
+#: the cyclic collector's oldest-generation threshold while a simulation runs: never reached
+_NO_FULL_PASS = 1 << 30
+_gc_lock = threading.Lock()
+_gc_users = 0  # simulations running now (threads), and the threshold the first one found
+_gc_saved: tuple[int, ...] = ()
+
+
+@contextmanager
+def _young_collections_only() -> Iterator[None]:
+    """Hold off the cyclic collector's full passes while the event loop runs.
+
+    The loop allocates an event, a result and a heap entry per report, and every result
+    lives on in the engine: the collector's rule (a full pass once the objects that
+    survived grew by a quarter) then walks every object of the process again and again
+    while it finds nothing, for the simulation's objects are freed by their reference
+    counts (it makes no cycles). The young generations are still collected as usual, so a
+    cycle some workload makes and drops soon is freed soon; one that lives long is freed by
+    the first full pass after the run, when the thresholds are back.
+    """
+    global _gc_users, _gc_saved
+    with _gc_lock:
+        if _gc_users == 0:
+            _gc_saved = gc.get_threshold()
+            if _gc_saved[0]:  # 0: automatic collection is off; leave it so
+                gc.set_threshold(_gc_saved[0], _gc_saved[1], _NO_FULL_PASS)
+        _gc_users += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_users -= 1
+            if _gc_users == 0 and _gc_saved[0]:
+                gc.set_threshold(*_gc_saved)
 
 
 @dataclass
@@ -138,7 +176,8 @@ class SimRuntime:
         self._driving = engine
         try:
             self._execute(engine.handle(ev.ExperimentStarted(self._clock.now(), self.cluster)))
-            self._loop()
+            with _young_collections_only():
+                self._loop()
         finally:
             self._driving = None
 
@@ -155,12 +194,38 @@ class SimRuntime:
         assert engine is not None
         heap, pop, set_time = self._heap, heapq.heappop, self._clock.set_ordered
         materialize, handle, execute = self._materialize, engine.handle, self._execute
+        report, schedule_next = self._report, self._schedule_next
+        live_of = self._live.get
         waiting = self._waiting
         while heap and not engine.done:
             item = pop(heap)
             t = item[0]
             set_time(t)  # the heap yields times in order; advance_to's check is for outsiders
-            e = materialize(item[1], item[3], item[4], item[5], t)
+            if item[1] == _REPORT:  # the hot path: one per budget unit of every trial
+                live = live_of(item[3])
+                if live is None or live.gen != item[4]:
+                    e = None  # stale: the trial was stopped, paused or re-rated since
+                else:
+                    e = report(live, item[5], t)
+                    if not (heap and heap[0][0] <= t + EPS):
+                        # alone at its time: handled here; the trial's next report is due
+                        # once the commands ran (they may resize it), at once when there are none
+                        self.events_processed += 1
+                        cmds = handle(e)
+                        if cmds:
+                            execute(cmds)
+                            if waiting:
+                                self._schedule_waiting()
+                        elif live.waiting:
+                            live.waiting = False
+                            waiting.clear()
+                            schedule_next(live, t)
+                        if self.events_processed > self.max_events and not engine.done:
+                            raise SimulationError(
+                                f"more than {self.max_events} events: runaway simulation")
+                        continue
+            else:
+                e = materialize(item[1], item[3], item[4], item[5], t)
             # simultaneous events (closer than EPS: the times of a replayed run are sums
             # that rounding splits) go to the engine together, as a real runtime hands it
             # what it learnt at once in one handle call
@@ -194,24 +259,11 @@ class SimRuntime:
         self._done = True
 
     def _materialize(self, prio: int, tid: int, gen: int, payload: Any, t: float) -> ev.Event | None:
-        if prio == _REPORT:  # the hot path: one per budget unit of every trial
+        if prio == _REPORT:
             live = self._live.get(tid)
             if live is None or live.gen != gen:
                 return None  # stale: the trial was stopped, paused or re-rated since
-            budget = payload
-            live.progress = budget
-            live.last_t = t
-            fails = live.fails_at
-            if fails is not None and budget >= fails - EPS:
-                self._remove(tid)
-                return ev.TrialFailed(t, tid, error=f"simulated failure at budget {budget:g}")
-            metrics = self._metrics(tid, live.config, budget)
-            if budget >= live.target - EPS:
-                self._remove(tid)  # the runtime checkpoints and releases at the target
-            else:
-                live.waiting = True
-                self._waiting.append(live)
-            return ev.TrialReported(t, tid, budget, metrics)
+            return self._report(live, payload, t)
         if prio == _SAMPLE:
             return self._sample(tid, payload, t)
         if prio == _EXTERNAL:
@@ -224,6 +276,24 @@ class SimRuntime:
         live.started = True
         self._schedule_next(live, t)
         return ev.TrialStarted(t, tid)
+
+    def _report(self, live: _Live, budget: float, t: float) -> ev.Event:
+        """The trial reached ``budget`` at ``t``: its report (or its failure), its next one
+        left to :meth:`_schedule_waiting` unless it ended here."""
+        tid = live.trial_id
+        live.progress = budget
+        live.last_t = t
+        fails = live.fails_at
+        if fails is not None and budget >= fails - EPS:
+            self._remove(tid)
+            return ev.TrialFailed(t, tid, error=f"simulated failure at budget {budget:g}")
+        metrics = self._metrics(tid, live.config, budget)
+        if budget >= live.target - EPS:
+            self._remove(tid)  # the runtime checkpoints and releases at the target
+        else:
+            live.waiting = True
+            self._waiting.append(live)
+        return ev.TrialReported(t, tid, budget, metrics)
 
     def _schedule_waiting(self) -> None:
         now = self._clock.now()

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from nbtune.algorithms import AlgorithmError, Hyperband, hyperband_brackets
 from nbtune.core.space import uniform
 
-from .driver import Driver
+from .driver import Driver, fail_every
 
 SPACE = {"x": uniform(0, 1), "y": uniform(0, 1)}
 
@@ -196,3 +196,30 @@ def test_sequential_brackets_property(slots: int, max_budget: int, eta: int,
 def test_pipeline_brackets_must_be_bool() -> None:
     with pytest.raises(AlgorithmError):
         Hyperband(SPACE, metric="loss", max_budget=27, pipeline_brackets="no")  # type: ignore[arg-type]
+
+
+class _ScanningHyperband(Hyperband):
+    """Hyperband handing out ready rungs by walking every open bracket, as emit_ready once did."""
+
+    def emit_ready(self):  # type: ignore[no-untyped-def]
+        groups = []
+        for b in self.open_brackets():
+            if b.ready and not b.done:
+                g = self.emit(b)
+                if g is not None:
+                    groups.append(g)
+        return groups
+
+
+@pytest.mark.parametrize("slots", [1, 7, 40, 200])
+def test_emit_ready_tracks_the_brackets_a_full_scan_finds(slots: int) -> None:
+    """emit_ready looks only at brackets opened or advanced since its last call; the groups,
+    in order, are those of a walk over every open bracket (failures included, which end
+    rungs early)."""
+    runs = []
+    for cls in (Hyperband, _ScanningHyperband):
+        algo = cls(SPACE, metric="loss", max_budget=27, num_trials=300, seed=3)
+        res = Driver(algo, slots=slots, fail=fail_every(11)).run()
+        runs.append([[(s.trial_id, s.budget) for s in g] for g in res.groups])
+    assert runs[0] == runs[1]
+    assert len(runs[0]) > 20

@@ -225,3 +225,29 @@ def test_events_closer_than_eps_reach_the_engine_in_one_handle_call():
     assert xs == [False, True]  # one trial on each side of the ulp
     assert [sorted(c) for c in calls if c] == [[(0, 1.0), (1, 1.0)]]
     assert len({r[0] for t in eng.trials.values() for r in t.results}) == 1  # one time
+
+
+def test_full_gc_passes_held_off_only_while_the_loop_runs():
+    """The loop runs with the oldest generation's threshold out of reach (young ones as
+    set) and puts the thresholds back after, also when the run raises."""
+    import gc
+
+    seen: list[tuple[int, ...]] = []
+
+    class Watching(SyntheticWorkload):
+        def metrics(self, trial_id, config, budget):
+            seen.append(gc.get_threshold())
+            return super().metrics(trial_id, config, budget)
+
+    before = gc.get_threshold()
+    run(Watching({"x": uniform(0, 1)}, unit_time=1.0), n=4, gpus=2, budget=3)
+    assert gc.get_threshold() == before
+    assert seen and all(t[:2] == before[:2] and t[2] > 10**8 for t in seen)
+
+    class Failing(SyntheticWorkload):
+        def metrics(self, trial_id, config, budget):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run(Failing({"x": uniform(0, 1)}, unit_time=1.0), n=2, gpus=1, budget=2)
+    assert gc.get_threshold() == before
