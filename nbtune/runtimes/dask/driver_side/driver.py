@@ -22,7 +22,7 @@ and run end first.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from nbtune.core import events as ev
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from nbtune.runtimes.dask.driver_side.cluster import Inventory, Slot
     from nbtune.runtimes.dask.driver_side.links import WorkerLinks
 
-__all__ = ["RunDriver", "UnitRuns"]
+__all__ = ["RunDriver", "UnitRuns", "launches_first"]
 
 class UnitRuns(Protocol):
     """Fused units (:class:`.fused_job.FusedUnits`): offered each batch of commands, each
@@ -339,7 +339,7 @@ class RunDriver:
     # ------------------------------------------------------------ commands
     def execute(self, cmds: list[Command]) -> None:
         cmds = self.units.take(cmds)  # a fused unit's launches, its members' stops
-        for c in cmds:
+        for c in launches_first(cmds, self.runs.keys() | self.deferred.keys()):
             if isinstance(c, Launch):
                 donor = self.runs.get(c.restore_from) if c.restore_from != c.trial_id else None
                 if donor is not None and donor.last_step <= c.start_budget + EPS:
@@ -415,3 +415,24 @@ class RunDriver:
                 by_worker.setdefault(r.worker, []).append(f"{run.run_key}/{i}")
         for worker, keys in by_worker.items():
             self.links.control(worker, keys, raw)
+
+
+def launches_first(cmds: list[Command], live: Collection[int]) -> list[Command]:
+    """``cmds`` with the launches of trials that have nothing running first, the rest in order.
+
+    The engine frees a worker with a Stop and fills it with a Launch in one batch; the
+    launch is the one the worker waits for (the stopped trial is usually waiting at its
+    rung, and leaves whenever the stop comes), so it goes out first. Only a launch that
+    touches no other command's run moves: a trial with no live or deferred run, restored
+    from no other trial, and named by no other command of the batch (not even as a donor).
+    """
+    named: dict[int, int] = {}  # how many commands name each trial (a clone names its donor)
+    for c in cmds:
+        for tid in {getattr(c, "trial_id", None), getattr(c, "restore_from", None)} - {None}:
+            named[tid] = named.get(tid, 0) + 1
+    early = [c for c in cmds if isinstance(c, Launch) and c.trial_id not in live
+             and c.restore_from in (None, c.trial_id) and named[c.trial_id] == 1]
+    if not early:
+        return cmds
+    moved = {id(c) for c in early}
+    return [*early, *(c for c in cmds if id(c) not in moved)]
