@@ -171,8 +171,11 @@ def deliver(keys: list[str], msg: dict[str, Any]) -> int:
 def active_children() -> list[tuple[int, int]]:
     """``(slot, pid)`` of every trial process running on this worker (for sampling)."""
     with _LOCK:
-        return [(e.slot, e.child.proc.pid) for e in _ACTIVE.values()
-                if e.child is not None and e.child.alive()]
+        entries = [(e.slot, e.child) for e in _ACTIVE.values()]
+    # each child read once: the run's own thread clears it when the process ends, so a second
+    # read after the test could find None
+    return [(slot, child.proc.pid) for slot, child in entries
+            if child is not None and child.alive()]
 
 
 def active_threads() -> list[tuple[int, int]]:
