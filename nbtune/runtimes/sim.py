@@ -43,8 +43,8 @@ class SimulationError(RuntimeError):
 #: the cyclic collector's oldest-generation threshold while a simulation runs: never reached
 _NO_FULL_PASS = 1 << 30
 _gc_lock = threading.Lock()
-_gc_users = 0  # simulations running now (threads), and the threshold the first one found
-_gc_saved: tuple[int, ...] = ()
+_gc_users = 0  # simulations running now (in threads)
+_gc_saved: tuple[int, ...] = ()  # the thresholds the first of them found
 
 
 @contextmanager
@@ -194,38 +194,12 @@ class SimRuntime:
         assert engine is not None
         heap, pop, set_time = self._heap, heapq.heappop, self._clock.set_ordered
         materialize, handle, execute = self._materialize, engine.handle, self._execute
-        report, schedule_next = self._report, self._schedule_next
-        live_of = self._live.get
         waiting = self._waiting
         while heap and not engine.done:
             item = pop(heap)
             t = item[0]
             set_time(t)  # the heap yields times in order; advance_to's check is for outsiders
-            if item[1] == _REPORT:  # the hot path: one per budget unit of every trial
-                live = live_of(item[3])
-                if live is None or live.gen != item[4]:
-                    e = None  # stale: the trial was stopped, paused or re-rated since
-                else:
-                    e = report(live, item[5], t)
-                    if not (heap and heap[0][0] <= t + EPS):
-                        # alone at its time: handled here; the trial's next report is due
-                        # once the commands ran (they may resize it), at once when there are none
-                        self.events_processed += 1
-                        cmds = handle(e)
-                        if cmds:
-                            execute(cmds)
-                            if waiting:
-                                self._schedule_waiting()
-                        elif live.waiting:
-                            live.waiting = False
-                            waiting.clear()
-                            schedule_next(live, t)
-                        if self.events_processed > self.max_events and not engine.done:
-                            raise SimulationError(
-                                f"more than {self.max_events} events: runaway simulation")
-                        continue
-            else:
-                e = materialize(item[1], item[3], item[4], item[5], t)
+            e = materialize(item[1], item[3], item[4], item[5], t)
             # simultaneous events (closer than EPS: the times of a replayed run are sums
             # that rounding splits) go to the engine together, as a real runtime hands it
             # what it learnt at once in one handle call
@@ -259,11 +233,24 @@ class SimRuntime:
         self._done = True
 
     def _materialize(self, prio: int, tid: int, gen: int, payload: Any, t: float) -> ev.Event | None:
-        if prio == _REPORT:
+        if prio == _REPORT:  # the hot path: one per budget unit of every trial
             live = self._live.get(tid)
             if live is None or live.gen != gen:
                 return None  # stale: the trial was stopped, paused or re-rated since
-            return self._report(live, payload, t)
+            budget = payload
+            live.progress = budget
+            live.last_t = t
+            fails = live.fails_at
+            if fails is not None and budget >= fails - EPS:
+                self._remove(tid)
+                return ev.TrialFailed(t, tid, error=f"simulated failure at budget {budget:g}")
+            metrics = self._metrics(tid, live.config, budget)
+            if budget >= live.target - EPS:
+                self._remove(tid)  # the runtime checkpoints and releases at the target
+            else:
+                live.waiting = True
+                self._waiting.append(live)
+            return ev.TrialReported(t, tid, budget, metrics)
         if prio == _SAMPLE:
             return self._sample(tid, payload, t)
         if prio == _EXTERNAL:
@@ -276,24 +263,6 @@ class SimRuntime:
         live.started = True
         self._schedule_next(live, t)
         return ev.TrialStarted(t, tid)
-
-    def _report(self, live: _Live, budget: float, t: float) -> ev.Event:
-        """The trial reached ``budget`` at ``t``: its report (or its failure), its next one
-        left to :meth:`_schedule_waiting` unless it ended here."""
-        tid = live.trial_id
-        live.progress = budget
-        live.last_t = t
-        fails = live.fails_at
-        if fails is not None and budget >= fails - EPS:
-            self._remove(tid)
-            return ev.TrialFailed(t, tid, error=f"simulated failure at budget {budget:g}")
-        metrics = self._metrics(tid, live.config, budget)
-        if budget >= live.target - EPS:
-            self._remove(tid)  # the runtime checkpoints and releases at the target
-        else:
-            live.waiting = True
-            self._waiting.append(live)
-        return ev.TrialReported(t, tid, budget, metrics)
 
     def _schedule_waiting(self) -> None:
         now = self._clock.now()
