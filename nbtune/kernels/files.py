@@ -6,6 +6,7 @@ server extension reads every such file to list the experiments of the
 running kernels. The format, version 1::
 
     {"version": 1, "pid": 4242, "started": <process start time, s since epoch>,
+     "started_since_boot": <the same, s since boot (Linux)> or null (absent before it),
      "notebook": "/abs/path/of/the.ipynb" or null, "kernel": "kernel-<id>" or null,
      "updated": <time of the write>,
      "stores": ["<location>", ...],
@@ -19,7 +20,8 @@ and the server only ever shows the URL with the password hidden). An
 experiment kept in memory only has ``store`` null and carries its own
 ``summary`` and ``detail`` (:mod:`nbtune.core.listing`'s shapes).
 
-``started`` tells a live kernel from a dead one whose pid was reused.
+``started_since_boot`` (else ``started``) tells a live kernel from a dead one whose pid
+was reused.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PREFIX", "VERSION", "runtime_dir", "kernel_file", "write_json", "process_started",
-           "alive", "read_kernel_files"]
+__all__ = ["PREFIX", "VERSION", "EPOCH_SLACK", "runtime_dir", "kernel_file", "write_json",
+           "process_started", "process_started_since_boot", "alive", "read_kernel_files"]
 
 PREFIX = "nbtune-kernel-"
 VERSION = 1
@@ -76,12 +78,42 @@ def process_started(pid: int) -> float | None:
         return None
 
 
-def alive(pid: int, started: float | None) -> bool:
-    """Process ``pid`` runs and is the one that wrote the file (not a reuse of its pid)."""
+def process_started_since_boot(pid: int) -> float | None:
+    """When process ``pid`` started, in seconds since the machine booted (Linux), else None.
+
+    What tells a process from a later one given its pid. The epoch time of
+    :func:`process_started` is the boot time plus this, and Linux recomputes its
+    boot time (``/proc/stat``'s ``btime``, whole seconds) from the wall clock at
+    every read: two processes reading it a moment apart can see start times a
+    second apart. This reading is the kernel's own tick count, which nothing moves.
+    """
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            stat = f.read()
+        # after "pid (comm) ", whose comm may hold spaces and parentheses: field 22, starttime
+        return int(stat[stat.rindex(b")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+#: epoch start times of one process read by two processes differ by up to this (``btime``)
+EPOCH_SLACK = 2.0
+
+
+def alive(pid: int, started: float | None, started_since_boot: float | None = None) -> bool:
+    """Process ``pid`` runs and is the one that wrote the file (not a reuse of its pid).
+
+    ``started_since_boot`` (what the writer read of itself, when it could) is compared
+    exactly (to a clock tick); else ``started`` within :data:`EPOCH_SLACK`.
+    """
+    if started_since_boot is not None:
+        now = process_started_since_boot(pid)
+        if now is not None:
+            return abs(now - float(started_since_boot)) < 0.05
     now = process_started(pid)
     if now is None:
         return False
-    return started is None or abs(now - float(started)) < 1.0
+    return started is None or abs(now - float(started)) < EPOCH_SLACK
 
 
 def read_kernel_files(directory: str | os.PathLike[str] | None = None, *,
@@ -102,7 +134,7 @@ def read_kernel_files(directory: str | os.PathLike[str] | None = None, *,
             continue  # removed meanwhile, or not ours
         if not isinstance(data, dict) or data.get("version") != VERSION:
             continue
-        if not alive(pid, data.get("started")):
+        if not alive(pid, data.get("started"), data.get("started_since_boot")):
             if remove_dead:
                 with contextlib.suppress(OSError):
                     path.unlink()

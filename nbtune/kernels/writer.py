@@ -44,7 +44,13 @@ from nbtune.core.listing import (
     trial_rows,
 )
 from nbtune.core.resources import device_of
-from nbtune.kernels.files import VERSION, kernel_file, process_started, write_json
+from nbtune.kernels.files import (
+    VERSION,
+    kernel_file,
+    process_started,
+    process_started_since_boot,
+    write_json,
+)
 
 __all__ = ["KernelFile", "track", "untrack", "in_kernel", "current", "ENV", "INTERVAL",
            "MAX_POINTS", "MAX_TRIALS", "MAX_PLACEMENTS", "MAX_SHARE", "memory_listing", "store_location"]
@@ -202,6 +208,7 @@ class KernelFile:
         self.path = path if path is not None else kernel_file(self.pid)
         self.interval = float(interval)
         self.started = process_started(self.pid)
+        self.started_since_boot = process_started_since_boot(self.pid)
         #: by (name, store): a name may be in memory and in a store at once
         self._entries: dict[tuple[str, str | None], _Entry] = {}
         self._lock = threading.Lock()  # the entries
@@ -238,6 +245,7 @@ class KernelFile:
             entries = [e.as_json() for e in self._entries.values()]
         return {
             "version": VERSION, "pid": self.pid, "started": self.started,
+            "started_since_boot": self.started_since_boot,
             "notebook": os.environ.get("JPY_SESSION_NAME") or None,
             "kernel": _kernel_name(), "updated": time.time(),
             "stores": list(dict.fromkeys(e["store"] for e in entries if e["store"])),

@@ -172,6 +172,16 @@ def check_words_fit_the_hardware(page, panel, mem) -> None:
     assert re.fullmatch(r"nbtune: \d+ running · 3 GPUs · [12] CPU workers?", text), text
 
 
+def shown_row(row, server: LabServer) -> str:
+    """What a sidebar row shows, and the kernel files the server reads: a failure's evidence."""
+    files = sorted(p.name for p in (server.root_dir / ".jupyter-test" / "runtime")
+                   .glob("nbtune-kernel-*"))
+    if not row.count():
+        return f"no such row; kernel files {files}"
+    trials = row.locator('td[data-field="trials"]').inner_text()
+    return f"state {row.get_attribute('data-state')}, trials {trials}; kernel files {files}"
+
+
 def shut_down_kernels(server: LabServer) -> None:
     for kernel in server.api("api/kernels"):
         req = urllib.request.Request(f"{server.base_url}api/kernels/{kernel['id']}",
@@ -216,7 +226,8 @@ def test_sidebar_lists_the_running_kernels_experiments(page, lab_server: LabServ
         trials = ended_of_total(want["states"], want["num_trials"], True)
         wait_until(lambda r=row, t=trials: r.count() and r.get_attribute("data-state") == "done"
                    and r.locator('td[data-field="trials"]').inner_text() == t, 15,
-                   f"{name}: done with {trials} trials ended in the sidebar")
+                   f"{name}: done with {trials} trials ended in the sidebar",
+                   lambda r=row: shown_row(r, lab_server))
         best = float(row.locator('td[data-field="best"]').inner_text())
         assert math.isclose(best, want["best"], rel_tol=1e-3), (name, best, want["best"])
         assert row.locator('td[data-field="metric"]').inner_text() == "loss ↓"

@@ -59,14 +59,18 @@ def trial_states(server: LabServer, name: str) -> dict[int, str]:
         store.close()
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
+               seen: Callable[[], str] | None = None) -> Any:
+    """``predicate()`` once true; else an error naming ``what`` and what ``seen()`` says is
+    there instead (the page's state at the deadline)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+            instead = f"; instead: {seen()}" if seen is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{instead}")
         time.sleep(0.5)
 
 

@@ -154,6 +154,28 @@ def dead_pid() -> int:
     return proc.pid
 
 
+def test_a_live_kernel_stays_when_the_boot_time_moves(tmp_path: Path) -> None:
+    """Linux recomputes its boot time from the wall clock at every read (whole seconds), so the
+    server can read a kernel's epoch start time a second off what the kernel wrote: the kernel
+    is alive all the same (the server removed its file, and its rows, mid-run). A pid reused by
+    another process is still told apart, by its start since boot."""
+    me = files.process_started_since_boot(os.getpid())
+    if me is None:
+        pytest.skip("no /proc here: the epoch start time within EPOCH_SLACK decides")
+    rt = tmp_path / "runtime"
+    epoch = files.process_started(os.getpid())
+    moved = {"version": 1, "pid": os.getpid(), "started": epoch + 1.0,
+             "started_since_boot": me, "stores": [], "experiments": []}
+    write_json(kernel_file(os.getpid(), rt), moved)
+    assert [d["pid"] for d in read_kernel_files(rt)] == [os.getpid()]
+    assert files.alive(os.getpid(), epoch - 1.0)  # a file without it: the epoch, with slack
+    # this pid, written by a process that started 5 s before this one: a pid reused
+    write_json(kernel_file(os.getpid(), rt), {**moved, "started": epoch,
+                                              "started_since_boot": me - 5.0})
+    assert read_kernel_files(rt) == []
+    assert not kernel_file(os.getpid(), rt).exists()
+
+
 def test_reader_keeps_live_kernels_and_removes_dead_ones(tmp_path: Path) -> None:
     rt = tmp_path / "runtime"
     me = {"version": 1, "pid": os.getpid(), "started": files.process_started(os.getpid()),
