@@ -4,9 +4,11 @@ Run: ``python benchmarks/rubberband_real.py`` (``--runs N``, 8)
 
 1. Profile (as RubberBand's profiler does, §5): time ``cluster.scale(2)`` on a
    1-worker LocalCluster until the new worker is ready (SCALE + INIT_INSTANCE),
-   then train six trials of the real model for five epochs on the two workers
-   and take the measured seconds per epoch, the per-launch overhead and the extra
-   cost of a worker's first launch (its cold start, paid once per worker).
+   then train six trials of the real model for five epochs, two alone and four side
+   by side on the two workers, and take the measured seconds per epoch alone, how
+   much slower two workers of this one machine train at once, the per-launch
+   overhead and the extra cost of a worker's first launch (its cold start, paid once
+   per worker).
 2. Plan ``SuccessiveHalving(num_trials=8, eta=2, budgets 1..8)`` for a deadline
    scaled to the few minutes this box allows, on a made-up per-worker price
    ($3.60 per worker-hour, i.e. $0.001 per second; per-second billing with a 5 s
@@ -96,8 +98,8 @@ def profile() -> tuple[ScalingProfile, float]:
 
     Measured the way the plan will run: a worker is added to a 1-worker cluster
     (SCALE + INIT: started and its warm processes' imports done), then six trials
-    train three epochs each on the two workers side by side, so the per-epoch time
-    and launch overhead include what two concurrent trials cost each other here.
+    train five epochs each, two alone and four on the two workers side by side: the
+    two workers share this machine's cores, so two at once train slower than one.
     """
     cluster = local_cluster(1)
     try:
@@ -130,9 +132,9 @@ def settle_times(timeline: list, stages: int) -> list[float | None]:
 def one_run() -> dict:
     """Profile, plan and run once: the figures of that run."""
     prof, start_s = profile()
-    print(f"profile: {prof.points[1]:.3f} s/epoch (cv {prof.cv:.2f}), launch "
-          f"{prof.startup_s:.2f} s, a worker's first launch +{prof.cold_start_s:.2f} s, "
-          f"worker start {start_s:.2f} s")
+    print(f"profile: {prof.points[1]:.3f} s/epoch alone (cv {prof.cv:.2f}), side by side "
+          f"x{prof.sharing(MAX_WORKERS):.2f}, launch {prof.startup_s:.2f} s, a worker's first "
+          f"launch +{prof.cold_start_s:.2f} s, worker start {start_s:.2f} s")
     cloud = CloudProfile("local-worker", 3.6, 1, min_billed_s=5.0,
                          provision=Latency(0.0), init=Latency(start_s),
                          source="made up: $3.60 per worker-hour", date="2026-11-24")
@@ -171,6 +173,7 @@ def one_run() -> dict:
     cost_err = cost / p.planned.cost - 1
     figures = {
         "s_per_epoch": round(prof.points[1], 3), "cv": round(prof.cv, 3),
+        "side_by_side_factor": round(prof.sharing(MAX_WORKERS), 3),
         "launch_s": round(prof.startup_s, 3), "cold_start_s": round(prof.cold_start_s, 3),
         "worker_start_s": round(start_s, 2),
         "run_prepare_s": round(ex.prepare_s, 2),

@@ -160,8 +160,10 @@ def to_dag(
             )
         held = inst
         slots, per_trial = stage_layout(stage.trials, gpus)
+        # workers of one host slow each other down (a local cluster): as many as train at once
         train = Latency(
-            stage.iterations * profile.seconds(per_trial) + profile.startup_s,
+            stage.iterations * profile.seconds(per_trial) * profile.sharing(slots * per_trial)
+            + profile.startup_s,
             profile.cv,
         )
         # the first trial on each new worker pays its cold start once (RubberBand's

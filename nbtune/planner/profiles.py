@@ -79,6 +79,11 @@ class ScalingProfile:
     later launch on the same worker, so charging it to every launch would
     overstate a plan's JCT),
     ``data_gb_per_iteration`` the ingress one trial reads per iteration.
+    ``shared`` is for workers that share one host (a local cluster's worker
+    processes on one machine's cores and memory): ``{k: factor}``, an
+    iteration's seconds while ``k`` workers train at once as a multiple of one
+    training alone (``points`` are then the alone figures); empty where
+    instances share nothing, RubberBand's setting.
     """
 
     points: Mapping[int, float]
@@ -87,6 +92,7 @@ class ScalingProfile:
     data_gb_per_iteration: float = 0.0
     source: str = ""
     cold_start_s: float = 0.0
+    shared: Mapping[int, float] = field(default_factory=dict)
     _keys: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -102,7 +108,14 @@ class ScalingProfile:
         Latency(1.0, self.cv)  # validates cv
         if min(self.startup_s, self.cold_start_s, self.data_gb_per_iteration) < 0:
             raise ProfileError("startup_s, cold_start_s and data_gb_per_iteration must be >= 0")
+        for k, f in self.shared.items():
+            if isinstance(k, bool) or int(k) != k or k < 2:
+                raise ProfileError(f"shared: worker counts must be whole numbers >= 2, got {k!r}")
+            if not (math.isfinite(f) and f > 0):
+                raise ProfileError(f"shared: factors must be > 0, got {f!r} at {k} workers")
         object.__setattr__(self, "points", {int(w): float(s) for w, s in self.points.items()})
+        object.__setattr__(self, "shared",
+                           {int(k): float(f) for k, f in sorted(self.shared.items())})
         object.__setattr__(self, "_keys", tuple(sorted(self.points)))
 
     @classmethod
@@ -149,6 +162,17 @@ class ScalingProfile:
 
     def speedup(self, workers: float) -> float:
         return self.points[1] / self.seconds(workers)
+
+    def sharing(self, workers: int) -> float:
+        """How many times slower an iteration is while ``workers`` workers of one host train
+        at once: :attr:`shared` at the largest count measured up to ``workers`` (no guess
+        beyond what was measured), 1.0 alone or where nothing is shared."""
+        factor = 1.0
+        for k, f in self.shared.items():  # sorted by k
+            if k > workers:
+                break
+            factor = f
+        return factor
 
 
 @dataclass(frozen=True)

@@ -196,14 +196,19 @@ def test_measure_profile_and_worker_start_on_a_real_cluster(tmp_path):
         start = measure_worker_start(rt, cluster)
         assert start.mean > 0 and len(rt.client.scheduler_info(n_workers=-1)["workers"]) == 2
         prof = measure_profile(functools.partial(train_steps, sleep=0.3),
-                               {"lr": uniform(0.1, 1.0)}, rt, trials=2, iterations=3)
+                               {"lr": uniform(0.1, 1.0)}, rt, trials=3, iterations=3, alone=1)
         rt.close()
     finally:
         cluster.close()
     # an iteration sleeps 0.3 s; reports are timed when the driver receives them, so a
     # delayed report shortens the gap after it: on a loaded box the mean can dip below 0.3 s
     assert prof.points[1] > 0.15
-    assert prof.startup_s >= 0 and "4 iterations of 2 launches" in prof.source
+    assert prof.startup_s >= 0 and "6 iterations of 3 launches" in prof.source
+    # the first trial ran alone, the other two side by side on the two workers: sleeping
+    # workers do not slow each other down
+    n_alone = int(prof.source.rsplit("; ", 1)[1].split()[0])
+    assert n_alone >= 2, prof.source
+    assert 2 in prof.shared and 0.5 < prof.shared[2] < 2.0, prof
 
 
 def test_retiring_the_worker_of_a_wide_trial_as_it_is_relaunched_loses_nothing(tmp_path):

@@ -85,3 +85,48 @@ def test_profile_from_a_run_tells_a_workers_first_launch_from_the_later_ones():
     assert prof.startup_s == pytest.approx(0.5)
     assert prof.cold_start_s == pytest.approx(3.5)
     assert "2 the first on their worker" in prof.source
+
+
+def test_profile_from_a_run_tells_iterations_alone_from_those_side_by_side():
+    """Workers sharing one machine slow each other down: the profile keeps the iterations of a
+    trial training alone as ``points[1]`` and how much slower two at once ran as ``shared``,
+    and the plan's model charges a stage by how many of its workers train at once."""
+    from types import SimpleNamespace as NS
+
+    from nbtune.engine.state import AllocationRecord
+    from nbtune.planner import Latency, simulate, static_allocation
+    from nbtune.planner.measure import profile_from_experiment
+    from nbtune.planner.spec import ExperimentSpec, Stage
+
+    # trials 0 and 1 side by side, 2 s an iteration; then trial 2 alone, 1 s an iteration;
+    # every first report comes 0.5 s after an iteration's time (the launch)
+    log, trials = [], []
+    for tid, (gpu, start, unit) in enumerate([(0, 0.0, 2.0), (1, 0.0, 2.0), (0, 10.0, 1.0)]):
+        t0 = start + unit + 0.5
+        log.append(AllocationRecord(tid, gpu, 1.0, start, t0 + 2 * unit))
+        trials.append(NS(trial_id=tid, results=[(t0 + i * unit, i + 1, {}) for i in range(3)]))
+    prof = profile_from_experiment(NS(ledger=NS(log=log), trials={t.trial_id: t for t in trials}))
+    assert prof.points[1] == pytest.approx(1.0)
+    assert prof.shared == {2: pytest.approx(2.0)}
+    assert prof.startup_s == pytest.approx(0.5) and prof.cold_start_s == pytest.approx(0.0)
+    assert prof.cv == pytest.approx(0.0, abs=1e-9)
+    assert "2 iterations alone" in prof.source
+    assert (prof.sharing(1), prof.sharing(2), prof.sharing(5)) == (1.0, 2.0, 2.0)
+
+    # one stage of two trials, 4 iterations each: on one worker they queue (alone, 1 s), on
+    # two they run side by side at 2 s an iteration; instances that share nothing: 1 s
+    spec = ExperimentSpec((Stage(trials=2, iterations=4),))
+    cloud = CLOUD.with_(init=Latency(0.0))
+    local = ScalingProfile({1: 1.0}, shared={2: 2.0})
+    assert simulate(spec, static_allocation(spec, 1, cloud), local, cloud).jct == pytest.approx(8)
+    assert simulate(spec, static_allocation(spec, 2, cloud), local, cloud).jct == pytest.approx(8)
+    apart = ScalingProfile({1: 1.0})
+    assert simulate(spec, static_allocation(spec, 2, cloud), apart, cloud).jct == pytest.approx(4)
+
+
+@pytest.mark.parametrize("shared", [{1: 2.0}, {2: 0.0}, {2: float("nan")}, {2.5: 1.5}])
+def test_a_shared_factor_must_be_a_count_of_two_or_more_and_positive(shared):
+    from nbtune.planner.profiles import ProfileError
+
+    with pytest.raises(ProfileError, match="shared"):
+        ScalingProfile({1: 1.0}, shared=shared)
