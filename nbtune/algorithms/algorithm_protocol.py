@@ -101,9 +101,13 @@ class BaseAlgorithm:
         self._next_trial_id += 1
         return tid
 
-    def new_group(self, specs: list[TrialSpec]) -> TrialGroup:
+    def new_group_id(self) -> int:
         gid = self._next_group_id
         self._next_group_id += 1
+        return gid
+
+    def new_group(self, specs: list[TrialSpec]) -> TrialGroup:
+        gid = self.new_group_id()
         specs = [
             TrialSpec(s.trial_id, s.config, s.budget, s.restore_from, gid) for s in specs
         ]
@@ -119,10 +123,14 @@ class BaseAlgorithm:
         drawn = sample_config(rest, self.rng) if rest else {}
         return {k: point[k] if k in point else drawn[k] for k in self.space}
 
-    def new_spec(self, config: dict[str, Any], budget: float) -> TrialSpec:
+    def new_trial(self, config: dict[str, Any]) -> int:
+        """A new trial of ``config`` (a copy kept in ``configs``); its id."""
         tid = self.new_trial_id()
         self.configs[tid] = dict(config)
-        return TrialSpec(tid, dict(config), float(budget))
+        return tid
+
+    def new_spec(self, config: dict[str, Any], budget: float) -> TrialSpec:
+        return TrialSpec(self.new_trial(config), dict(config), float(budget))
 
     def retire(self, trial_id: int) -> None:
         """Mark a paused trial as never to resume (e.g. it lost its rung)."""

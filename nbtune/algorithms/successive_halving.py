@@ -13,7 +13,6 @@ handling, so Hyperband and synchronous BOHB reuse both by composition.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from operator import attrgetter
 from typing import Any
 
 from nbtune.algorithms._common import (
@@ -31,7 +30,6 @@ from nbtune.core.trial import TrialSpec, TrialState
 
 __all__ = ["Bracket", "BracketAlgorithm", "SuccessiveHalving", "halving_sizes"]
 
-_DONE = attrgetter("done")
 
 
 def halving_sizes(n: int, num_rungs: int, eta: float) -> list[int]:
@@ -158,6 +156,7 @@ class BracketAlgorithm(BaseAlgorithm):
         self.fill_barriers = fill_barriers
         self.brackets: list[Bracket] = []
         self._open: list[Bracket] = []  # brackets maybe not done, in order (see open_brackets)
+        self._closed = False  # a bracket of _open may be done since open_brackets last looked
         #: indices of the brackets whose rung may have trials not handed out yet: a rung's
         #: ``ready`` fills only as it starts (:meth:`open_bracket`, :meth:`_settle`)
         self._stirred: set[int] = set()
@@ -174,29 +173,38 @@ class BracketAlgorithm(BaseAlgorithm):
     # --------------------------------------------------------------- brackets
     def open_bracket(self, sizes: list[int], budgets: list[float]) -> Bracket:
         b = Bracket(len(self.brackets), sizes, budgets)
-        ids = [self.new_spec(self.sample_new_config(), budgets[0]).trial_id for _ in range(sizes[0])]
+        ids = [self.new_trial(self.sample_new_config()) for _ in range(sizes[0])]
         b.start(ids)
         for t in ids:
             self._bracket_of[t] = b
         self.brackets.append(b)
         self._open.append(b)
+        self._closed = self._closed or b.done
         self._stirred.add(b.index)
         return b
 
     def open_brackets(self) -> list[Bracket]:
         """The brackets not done, in order: ``[b for b in self.brackets if not b.done]``
-        without walking the finished ones again (a bracket once done stays done)."""
-        if any(map(_DONE, self._open)):  # (no Python frame per bracket: asked per decision)
+        without walking the finished ones again (a bracket once done stays done), nor the
+        open ones while none can have finished: a bracket ends only as it starts empty
+        (:meth:`open_bracket`) or as a rung result or a loss settles it (:meth:`_settle`),
+        and both say so."""
+        if self._closed:
+            self._closed = False
             self._open = [b for b in self._open if not b.done]
         return self._open
 
     def emit(self, b: Bracket) -> TrialGroup | None:
         """The current rung's trials that were not handed out yet, as one group."""
+        ready = b.take_ready()
+        if not ready:
+            return None
+        budget, gid = b.budget, self.new_group_id()
         specs = []
-        for t in b.take_ready():
-            self._target[t] = b.budget
-            specs.append(TrialSpec(t, dict(self.configs[t]), b.budget))
-        return self.new_group(specs) if specs else None
+        for t in ready:  # in the group already (not rebuilt by new_group)
+            self._target[t] = budget
+            specs.append(TrialSpec(t, dict(self.configs[t]), budget, None, gid))
+        return TrialGroup(gid, specs)
 
     def emit_ready(self) -> list[TrialGroup]:
         """A group of each open bracket's rung trials not handed out yet, in bracket order.
@@ -244,6 +252,8 @@ class BracketAlgorithm(BaseAlgorithm):
             for t in b.advance(lambda t: t not in self.ended):
                 self.retire(t)
             self._stirred.add(b.index)  # its next rung's trials are ready
+        if b.done:  # it finished here, or in the fail() before (see open_brackets)
+            self._closed = True
 
     # ----------------------------------------------------------------- events
     def on_segment_end(self, trial_id: int, budget: float) -> None:

@@ -74,7 +74,11 @@ class FifoAllocator(BaseAllocator):
         if held:
             return Allocation(launch=_home_first([pending[i].trial_id for i in range(k)],
                                                  view.idle_gpus, held))
-        gpus = heapq.nsmallest(k, view.idle_gpus)  # lowest ids first: tidy strips
+        # lowest ids first: tidy strips (the engine's idle set keeps them in order, an IdleSet;
+        # a view's filtered copy is a plain set, walked)
+        idle = view.idle_gpus
+        lowest = getattr(idle, "lowest", None)
+        gpus = heapq.nsmallest(k, idle) if lowest is None else lowest(k)
         return Allocation(
             launch={pending[i].trial_id: ((g, 1.0),) for i, g in enumerate(gpus)}
         )

@@ -177,6 +177,8 @@ def model_signature(config: Mapping[str, Any], keys: Iterable[str] | None = None
         items = {k: config[k] for k in keys}
     else:
         items = {k: v for k, v in config.items() if not isinstance(v, float)}
+    if not items:  # continuous hyperparameters only: what json.dumps writes, without an encoder
+        return "{}"
     return json.dumps(items, sort_keys=True, default=repr)
 
 

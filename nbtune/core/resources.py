@@ -18,6 +18,8 @@ Placement = tuple[tuple[int, float], ...]
 
 
 def width(placement: Placement) -> float:
+    if len(placement) == 1:  # one GPU (most placements): no generator
+        return placement[0][1]
     return sum(s for _, s in placement)
 
 

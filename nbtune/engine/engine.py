@@ -69,6 +69,13 @@ class Engine:
         self.groups: dict[int, TrialGroup] = {}
         self._pending: deque[TrialSpec] = deque()
         self.ledger = ResourceLedger()
+        # LedgerView: the ledger's live read-only mappings (and its idle set), the same
+        # objects for the engine's life; plain attributes, as the profiler reads one per event
+        self.running: Mapping[int, Placement] = self.ledger.running
+        self.gpu_load: Mapping[int, float] = self.ledger.gpu_load
+        self.gpu_count: Mapping[int, int] = self.ledger.gpu_count
+        self.idle_gpus: Set[int] = self.ledger.idle_gpus
+        self.held: Mapping[int, Placement] = self.ledger.held
         self.max_concurrent: int | None = None
         self.started = False
         self.paused = False
@@ -165,22 +172,6 @@ class Engine:
         return self._pending
 
     @property
-    def running(self) -> Mapping[int, Placement]:  # LedgerView: the ledger's read-only mappings
-        return self.ledger.running
-
-    @property
-    def gpu_load(self) -> Mapping[int, float]:
-        return self.ledger.gpu_load
-
-    @property
-    def gpu_count(self) -> Mapping[int, int]:
-        return self.ledger.gpu_count
-
-    @property
-    def idle_gpus(self) -> Set[int]:
-        return self.ledger.idle
-
-    @property
     def hints(self) -> Mapping[str, Any]:
         return self._hints
 
@@ -189,10 +180,6 @@ class Engine:
         self._hints[key] = value
         self._dirty = True
         self._rounds += 1
-
-    @property
-    def held(self) -> Mapping[int, Placement]:
-        return self.ledger.held
 
     @property
     def state_version(self) -> tuple[int, int]:

@@ -12,19 +12,66 @@ invariants checked by ``validate=True`` have one obvious place to look.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
+from heapq import heappop, heappush
 from types import MappingProxyType
 
 from nbtune.core.resources import ClusterSpec, Placement, width
 from nbtune.core.tolerance import EPS
 from nbtune.core.trial import TrialRecord
 
-__all__ = ["AllocationRecord", "ResourceLedger", "InvariantError"]
+__all__ = ["AllocationRecord", "IdleSet", "ResourceLedger", "InvariantError"]
 
 
 class InvariantError(AssertionError):
     """``validate=True`` found the engine's state inconsistent (a bug, not bad input)."""
+
+
+class IdleSet(set[int]):
+    """The idle GPUs' ids: a set that also hands out the lowest ones, :meth:`lowest`, without
+    walking itself (a set keeps the table it grew to when every GPU was idle, and a walk
+    reads all of it). Its ids are also kept in a heap, entries of GPUs taken since left
+    there and skipped as they come up; every way in (``add``, ``update``, ``|=``) pushes.
+    Set operations (``idle - {g}``) give plain sets, so a view that filters the idle GPUs
+    offers no ``lowest`` of the unfiltered ones.
+    """
+
+    __slots__ = ("_heap",)
+
+    def __init__(self, gpus: Iterable[int] = ()) -> None:
+        super().__init__(gpus)
+        self._heap = sorted(self)
+
+    def add(self, gpu: int) -> None:
+        super().add(gpu)
+        heappush(self._heap, gpu)
+
+    def update(self, *others: Iterable[int]) -> None:
+        super().update(*others)
+        self._heap = sorted(self)
+
+    def __ior__(self, other: Set[int]) -> IdleSet:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+    def clear(self) -> None:
+        super().clear()
+        self._heap = []
+
+    def lowest(self, k: int) -> list[int]:
+        """The ``k`` lowest ids, ascending (fewer when fewer are idle): what
+        ``heapq.nsmallest(k, self)`` returns, in O(k log n)."""
+        heap, out = self._heap, []
+        if len(heap) > 4 * len(self) + 64:  # mostly GPUs taken since: start afresh
+            heap = self._heap = sorted(self)
+        while heap and len(out) < k:
+            g = heappop(heap)
+            if g in self and (not out or g != out[-1]):  # taken since, or twice in: dropped
+                out.append(g)
+        for g in out:
+            heappush(heap, g)
+        return out
 
 
 @dataclass
@@ -52,7 +99,7 @@ class ResourceLedger:
         self.cluster: ClusterSpec | None = None
         self.load: dict[int, float] = {}
         self.count: dict[int, int] = {}  # shares held on each GPU
-        self.idle: set[int] = set()
+        self.idle = IdleSet()
         self.placements: dict[int, Placement] = {}
         self.log: list[AllocationRecord] = []
         self._open: dict[int, list[int]] = {}  # trial -> indices of open records
@@ -193,3 +240,5 @@ class ResourceLedger:
                                      f"{counted[g]}")
             if (v <= EPS) != (g in self.idle):
                 raise InvariantError(f"GPU {g} idle set inconsistent (load {v})")
+        if self.idle.lowest(len(self.idle)) != sorted(self.idle):
+            raise InvariantError("the idle GPUs' lowest-first order lost some of them")

@@ -54,6 +54,7 @@ __all__ = ["Profiler", "model_key", "attach_profiler"]
 log = logging.getLogger(__name__)
 
 _TOL = 1e-6
+_REPORTED = ev.TrialReported  # compared with every event's type
 
 
 class Profiler:
@@ -292,19 +293,17 @@ class Profiler:
     # --------------------------------------------------------- observing
     def _observe(self, events: tuple[ev.Event, ...], cmds: list[Command]) -> None:
         try:
-            if not cmds and len(events) == 1 and type(events[0]) is ev.TrialReported:
+            if not cmds and len(events) == 1:
                 # the hot path: one report, nothing decided; once the trial's shape holds
                 # enough unit times the report only moves its mark on
                 e = events[0]
-                m = self._marks.get(e.trial_id)
-                if m is not None and m.full and m.resized_at is None:
-                    m.time, m.budget = e.time, e.budget
-                else:
-                    self._take(events, cmds)
-                    return
-                if e.trial_id not in self._engine.running:
-                    self._leave(e.trial_id)
-                return
+                if type(e) is _REPORTED:
+                    m = self._marks.get(e.trial_id)
+                    if m is not None and m.full and m.resized_at is None:
+                        m.time, m.budget = e.time, e.budget
+                        if e.trial_id not in self._engine.running:
+                            self._leave(e.trial_id)
+                        return
             self._take(events, cmds)
         except Exception:  # a lost measurement must not take the experiment down
             log.exception("nbtune profiler: measurements of this batch were lost")
@@ -415,9 +414,15 @@ class Profiler:
         if budget is None:
             t = eng.trials.get(tid)
             budget = t.budget_used if t is not None else 0.0
-        old = self._marks.get(tid)
-        self._marks[tid] = Mark(now, budget, ctx[0], ctx[1], ctx[2], first,
-                                 old.resized_at if old is not None and first else None)
+        m = self._marks.get(tid)
+        if m is None:
+            self._marks[tid] = Mark(now, budget, ctx[0], ctx[1], ctx[2], first)
+            return
+        m.time, m.budget, m.p, m.w, m.gen = now, budget, ctx[0], ctx[1], ctx[2]  # moved on
+        m.full = False
+        if not first:
+            m.resized_at = None
+        m.first = first
 
     def _reported(self, eng: Any, e: ev.TrialReported, touched: set[str]) -> None:
         tid = e.trial_id

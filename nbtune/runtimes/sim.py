@@ -194,20 +194,19 @@ class SimRuntime:
         assert engine is not None
         heap, pop, set_time = self._heap, heapq.heappop, self._clock.set_ordered
         materialize, handle, execute = self._materialize, engine.handle, self._execute
-        waiting = self._waiting
+        waiting, schedule_waiting = self._waiting, self._schedule_waiting
         while heap and not engine.done:
             item = pop(heap)
             t = item[0]
             set_time(t)  # the heap yields times in order; advance_to's check is for outsiders
-            e = materialize(item[1], item[3], item[4], item[5], t)
+            e = materialize(item, t)
             # simultaneous events (closer than EPS: the times of a replayed run are sums
             # that rounding splits) go to the engine together, as a real runtime hands it
             # what it learnt at once in one handle call
             if heap and heap[0][0] <= t + EPS:
                 batch = [] if e is None else [e]
                 while heap and heap[0][0] <= t + EPS and len(batch) < 512:
-                    _, prio, _, tid, gen, payload = pop(heap)
-                    e2 = materialize(prio, tid, gen, payload, t)
+                    e2 = materialize(pop(heap), t)
                     if e2 is not None:
                         batch.append(e2)
                 if not batch:
@@ -222,7 +221,7 @@ class SimRuntime:
                 if cmds:
                     execute(cmds)
             if waiting:
-                self._schedule_waiting()
+                schedule_waiting(t)
             if self.events_processed > self.max_events and not engine.done:
                 raise SimulationError(f"more than {self.max_events} events: runaway simulation")
         if not engine.done:
@@ -232,13 +231,15 @@ class SimRuntime:
             )
         self._done = True
 
-    def _materialize(self, prio: int, tid: int, gen: int, payload: Any, t: float) -> ev.Event | None:
+    def _materialize(self, item: tuple[float, int, int, int, int, Any], t: float) -> ev.Event | None:
+        """The event a heap entry (time, priority, sequence, trial, generation, payload)
+        stands for at ``t``; None when it went stale."""
+        _, prio, _, tid, gen, payload = item
         if prio == _REPORT:  # the hot path: one per budget unit of every trial
             live = self._live.get(tid)
             if live is None or live.gen != gen:
                 return None  # stale: the trial was stopped, paused or re-rated since
-            budget = payload
-            live.progress = budget
+            live.progress = budget = payload
             live.last_t = t
             fails = live.fails_at
             if fails is not None and budget >= fails - EPS:
@@ -264,10 +265,12 @@ class SimRuntime:
         self._schedule_next(live, t)
         return ev.TrialStarted(t, tid)
 
-    def _schedule_waiting(self) -> None:
-        now = self._clock.now()
+    def _schedule_waiting(self, now: float) -> None:
+        """Schedule the next report of each trial that reported at ``now`` and runs on as it
+        was (a command that moved or re-rated it scheduled it already)."""
+        live_of = self._live
         for live in self._waiting:
-            if live.waiting and self._live.get(live.trial_id) is live:
+            if live.waiting and live_of.get(live.trial_id) is live:
                 live.waiting = False
                 self._schedule_next(live, now)
         self._waiting.clear()
@@ -277,8 +280,12 @@ class SimRuntime:
         rate = live.rate
         if rate <= 0:
             raise SimulationError(f"trial {live.trial_id} has rate {rate}")
-        nb = self._next_budget(live)
-        t = (live.last_t if live.last_t > now else now) + (nb - live.progress) / rate
+        step, progress, target = self.report_every, live.progress, live.target
+        nb = (math.floor(progress / step + EPS) + 1) * step  # _next_budget, spelled out here
+        if nb > target:
+            nb = target
+        last = live.last_t
+        t = (last if last > now else now) + (nb - progress) / rate
         self._seq += 1
         heapq.heappush(self._heap, (t, _REPORT, self._seq, live.trial_id, live.gen, nb))
 

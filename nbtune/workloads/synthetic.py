@@ -57,7 +57,7 @@ class SyntheticWorkload(WorkloadModel):
         self.seed = seed
         self.landscape = QualityLandscape(self._space, seed=seed)
         self.curve = PowerLawCurve(noise=noise, seed=seed, tau=max(max_budget_hint / 20, 1.0))
-        self._cache: dict[int, tuple[dict[str, Any], tuple[float, float]]] = {}
+        self._cache: dict[int, tuple[dict[str, Any], float, float]] = {}  # trial: config, q, κ
 
     def _rand(self, trial_id: int, salt: int) -> float:
         """A per-trial draw that does not depend on the order events were simulated in."""
@@ -75,9 +75,8 @@ class SyntheticWorkload(WorkloadModel):
     def metrics(self, trial_id: int, config: Cfg, budget: float) -> dict[str, float]:
         hit = self._cache.get(trial_id)
         if hit is None or hit[0] != config:  # PBT may hand a trial a new config
-            hit = self._cache[trial_id] = (dict(config), self.landscape(config))
-        q, kappa = hit[1]
-        return {self.metric: self.curve.value(trial_id, q, kappa, budget)}
+            hit = self._cache[trial_id] = (dict(config), *self.landscape(config))
+        return {self.metric: self.curve.value(trial_id, hit[1], hit[2], budget)}
 
     def demand(self, trial_id: int, config: Cfg) -> Demand:
         return self._demand(config) if callable(self._demand) else self._demand

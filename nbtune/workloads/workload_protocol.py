@@ -56,12 +56,16 @@ class WorkloadModel:
         runs at full speed; only s < c pays Fluid's packing overhead, at width
         s / c. With the default demand (c = 1) this is Fluid's h(i, w) unchanged.
         """
-        w = sum(s for _, s in placement)
+        if len(placement) == 1:  # one GPU (most trials): the sum and min below, without loops
+            g, w = placement[0]
+            speed = gpus[g].speed
+        else:
+            w = sum(s for _, s in placement)
+            speed = min(gpus[g].speed for g, _ in placement)
         if w < 1.0:
             c = self.demand(trial_id, config).compute
             if 0 < c < 1.0:
                 w = min(1.0, w / c)
-        speed = min(gpus[g].speed for g, _ in placement)
         return speed / (self.unit_time(trial_id, config) * self.overhead(config).factor(w))
 
     def overhead(self, config: Mapping[str, Any]) -> OverheadModel:

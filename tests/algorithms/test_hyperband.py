@@ -223,3 +223,24 @@ def test_emit_ready_tracks_the_brackets_a_full_scan_finds(slots: int) -> None:
         runs.append([[(s.trial_id, s.budget) for s in g] for g in res.groups])
     assert runs[0] == runs[1]
     assert len(runs[0]) > 20
+
+
+class _CheckedOpenHyperband(Hyperband):
+    """Hyperband checking at every call that open_brackets is what a walk over every bracket finds."""
+
+    calls = 0
+
+    def open_brackets(self):  # type: ignore[no-untyped-def]
+        got = super().open_brackets()
+        assert got == [b for b in self.brackets if not b.done]
+        self.calls += 1
+        return got
+
+
+@pytest.mark.parametrize("slots", [1, 7, 40, 200])
+def test_open_brackets_are_the_brackets_not_done(slots: int) -> None:
+    """open_brackets prunes only when a bracket may have finished (started empty, or settled
+    by a rung result or a loss: failures included); it still lists every bracket not done."""
+    algo = _CheckedOpenHyperband(SPACE, metric="loss", max_budget=27, num_trials=300, seed=3)
+    Driver(algo, slots=slots, fail=fail_every(11)).run()
+    assert algo.finished and algo.calls > 20

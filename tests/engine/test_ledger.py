@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import heapq
+import random
+
 import pytest
 
 from nbtune.core.resources import ClusterSpec
 from nbtune.core.trial import TrialRecord
-from nbtune.engine.state import InvariantError, ResourceLedger
+from nbtune.engine.state import IdleSet, InvariantError, ResourceLedger
 
 
 def _ledger(n: int = 4) -> ResourceLedger:
@@ -95,3 +98,20 @@ def test_the_version_moves_with_every_change_of_the_ledger():
     seen.append(led.version)
     assert seen == sorted(set(seen))  # each change a new version
     assert led.release(t, 2.0) is None and led.version == seen[-1]  # nothing held: no change
+
+
+def test_the_idle_set_hands_out_its_lowest_ids_as_nsmallest_does():
+    rng, idle = random.Random(0), IdleSet(range(64))
+    for _ in range(3000):  # GPUs taken and freed at random: stale heap entries, duplicates
+        g = rng.randrange(64)
+        if g in idle and rng.random() < 0.6:
+            idle.discard(g)
+        else:
+            idle.add(g)
+        k = rng.randrange(1, 6)
+        assert idle.lowest(k) == heapq.nsmallest(k, idle)
+    assert type(idle - {0}) is set  # a view's filtered copy offers no lowest of the unfiltered
+    idle.clear()
+    idle |= {5, 3}
+    idle.update([9, 1])
+    assert idle.lowest(9) == [1, 3, 5, 9] and idle.lowest(0) == []
