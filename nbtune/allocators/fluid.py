@@ -46,10 +46,13 @@ from collections.abc import Collection, Iterable, Mapping
 from operator import attrgetter
 from typing import Any
 
+import numpy as np
+
 from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.fluid_estimator import FluidEstimator, with_hints
 from nbtune.allocators.held_book import HeldBook
 from nbtune.allocators.profiling import MeasuredLimits, Profile, ProfileLookup, ProfileStore
+from nbtune.allocators.running_h1 import RunningH1
 from nbtune.allocators.unit_cost import UnitCostFit
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
 from nbtune.core.resources import Placement, width
@@ -118,6 +121,7 @@ class StaticFluidAllocator(BaseAllocator):
         # trial -> the trials launched with it on a guessed h_i1, not measured yet (DynamicFluid
         # re-plans when the last of them has measured itself)
         self._unmeasured: dict[int, set[int]] = {}
+        self._running_h1: RunningH1 | None = None  # DynamicFluid's plan: h_i1 kept across calls
 
     @classmethod
     def from_profile(cls, profile: Profile, **kwargs: Any) -> StaticFluidAllocator:
@@ -296,12 +300,27 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         """w' for every running trial (Alg. 2 line 4 over the whole cluster, spare GPUs filled)."""
         running = view.running
         records = list(map(view.trial, running))
-        h1 = est.h1(dict(zip(running, map(_TARGET, records), strict=True)), records)
+        table = self._running_h1
+        if table is None:
+            table = self._running_h1 = RunningH1()
+        h1 = table.h1(est, running, records, view.time)
+        if h1 is None:
+            h1 = est.h1(dict(zip(running, map(_TARGET, records), strict=True)), records)
         n = view.cluster.n_gpus
         widths = fluid_widths(h1, n, self.c, self.d)
         if self.fill:
             widths = fill_leftover(widths, est.runtime, n, self.c, self.d, runtimes=est.runtimes)
         return widths
+
+    def _pays_many(self, est: FluidEstimator, tids: list[int], w: np.ndarray,
+                   w_new: np.ndarray) -> np.ndarray:
+        """:meth:`pays` (no steps trained again) for each trial, its arithmetic elementwise."""
+        eps = self.resize_overhead + 0.0
+        h_old = est.runtimes(tids, w)
+        h_new = est.runtimes(tids, w_new)
+        up = (w_new > w + _TOL) & (h_new + eps < h_old - _TOL)
+        down = (w_new < w - _TOL) & (w_new * (h_new + eps) < w * h_old - _TOL)
+        return up | down
 
     def pays(self, est: FluidEstimator, tid: int, w: float, w_new: float,
              redo: float = 0.0) -> bool:
@@ -418,15 +437,32 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         # GPUs in the order they first appear in ``held``, each with its trials in that order;
         # only those with nothing but single-GPU fractions, some below an equal split (this
         # runs over every such GPU at each decision: the tests below are map()s, no frames)
+        groups: list[tuple[int, list[int], float]] = []
         for _, g in sorted([(min(on_gpu[g]), g) for g in book.spreadable]):
             on = on_gpu[g]
             tids = [on[p][0] for p in sorted(on) for _ in on[p][1]]
             if not all(map(is_running, tids)) or (shrunk and any(map(shrunk.__contains__, tids))):
                 continue  # just launched or just scaled down: leave it as placed
-            share = min(caps[g], 1.0) / len(tids)
-            if all(pays(est, t, held[t][0][1], share)
-                   and keeps_paying(est, t, held[t][0][1], share, held[t], ((g, share),))
-                   for t in tids):
+            groups.append((g, tids, min(caps[g], 1.0) / len(tids)))
+        if not groups:
+            return {t: pl for t, pl in resize.items() if pl != running.get(t)}
+        # each GPU's trials and moves are its own (single-GPU fractions), so every GPU's test
+        # can be made before any move; where :meth:`pays` is DynamicFluid's, it is made for all
+        # of them at once (est.runtimes: the same floats as est.runtime)
+        if type(self).pays is DynamicFluidAllocator.pays:
+            flat = [t for _, tids, _ in groups for t in tids]
+            sizes = [len(tids) for _, tids, _ in groups]
+            w_old = np.fromiter((held[t][0][1] for t in flat), dtype=float, count=len(flat))
+            w_new = np.repeat(np.array([share for *_, share in groups]), sizes)
+            ok = self._pays_many(est, flat, w_old, w_new)
+            starts = np.cumsum(sizes) - sizes
+            all_pay = np.logical_and.reduceat(ok, starts).tolist()
+        else:
+            all_pay = [all(pays(est, t, held[t][0][1], share) for t in tids)
+                       for _, tids, share in groups]
+        for (g, tids, share), paid in zip(groups, all_pay, strict=True):
+            if paid and all(keeps_paying(est, t, held[t][0][1], share, held[t], ((g, share),))
+                            for t in tids):
                 for t in tids:
                     book.move(t, ((g, share),))
                     resize[t] = held[t]

@@ -340,17 +340,22 @@ class ProfileLookup:
         self._signatures: dict[int, tuple[Any, Mapping[str, Any], str | None]] = {}
 
     def __call__(self, store: Any, trial_id: int, config: Mapping[str, Any]) -> Profile | None:
+        sig = self.signature(store, trial_id, config)
+        return None if sig is None else store.get(sig)
+
+    def signature(self, store: Any, trial_id: int, config: Mapping[str, Any]) -> str | None:
+        """The signature ``store`` files the trial's model under (None: no store, or no key),
+        remembered as :meth:`__call__` remembers it."""
         if store is None:
             return None
         hit = self._signatures.get(trial_id)
         if hit is not None and hit[0] is store and hit[1] is config:
-            sig = hit[2]  # the store was checked when it was remembered
-        else:
-            if not is_profile_store(store):
-                return None
-            sig = store_signature(store, config, self.keys)
-            self._signatures[trial_id] = (store, config, sig)
-        return None if sig is None else store.get(sig)
+            return hit[2]  # the store was checked when it was remembered
+        if not is_profile_store(store):
+            return None
+        sig = store_signature(store, config, self.keys)
+        self._signatures[trial_id] = (store, config, sig)
+        return sig
 
 
     def many(self, store: Any, trial_ids: Iterable[int],
