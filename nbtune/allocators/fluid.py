@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
+from itertools import compress
 from operator import attrgetter
 from typing import Any
 
@@ -122,6 +123,7 @@ class StaticFluidAllocator(BaseAllocator):
         # re-plans when the last of them has measured itself)
         self._unmeasured: dict[int, set[int]] = {}
         self._running_h1: RunningH1 | None = None  # DynamicFluid's plan: h_i1 kept across calls
+        self._kept = False  # the last plan was made from it
 
     @classmethod
     def from_profile(cls, profile: Profile, **kwargs: Any) -> StaticFluidAllocator:
@@ -304,6 +306,7 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         if table is None:
             table = self._running_h1 = RunningH1()
         h1 = table.h1(est, running, records, view.time)
+        self._kept = h1 is not None  # the table holds every running trial's width now
         if h1 is None:
             h1 = est.h1(dict(zip(running, map(_TARGET, records), strict=True)), records)
         n = view.cluster.n_gpus
@@ -311,6 +314,12 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         if self.fill:
             widths = fill_leftover(widths, est.runtime, n, self.c, self.d, runtimes=est.runtimes)
         return widths
+
+    def planned_widths(self, tids: Iterable[int]) -> np.ndarray | None:
+        """The width each of ``tids`` (running trials) holds, as the last :meth:`plan` saw it
+        (their placements' shares summed), when that plan kept it; else None."""
+        table = self._running_h1
+        return table.widths(tids) if self._kept and table is not None else None
 
     def _pays_many(self, est: FluidEstimator, tids: list[int], w: np.ndarray,
                    w_new: np.ndarray) -> np.ndarray:
@@ -340,9 +349,13 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         if not view.running:
             return {}
         target = self.plan(view, est)
-        current = {tid: pl[0][1] if len(pl) == 1 else width(pl)  # width(), one share fast
-                   for tid, pl in view.running.items()}
-        ups = [t for t, w in target.items() if w > current[t] + _TOL]
+        current = _Widths(view.running)
+        now = self.planned_widths(target)
+        if now is not None:  # the same test on the kept widths
+            tw = np.fromiter(target.values(), dtype=float, count=len(target))
+            ups = list(compress(target, (tw > now + _TOL).tolist()))
+        else:
+            ups = [t for t, w in target.items() if w > current[t] + _TOL]
         # every placement held now, kept current as trials move
         book = self._book(view, {**view.running, **launch})
         held = book.held
@@ -393,7 +406,19 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         """
         short = []
         held = book.held
-        for tid in ups:  # (width() spelled out for one share: the same sum, 0 + s)
+        # the first step tried is w' itself; where it does not pay the loop below stops there
+        # without a change (pays is pure): that test made for all at once
+        first = None
+        if len(ups) > 1 and type(self).pays is DynamicFluidAllocator.pays:
+            first = self._pays_many(
+                est, ups, np.fromiter(map(current.__getitem__, ups), dtype=float, count=len(ups)),
+                np.fromiter(map(target.__getitem__, ups), dtype=float, count=len(ups))).tolist()
+        for i, tid in enumerate(ups):  # (width() spelled out for one share: the same sum, 0 + s)
+            if first is not None and not first[i]:
+                cur = held[tid]
+                if (cur[0][1] if len(cur) == 1 else width(cur)) < target[tid] - _TOL:
+                    short.append(tid)
+                continue
             w_now = current[tid]
             for w_new in _steps_down(target[tid], w_now):
                 cur = held[tid]
@@ -432,15 +457,13 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         round (``shrunk``) are left alone: that would undo a step Alg. 2 took.
         """
         held, running = book.held, view.running
-        on_gpu, caps = book.on, book.cap
+        caps = book.cap
         is_running, pays, keeps_paying = running.__contains__, self.pays, self.keeps_paying
         # GPUs in the order they first appear in ``held``, each with its trials in that order;
         # only those with nothing but single-GPU fractions, some below an equal split (this
         # runs over every such GPU at each decision: the tests below are map()s, no frames)
         groups: list[tuple[int, list[int], float]] = []
-        for _, g in sorted([(min(on_gpu[g]), g) for g in book.spreadable]):
-            on = on_gpu[g]
-            tids = [on[p][0] for p in sorted(on) for _ in on[p][1]]
+        for g, tids in book.spread_groups():
             if not all(map(is_running, tids)) or (shrunk and any(map(shrunk.__contains__, tids))):
                 continue  # just launched or just scaled down: leave it as placed
             groups.append((g, tids, min(caps[g], 1.0) / len(tids)))
@@ -468,6 +491,19 @@ class DynamicFluidAllocator(StaticFluidAllocator):
                     resize[t] = held[t]
         # a trial scaled down and spread back to where it was has not moved at all
         return {t: pl for t, pl in resize.items() if pl != running.get(t)}
+
+
+class _Widths(dict):
+    """Each running trial's width (its shares summed), worked out when first asked for."""
+
+    def __init__(self, running: Mapping[int, Placement]) -> None:
+        super().__init__()
+        self._running = running
+
+    def __missing__(self, tid: int) -> float:
+        pl = self._running[tid]
+        w = self[tid] = pl[0][1] if len(pl) == 1 else width(pl)  # width(), one share fast
+        return w
 
 
 def _steps_down(w_target: float, w_now: float) -> list[float]:

@@ -15,7 +15,7 @@ as :meth:`FluidEstimator.h1 <nbtune.allocators.fluid_estimator.FluidEstimator.h1
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
 from operator import attrgetter, itemgetter, ne
 from typing import Any
@@ -45,7 +45,7 @@ class RunningH1:
     time of the last report).
     """
 
-    _ARRAYS = ("_target", "_used", "_last", "_since", "_per", "_floor", "_unit")
+    _ARRAYS = ("_target", "_used", "_last", "_since", "_per", "_floor", "_unit", "_width")
     _FLAGS = ("_reported", "_counts", "_known")
 
     def __init__(self) -> None:
@@ -58,10 +58,10 @@ class RunningH1:
         self._key: dict[int, tuple[Any, ...]] = {}  # trial -> what its parts were made from
         self._models: list[OverheadModel | None] = [None] * size
         self._sig: list[str | None] = [None] * size
-        self._width: list[float] = [0.0] * size
         self._prof_unit: list[float | None] = [None] * size  # the profile's seconds per unit
         for name in self._ARRAYS:  # target budget, budget used, last report, share since,
-            setattr(self, name, np.zeros(size))  # seconds per unit measured, h floor, h_i1/left
+            setattr(self, name, np.zeros(size))  # seconds per unit measured, h floor, h_i1/left,
+            # the width of the placement it holds
         for name in self._FLAGS:  # has a report, progress since it counts, seconds per unit known
             setattr(self, name, np.zeros(size, dtype=bool))
         self._per[:] = 1.0
@@ -75,7 +75,6 @@ class RunningH1:
         self._free.extend(range(2 * n - 1, n - 1, -1))
         for name in ("_models", "_sig", "_prof_unit"):
             getattr(self, name).extend([None] * n)
-        self._width.extend([0.0] * n)
         for name in self._ARRAYS + self._FLAGS:
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
@@ -172,6 +171,12 @@ class RunningH1:
                   guessed)
         return out
 
+    def widths(self, tids: Iterable[int]) -> np.ndarray:
+        """The width of the placement each of ``tids`` held at the last :meth:`h1` call (its
+        shares summed, as :func:`~nbtune.core.resources.width` sums them)."""
+        slot = self._slot
+        return self._width[np.fromiter(map(slot.__getitem__, tids), dtype=np.intp)]
+
     def _update(self, est: FluidEstimator, costs: Any, dirty: list[tuple[Any, ...]],
                 stale: set[int]) -> None:
         """Redo the layers that changed for each trial in ``dirty`` (running order: est.h1
@@ -246,7 +251,7 @@ class RunningH1:
             u = self._prof_unit[s]
         self._unit[s] = 0.0 if u is None else u
         self._known[s] = u is not None
-        counts = seen is not None and seen[0] > 0 and abs(self._width[s] - seen[1]) < 1e-6
+        counts = seen is not None and seen[0] > 0 and abs(float(self._width[s]) - seen[1]) < 1e-6
         self._counts[s] = counts
         self._per[s] = seen[0] if counts else 1.0
         if u is not None and costs is not None:
