@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
-from itertools import compress
+from itertools import compress, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -124,6 +124,7 @@ class StaticFluidAllocator(BaseAllocator):
         self._unmeasured: dict[int, set[int]] = {}
         self._running_h1: RunningH1 | None = None  # DynamicFluid's plan: h_i1 kept across calls
         self._kept = False  # the last plan was made from it
+        self._gpu_ids: tuple[Any, list[int]] | None = None  # a cluster and its GPU ids in order
 
     @classmethod
     def from_profile(cls, profile: Profile, **kwargs: Any) -> StaticFluidAllocator:
@@ -212,13 +213,26 @@ class StaticFluidAllocator(BaseAllocator):
         fixed = type(self).max_share is BaseAllocator.max_share
         cap = BaseAllocator.max_share(self, view, 0) + _TOL
         slots = 0
-        for g in view.cluster.gpus:
-            gid = g.gpu_id
-            load = load_of(gid, 0.0)
-            if load <= _TOL:
-                slots += c
-            elif load + frac <= (cap if fixed else self.max_share(view, gid) + _TOL):
-                slots += max(c - count[gid], 0)
+        if fixed:  # the loop below as array operations (whole numbers: the same sums)
+            cluster = view.cluster
+            ids = self._gpu_ids
+            if ids is None or ids[0] is not cluster:
+                ids = self._gpu_ids = (cluster, [g.gpu_id for g in cluster.gpus])
+            gids = ids[1]
+            loads = np.fromiter(map(load_of, gids, repeat(0.0)), dtype=float, count=len(gids))
+            idle = loads <= _TOL
+            shared = np.flatnonzero(~idle & (loads + frac <= cap)).tolist()
+            counts = np.fromiter(map(count.__getitem__, map(gids.__getitem__, shared)),
+                                 dtype=np.int64, count=len(shared))
+            slots = c * int(np.count_nonzero(idle)) + int(np.maximum(c - counts, 0).sum())
+        else:
+            for g in view.cluster.gpus:
+                gid = g.gpu_id
+                load = load_of(gid, 0.0)
+                if load <= _TOL:
+                    slots += c
+                elif load + frac <= self.max_share(view, gid) + _TOL:
+                    slots += max(c - count[gid], 0)
         limit = self._limit(view)
         if limit is not None:
             slots = min(slots, max(limit - len(view.running), 0))
