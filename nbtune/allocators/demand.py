@@ -169,6 +169,22 @@ class DemandLookup:
         out = []
         tids = list(trial_ids)
         configs = [trial(tid).config for tid in tids]
+        sigs = lookup.signatures(store, tids, configs) if is_profile_store(store) else None
+        if sigs is not None:  # the store asked once per model, as many() asks it
+            demands: dict[str, Demand] = {}
+            for sig in dict.fromkeys(sigs):  # (in the order many() would ask)
+                if sig is None:
+                    break
+                prof = store.get(sig)
+                if prof is None:
+                    break
+                hit = checked.get(id(prof))
+                if hit is None or hit[0] is not prof:
+                    hit = checked[id(prof)] = (
+                        prof, _valid(prof.demand, tids[sigs.index(sig)], 'hints["profiles"]'))
+                demands[sig] = hit[1]
+            else:  # every trial's model has a profile: its demand
+                return list(map(demands.__getitem__, sigs))
         for tid, config, prof in zip(tids, configs, lookup.many(store, tids, configs),
                                      strict=True):
             if prof is not None:

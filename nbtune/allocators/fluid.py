@@ -43,13 +43,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
+from itertools import compress, repeat
 from operator import attrgetter
 from typing import Any
+
+import numpy as np
 
 from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, SchedulingView
 from nbtune.allocators.fluid_estimator import FluidEstimator, with_hints
 from nbtune.allocators.held_book import HeldBook
 from nbtune.allocators.profiling import MeasuredLimits, Profile, ProfileLookup, ProfileStore
+from nbtune.allocators.running_h1 import RunningH1
 from nbtune.allocators.unit_cost import UnitCostFit
 from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
 from nbtune.core.resources import Placement, width
@@ -118,6 +122,9 @@ class StaticFluidAllocator(BaseAllocator):
         # trial -> the trials launched with it on a guessed h_i1, not measured yet (DynamicFluid
         # re-plans when the last of them has measured itself)
         self._unmeasured: dict[int, set[int]] = {}
+        self._running_h1: RunningH1 | None = None  # DynamicFluid's plan: h_i1 kept across calls
+        self._kept = False  # the last plan was made from it
+        self._gpu_ids: tuple[Any, list[int]] | None = None  # a cluster and its GPU ids in order
 
     @classmethod
     def from_profile(cls, profile: Profile, **kwargs: Any) -> StaticFluidAllocator:
@@ -206,13 +213,26 @@ class StaticFluidAllocator(BaseAllocator):
         fixed = type(self).max_share is BaseAllocator.max_share
         cap = BaseAllocator.max_share(self, view, 0) + _TOL
         slots = 0
-        for g in view.cluster.gpus:
-            gid = g.gpu_id
-            load = load_of(gid, 0.0)
-            if load <= _TOL:
-                slots += c
-            elif load + frac <= (cap if fixed else self.max_share(view, gid) + _TOL):
-                slots += max(c - count[gid], 0)
+        if fixed:  # the loop below as array operations (whole numbers: the same sums)
+            cluster = view.cluster
+            ids = self._gpu_ids
+            if ids is None or ids[0] is not cluster:
+                ids = self._gpu_ids = (cluster, [g.gpu_id for g in cluster.gpus])
+            gids = ids[1]
+            loads = np.fromiter(map(load_of, gids, repeat(0.0)), dtype=float, count=len(gids))
+            idle = loads <= _TOL
+            shared = np.flatnonzero(~idle & (loads + frac <= cap)).tolist()
+            counts = np.fromiter(map(count.__getitem__, map(gids.__getitem__, shared)),
+                                 dtype=np.int64, count=len(shared))
+            slots = c * int(np.count_nonzero(idle)) + int(np.maximum(c - counts, 0).sum())
+        else:
+            for g in view.cluster.gpus:
+                gid = g.gpu_id
+                load = load_of(gid, 0.0)
+                if load <= _TOL:
+                    slots += c
+                elif load + frac <= self.max_share(view, gid) + _TOL:
+                    slots += max(c - count[gid], 0)
         limit = self._limit(view)
         if limit is not None:
             slots = min(slots, max(limit - len(view.running), 0))
@@ -296,12 +316,34 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         """w' for every running trial (Alg. 2 line 4 over the whole cluster, spare GPUs filled)."""
         running = view.running
         records = list(map(view.trial, running))
-        h1 = est.h1(dict(zip(running, map(_TARGET, records), strict=True)), records)
+        table = self._running_h1
+        if table is None:
+            table = self._running_h1 = RunningH1()
+        h1 = table.h1(est, running, records, view.time)
+        self._kept = h1 is not None  # the table holds every running trial's width now
+        if h1 is None:
+            h1 = est.h1(dict(zip(running, map(_TARGET, records), strict=True)), records)
         n = view.cluster.n_gpus
         widths = fluid_widths(h1, n, self.c, self.d)
         if self.fill:
             widths = fill_leftover(widths, est.runtime, n, self.c, self.d, runtimes=est.runtimes)
         return widths
+
+    def planned_widths(self, tids: Iterable[int]) -> np.ndarray | None:
+        """The width each of ``tids`` (running trials) holds, as the last :meth:`plan` saw it
+        (their placements' shares summed), when that plan kept it; else None."""
+        table = self._running_h1
+        return table.widths(tids) if self._kept and table is not None else None
+
+    def _pays_many(self, est: FluidEstimator, tids: list[int], w: np.ndarray,
+                   w_new: np.ndarray) -> np.ndarray:
+        """:meth:`pays` (no steps trained again) for each trial, its arithmetic elementwise."""
+        eps = self.resize_overhead + 0.0
+        h_old = est.runtimes(tids, w)
+        h_new = est.runtimes(tids, w_new)
+        up = (w_new > w + _TOL) & (h_new + eps < h_old - _TOL)
+        down = (w_new < w - _TOL) & (w_new * (h_new + eps) < w * h_old - _TOL)
+        return up | down
 
     def pays(self, est: FluidEstimator, tid: int, w: float, w_new: float,
              redo: float = 0.0) -> bool:
@@ -321,9 +363,13 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         if not view.running:
             return {}
         target = self.plan(view, est)
-        current = {tid: pl[0][1] if len(pl) == 1 else width(pl)  # width(), one share fast
-                   for tid, pl in view.running.items()}
-        ups = [t for t, w in target.items() if w > current[t] + _TOL]
+        current = _Widths(view.running)
+        now = self.planned_widths(target)
+        if now is not None:  # the same test on the kept widths
+            tw = np.fromiter(target.values(), dtype=float, count=len(target))
+            ups = list(compress(target, (tw > now + _TOL).tolist()))
+        else:
+            ups = [t for t, w in target.items() if w > current[t] + _TOL]
         # every placement held now, kept current as trials move
         book = self._book(view, {**view.running, **launch})
         held = book.held
@@ -374,7 +420,19 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         """
         short = []
         held = book.held
-        for tid in ups:  # (width() spelled out for one share: the same sum, 0 + s)
+        # the first step tried is w' itself; where it does not pay the loop below stops there
+        # without a change (pays is pure): that test made for all at once
+        first = None
+        if len(ups) > 1 and type(self).pays is DynamicFluidAllocator.pays:
+            first = self._pays_many(
+                est, ups, np.fromiter(map(current.__getitem__, ups), dtype=float, count=len(ups)),
+                np.fromiter(map(target.__getitem__, ups), dtype=float, count=len(ups))).tolist()
+        for i, tid in enumerate(ups):  # (width() spelled out for one share: the same sum, 0 + s)
+            if first is not None and not first[i]:
+                cur = held[tid]
+                if (cur[0][1] if len(cur) == 1 else width(cur)) < target[tid] - _TOL:
+                    short.append(tid)
+                continue
             w_now = current[tid]
             for w_new in _steps_down(target[tid], w_now):
                 cur = held[tid]
@@ -413,25 +471,53 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         round (``shrunk``) are left alone: that would undo a step Alg. 2 took.
         """
         held, running = book.held, view.running
-        on_gpu, caps = book.on, book.cap
+        caps = book.cap
         is_running, pays, keeps_paying = running.__contains__, self.pays, self.keeps_paying
         # GPUs in the order they first appear in ``held``, each with its trials in that order;
         # only those with nothing but single-GPU fractions, some below an equal split (this
         # runs over every such GPU at each decision: the tests below are map()s, no frames)
-        for _, g in sorted([(min(on_gpu[g]), g) for g in book.spreadable]):
-            on = on_gpu[g]
-            tids = [on[p][0] for p in sorted(on) for _ in on[p][1]]
+        groups: list[tuple[int, list[int], float]] = []
+        for g, tids in book.spread_groups():
             if not all(map(is_running, tids)) or (shrunk and any(map(shrunk.__contains__, tids))):
                 continue  # just launched or just scaled down: leave it as placed
-            share = min(caps[g], 1.0) / len(tids)
-            if all(pays(est, t, held[t][0][1], share)
-                   and keeps_paying(est, t, held[t][0][1], share, held[t], ((g, share),))
-                   for t in tids):
+            groups.append((g, tids, min(caps[g], 1.0) / len(tids)))
+        if not groups:
+            return {t: pl for t, pl in resize.items() if pl != running.get(t)}
+        # each GPU's trials and moves are its own (single-GPU fractions), so every GPU's test
+        # can be made before any move; where :meth:`pays` is DynamicFluid's, it is made for all
+        # of them at once (est.runtimes: the same floats as est.runtime)
+        if type(self).pays is DynamicFluidAllocator.pays:
+            flat = [t for _, tids, _ in groups for t in tids]
+            sizes = [len(tids) for _, tids, _ in groups]
+            w_old = np.fromiter((held[t][0][1] for t in flat), dtype=float, count=len(flat))
+            w_new = np.repeat(np.array([share for *_, share in groups]), sizes)
+            ok = self._pays_many(est, flat, w_old, w_new)
+            starts = np.cumsum(sizes) - sizes
+            all_pay = np.logical_and.reduceat(ok, starts).tolist()
+        else:
+            all_pay = [all(pays(est, t, held[t][0][1], share) for t in tids)
+                       for _, tids, share in groups]
+        for (g, tids, share), paid in zip(groups, all_pay, strict=True):
+            if paid and all(keeps_paying(est, t, held[t][0][1], share, held[t], ((g, share),))
+                            for t in tids):
                 for t in tids:
                     book.move(t, ((g, share),))
                     resize[t] = held[t]
         # a trial scaled down and spread back to where it was has not moved at all
         return {t: pl for t, pl in resize.items() if pl != running.get(t)}
+
+
+class _Widths(dict):
+    """Each running trial's width (its shares summed), worked out when first asked for."""
+
+    def __init__(self, running: Mapping[int, Placement]) -> None:
+        super().__init__()
+        self._running = running
+
+    def __missing__(self, tid: int) -> float:
+        pl = self._running[tid]
+        w = self[tid] = pl[0][1] if len(pl) == 1 else width(pl)  # width(), one share fast
+        return w
 
 
 def _steps_down(w_target: float, w_now: float) -> list[float]:

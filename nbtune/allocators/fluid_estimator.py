@@ -79,6 +79,20 @@ class FluidEstimator:
         self._wl_overhead = getattr(self.workload, "overhead", None)
         self._wl_unit_time = getattr(self.workload, "unit_time", None)
 
+    @property
+    def lookup(self) -> ProfileLookup:
+        """The allocator's :class:`ProfileLookup` (it remembers the trials' signatures)."""
+        return self._lookup
+
+    def adopt(self, h1: Mapping[int, float], models: Mapping[int, OverheadModel],
+              guessed: Iterable[int] = ()) -> None:
+        """Take h_i1 and overhead models worked out elsewhere (a
+        :class:`~nbtune.allocators.running_h1.RunningH1` kept across calls), as :meth:`h1`
+        would have set them: :meth:`runtime` and :meth:`runtimes` then answer for them."""
+        self._h1.update(h1)
+        self._oh.update(models)
+        self.guessed.update(guessed)
+
     def _profile(self, tid: int) -> Profile | None:
         """The store's profile of the trial's model (:func:`profile_for`), looked up once."""
         store = self.store

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress
 
 import numpy as np
 
@@ -214,7 +215,12 @@ class FluidKnapsackAllocator(KnapsackAllocator):
                 self._place(room, [i], share, dem, sign)
                 n_whole += int(compute[i] >= 1.0 - _TOL) - int(was)
 
-        for tid, w_new in target.items():  # non-increasing h: the longest trial chooses first
+        grows: Iterable[tuple[int, float]] = target.items()
+        held = dyn.planned_widths(target)
+        if held is not None:  # the test below, for all at once (whole numbers: exact as floats)
+            tw = np.fromiter(target.values(), dtype=float, count=len(target))
+            grows = compress(target.items(), (np.floor(tw + _TOL) > held + _TOL).tolist())
+        for tid, w_new in grows:  # non-increasing h: the longest trial chooses first
             cur = view.running[tid]
             w = cur[0][1] if len(cur) == 1 else width(cur)  # width(), one share fast
             top = math.floor(w_new + _TOL)

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from itertools import islice, repeat
+from operator import is_
+
+import numpy as np
 
 from nbtune.allocators.gpu_book import GpuBook
 from nbtune.core.resources import ClusterSpec, Placement
@@ -40,6 +44,8 @@ class HeldBook(GpuBook):
         self._next = 0
         # per GPU: {position in held: (trial id, its shares there in placement order)}
         self.on: dict[int, dict[int, tuple[int, list[float]]]] = {g: {} for g in self.gpus}
+        # per spreadable GPU, as spread_groups() worked it out: forgotten when its trials change
+        self._groups: dict[int, tuple[int, list[int]]] = {}
         for tid, pl in held.items():
             self._enter(tid, pl, None)
         load, count = self.load, self.count
@@ -89,6 +95,7 @@ class HeldBook(GpuBook):
 
     def _resum(self, g: int) -> None:
         """Re-add GPU ``g``'s shares in ``held`` order, as a rebuild from scratch would."""
+        self._groups.pop(g, None)
         self._set(g, *self._sum(g))
         if self._spreadable(g):
             self.spreadable.add(g)
@@ -110,6 +117,24 @@ class HeldBook(GpuBook):
                 below = True
         return below
 
+    def spread_groups(self) -> list[tuple[int, list[int]]]:
+        """Each :attr:`spreadable` GPU with its trials in ``held`` order (a trial once per share
+        it has there), the GPUs in the order they first appear in ``held``.
+
+        Worked out again only for the GPUs whose trials changed since the last call
+        (DynamicFluid's spread step asks on every decision).
+        """
+        cache, on_gpu = self._groups, self.on
+        out = []
+        for g in self.spreadable:
+            hit = cache.get(g)
+            if hit is None:
+                on = on_gpu[g]
+                hit = cache[g] = (min(on), [on[p][0] for p in sorted(on) for _ in on[p][1]])
+            out.append((hit[0], g, hit[1]))
+        out.sort(key=lambda x: (x[0], x[1]))
+        return [(g, tids) for _, g, tids in out]
+
     def sync(self, held: Mapping[int, Placement]) -> None:
         """Follow ``held`` (a new mapping): trials gone leave, new or changed ones join at the end.
 
@@ -118,11 +143,22 @@ class HeldBook(GpuBook):
         """
         self.commit()  # a checkpoint left open (a decision that raised) ends here
         touched: set[int] = set()
-        for tid in [t for t in self.held if t not in held]:
+        for tid in self.held.keys() - held.keys():  # (the order they leave in changes nothing)
             self._leave(tid, touched)
         last = -1
         pos, mine = self.pos, self.held
-        for tid, pl in held.items():
+        # once a trial joins at the end, every trial after it in ``held`` is behind it and
+        # joins again too: the kept trials are the longest prefix of ``held`` whose trials
+        # are here with the same placement object at increasing positions, found by C loops
+        ps = np.fromiter(map(pos.get, held, repeat(-1)), dtype=np.int64, count=len(held))
+        same = np.fromiter(map(is_, map(mine.get, held), held.values()), dtype=bool,
+                           count=len(held))
+        keep = same & (ps >= 0)
+        keep[1:] &= ps[1:] > ps[:-1]
+        k = int(np.argmin(keep)) if not keep.all() else len(held)
+        if k:
+            last = int(ps[k - 1])
+        for tid, pl in islice(held.items(), k, None):
             p = pos.get(tid)
             if p is not None:
                 if p > last and mine[tid] is pl:
@@ -223,6 +259,7 @@ class HeldBook(GpuBook):
         self.held.update(saved)
         for g, (on, load, count, spread) in self._saved_gpu.items():
             self.on[g] = on
+            self._groups.pop(g, None)
             self._set(g, load, count)
             if spread:
                 self.spreadable.add(g)

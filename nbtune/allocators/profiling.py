@@ -20,10 +20,14 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import repeat
+from operator import is_, itemgetter
 from typing import Any, Protocol, runtime_checkable
 
 from nbtune.core.overhead_model import OverheadModel
 from nbtune.core.resources import Demand
+
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 __all__ = [
     "marginal_benefit", "packing_limit", "fit_alpha", "fit_beta", "scaling_limit",
@@ -342,18 +346,44 @@ class ProfileLookup:
         self._signatures: dict[int, tuple[Any, Mapping[str, Any], str | None]] = {}
 
     def __call__(self, store: Any, trial_id: int, config: Mapping[str, Any]) -> Profile | None:
+        sig = self.signature(store, trial_id, config)
+        return None if sig is None else store.get(sig)
+
+    def signature(self, store: Any, trial_id: int, config: Mapping[str, Any]) -> str | None:
+        """The signature ``store`` files the trial's model under (None: no store, or no key),
+        remembered as :meth:`__call__` remembers it."""
         if store is None:
             return None
         hit = self._signatures.get(trial_id)
         if hit is not None and hit[0] is store and hit[1] is config:
-            sig = hit[2]  # the store was checked when it was remembered
-        else:
-            if not is_profile_store(store):
-                return None
-            sig = store_signature(store, config, self.keys)
-            self._signatures[trial_id] = (store, config, sig)
-        return None if sig is None else store.get(sig)
+            return hit[2]  # the store was checked when it was remembered
+        if not is_profile_store(store):
+            return None
+        sig = store_signature(store, config, self.keys)
+        self._signatures[trial_id] = (store, config, sig)
+        return sig
 
+
+    def signatures(self, store: ProfileStore, trial_ids: Sequence[int],
+                   configs: Sequence[Mapping[str, Any]]) -> list[str | None]:
+        """Each trial's signature in ``store`` (``configs`` in the same order), remembered as
+        :meth:`__call__` remembers it. When every one is remembered for this store and the
+        very config object given, the checks are C loops (no Python frame per trial)."""
+        sigs = self._signatures
+        hits = list(map(sigs.get, trial_ids))
+        if None not in hits and all(map(is_, map(_FIRST, hits), repeat(store))) \
+                and all(map(is_, map(_SECOND, hits), configs)):
+            return list(map(_THIRD, hits))
+        keys = self.keys
+        out: list[str | None] = []
+        for tid, config, hit in zip(trial_ids, configs, hits, strict=True):
+            if hit is not None and hit[0] is store and hit[1] is config:
+                out.append(hit[2])
+            else:
+                sig = store_signature(store, config, keys)
+                sigs[tid] = (store, config, sig)
+                out.append(sig)
+        return out
 
     def many(self, store: Any, trial_ids: Iterable[int],
              configs: Iterable[Mapping[str, Any]]) -> list[Profile | None]:

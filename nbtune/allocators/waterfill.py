@@ -72,7 +72,7 @@ def fluid_widths(h1: Mapping[int, float], n_gpus: float, c: int, d: int) -> dict
     # non-increasing h, ties by id: lexsort's last key is the primary one, and it is stable
     try:
         ids = np.fromiter(tids, dtype=np.int64, count=len(tids)) \
-            if all(type(t) is int for t in tids) else None
+            if set(map(type, tids)) == {int} else None  # every id a plain int (C loops)
     except OverflowError:
         ids = None
     if ids is not None:

@@ -338,6 +338,10 @@ def _check_book(book: HeldBook) -> None:
             if any(book.held[t][0][1] < share - 1e-9 for t in tids):
                 spread.add(g)
     assert book.spreadable == spread
+    # the spread step's groups (kept between calls, forgotten as their GPUs change)
+    want = [(g, [t for p in sorted(book.on[g]) for t in [book.on[g][p][0]] * len(book.on[g][p][1])])
+            for _, g in sorted((min(book.on[g]), g) for g in spread)]
+    assert book.spread_groups() == want
 
 
 @settings(max_examples=300, deadline=None)
@@ -399,6 +403,7 @@ def test_a_rollback_puts_the_book_back_as_moving_every_trial_back_does(data, c):
         pl = data.draw(placements(cluster, 1))[0]
         book.move(tid, pl)
         twin.move(tid, pl)
+        book.spread_groups()  # (asked between moves: what it keeps must follow the rollback)
     moved = _book_state(book)
     keep = data.draw(st.booleans())
     if keep:
