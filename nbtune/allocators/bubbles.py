@@ -222,11 +222,11 @@ class PipelineHostModel:
         k = 0
         while k * T < horizon:
             t0 = k * T
-            if s > 0:
-                out.append(IdleWindow(gpu_id, t0, min(t0 + s * slot, horizon), "bubble"))
-            if p - 1 - s > 0 and t0 + T - (p - 1 - s) * slot < horizon:
-                out.append(IdleWindow(gpu_id, t0 + T - (p - 1 - s) * slot,
-                                      min(t0 + T, horizon), "bubble"))
+            spans = ((t0, t0 + s * slot) if s > 0 else None,
+                     (t0 + T - (p - 1 - s) * slot, t0 + T) if p - 1 - s > 0 else None)
+            for span in spans:  # a stage measured (almost) never idle has no window
+                if span is not None and min(span[1], horizon) - span[0] > EPS:
+                    out.append(IdleWindow(gpu_id, span[0], min(span[1], horizon), "bubble"))
             k += 1
         return out
 
