@@ -2,20 +2,21 @@
 
 Run: ``python benchmarks/rubberband_real.py`` (``--runs N``, 8)
 
-1. Profile (as RubberBand's profiler does, §5): time ``cluster.scale(2)`` on a
-   1-worker LocalCluster until the new worker is ready (SCALE + INIT_INSTANCE),
-   then train six trials of the real model for five epochs, two alone and four side
+1. Profile (as RubberBand's profiler does, §5): on a 1-worker LocalCluster,
+   time the worker it has until its warm processes are ready (the instance a plan
+   holds from the start) and ``cluster.scale(2)`` until the new worker is (SCALE +
+   INIT_INSTANCE), then train six trials of the real model for five epochs, two alone and four side
    by side on the two workers, and take the measured seconds per epoch alone, how
    much slower two workers of this one machine train at once, the per-launch
    overhead and the extra cost of a worker's first launch (its cold start, paid once
    per worker).
-2. Plan ``SuccessiveHalving(num_trials=8, eta=2, budgets 1..8)`` for a deadline
+2. Plan ``SuccessiveHalving(num_trials=32, eta=2, budgets 1..32)`` for a deadline
    scaled to the few minutes this box allows, on a made-up per-worker price
    ($3.60 per worker-hour, i.e. $0.001 per second; per-second billing with a 5 s
    minimum instead of 60 s, scaled like the deadline), at most 2 workers
-   (the machine has 2 cores).
-3. Run it: ``nbtune.tune(train, ..., plan=plan)`` on a LocalCluster; the executor
-   resizes at stage boundaries and meters worker-seconds.
+   (the machine has 2 cores), from the one worker held.
+3. Run it: ``nbtune.tune(train, ..., plan=plan)`` on a 1-worker LocalCluster; the
+   executor resizes at stage boundaries and meters worker-seconds.
 
 Model: nbtune's digits CNN (16 channels, batch 16, one epoch = one budget unit),
 lr and dropout tuned; the architecture and batch size are fixed because
@@ -56,6 +57,7 @@ from nbtune.planner import (
 )
 from nbtune.planner.measure import (
     measure_profile,
+    measure_ready,
     measure_worker_start,
     profile_from_experiment,
 )
@@ -71,7 +73,9 @@ SETTLE_S = 5.0
 #: runs of one invocation, and how many of them must hold the prediction within ERROR_MAX
 RUNS, RUNS_MET = 8, 7
 ERROR_MAX = 0.10
-SHA = dict(metric="accuracy", mode="max", num_trials=8, min_budget=1, max_budget=8, eta=2,
+#: 112 epochs in all: long enough (~16 s on one worker) that a second worker (~11 s to start)
+#: can pay for itself in the wide early stages
+SHA = dict(metric="accuracy", mode="max", num_trials=32, min_budget=1, max_budget=32, eta=2,
            seed=0)
 
 
@@ -93,10 +97,12 @@ def runtime(cluster) -> DaskRuntime:
                        preload=PRELOAD, warm_processes=2, sample_interval=1.0)
 
 
-def profile() -> tuple[ScalingProfile, float]:
-    """Seconds per epoch (and spread), launch overhead, and a worker's start-up time.
+def profile() -> tuple[ScalingProfile, float, float]:
+    """Seconds per epoch (and spread), launch overhead, and the held worker's and a new
+    worker's start-up times.
 
-    Measured the way the plan will run: a worker is added to a 1-worker cluster
+    Measured the way the plan will run: the cluster's worker readied (its warm
+    processes' imports), then a worker is added to the 1-worker cluster
     (SCALE + INIT: started and its warm processes' imports done), then six trials
     train five epochs each, two alone and four on the two workers side by side: the
     two workers share this machine's cores, so two at once train slower than one.
@@ -104,13 +110,14 @@ def profile() -> tuple[ScalingProfile, float]:
     cluster = local_cluster(1)
     try:
         rt = runtime(cluster).connect()  # its warm-pool plugin reaches the new worker too
+        ready = measure_ready(rt)
         start = measure_worker_start(rt, cluster)
         prof = measure_profile(train, SPACE, rt, trials=6, iterations=5, metric="accuracy",
                                mode="max", seed=1)
         rt.close()
     finally:
         cluster.close()
-    return prof, start.mean
+    return prof, ready.mean, start.mean
 
 
 def settle_times(timeline: list, stages: int) -> list[float | None]:
@@ -131,20 +138,23 @@ def settle_times(timeline: list, stages: int) -> list[float | None]:
 
 def one_run() -> dict:
     """Profile, plan and run once: the figures of that run."""
-    prof, start_s = profile()
+    prof, ready_s, start_s = profile()
     print(f"profile: {prof.points[1]:.3f} s/epoch alone (cv {prof.cv:.2f}), side by side "
           f"x{prof.sharing(MAX_WORKERS):.2f}, launch {prof.startup_s:.2f} s, a worker's first "
-          f"launch +{prof.cold_start_s:.2f} s, worker start {start_s:.2f} s")
+          f"launch +{prof.cold_start_s:.2f} s, held worker ready {ready_s:.2f} s, worker start "
+          f"{start_s:.2f} s")
     cloud = CloudProfile("local-worker", 3.6, 1, min_billed_s=5.0,
                          provision=Latency(0.0), init=Latency(start_s),
                          source="made up: $3.60 per worker-hour", date="2026-11-24")
     algo = SuccessiveHalving(SPACE, **SHA)
     spec = spec_from(algo)
-    static1 = plan(spec, prof, cloud, 1e9, max_instances=1).static.jct
-    fastest = simulate(spec, static_allocation(spec, MAX_WORKERS, cloud), prof, cloud).jct
+    held = dict(held=1, held_ready=Latency(ready_s))  # the run's cluster has one worker
+    static1 = plan(spec, prof, cloud, 1e9, max_instances=1, **held).static.jct
+    fastest = simulate(spec, static_allocation(spec, MAX_WORKERS, cloud), prof, cloud,
+                       **held).jct
     # tight for one worker (the cheapest static needs two), feasible for two
     deadline = max(0.8 * static1, 1.1 * fastest)
-    p = plan(spec, prof, cloud, deadline, max_instances=MAX_WORKERS)
+    p = plan(spec, prof, cloud, deadline, max_instances=MAX_WORKERS, **held)
     print(p)
     cluster = local_cluster(1)
     try:
@@ -175,7 +185,7 @@ def one_run() -> dict:
         "s_per_epoch": round(prof.points[1], 3), "cv": round(prof.cv, 3),
         "side_by_side_factor": round(prof.sharing(MAX_WORKERS), 3),
         "launch_s": round(prof.startup_s, 3), "cold_start_s": round(prof.cold_start_s, 3),
-        "worker_start_s": round(start_s, 2),
+        "held_ready_s": round(ready_s, 2), "worker_start_s": round(start_s, 2),
         "run_prepare_s": round(ex.prepare_s, 2),
         "deadline_s": round(deadline, 1), "plan_workers": list(p.allocation.instances),
         "predicted_jct_s": round(p.planned.jct, 2), "measured_jct_s": round(jct, 2),

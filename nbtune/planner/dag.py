@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from nbtune.planner.profiles import CloudProfile, Latency, ScalingProfile
+from nbtune.planner.profiles import ZERO_LATENCY, CloudProfile, Latency, ScalingProfile
 from nbtune.planner.spec import ExperimentSpec
 
 __all__ = [
@@ -132,32 +132,41 @@ def stage_layout(trials: int, gpus: int) -> tuple[int, int]:
 
 
 def to_dag(
-    spec: ExperimentSpec, alloc: StageAllocation, profile: ScalingProfile, cloud: CloudProfile
+    spec: ExperimentSpec, alloc: StageAllocation, profile: ScalingProfile, cloud: CloudProfile,
+    *, held: int = 0, held_ready: Latency = ZERO_LATENCY,
 ) -> tuple[Dag, list[tuple[int, int, int]]]:
     """Build the DAG stage by stage; also return per stage ``(entry, scale, sync)`` node ids.
 
     ``entry`` is the previous SYNC (or START), ``scale`` the SCALE node or -1.
+    ``held`` instances are there when the job starts (a cluster already running:
+    no SCALE), each ready after ``held_ready`` (its own set-up, e.g. a runtime's
+    warm processes); RubberBand's jobs start from none.
     """
     if len(alloc.gpus) != spec.num_stages() or len(alloc.instances) != spec.num_stages():
         raise ValueError(
             f"the allocation has {len(alloc.gpus)} stages, the spec {spec.num_stages()}"
         )
+    if isinstance(held, bool) or int(held) != held or held < 0:
+        raise ValueError(f"held must be a whole number of instances >= 0, got {held!r}")
     dag = Dag()
     frontier = dag.add(NodeKind.START, Latency(0.0))
-    held = 0
+    held = min(int(held), alloc.instances[0])  # more than stage 0 holds: released at once
     marks: list[tuple[int, int, int]] = []
     for i, stage in enumerate(spec.stages):
         gpus, inst = alloc.gpus[i], alloc.instances[i]
         if inst * cloud.gpus_per_instance < gpus:
             raise ValueError(f"stage {i}: {inst} instances cannot hold {gpus} GPUs")
         entry, scale, ready = frontier, -1, (frontier,)
-        new_gpus = max(inst - held, 0) * cloud.gpus_per_instance
+        if i == 0 and held:  # the instances already there, set up in parallel
+            ready = tuple(dag.add(NodeKind.INIT_INSTANCE, held_ready, (frontier,), stage=0)
+                          for _ in range(held))
+        # a worker's first trial pays its cold start: at stage 0 every instance is fresh
+        new_gpus = (inst if i == 0 else max(inst - held, 0)) * cloud.gpus_per_instance
         if inst > held:  # a blocking SCALE, then the new instances initialise in parallel
             scale = dag.add(NodeKind.SCALE, cloud.provision, (frontier,), stage=i)
-            ready = tuple(
+            ready = (*(ready if i == 0 and held else ()), *(
                 dag.add(NodeKind.INIT_INSTANCE, cloud.init, (scale,), stage=i)
-                for _ in range(inst - held)
-            )
+                for _ in range(inst - held)))
         held = inst
         slots, per_trial = stage_layout(stage.trials, gpus)
         # workers of one host slow each other down (a local cluster): as many as train at once
@@ -202,16 +211,21 @@ class Prediction:
 
 
 def _instance_cost(
-    marks: list[tuple[int, int, int]], alloc: StageAllocation, fin: np.ndarray, cloud: CloudProfile
+    marks: list[tuple[int, int, int]], alloc: StageAllocation, fin: np.ndarray, cloud: CloudProfile,
+    held: int = 0,
 ) -> np.ndarray:
     """Per-instance billing: each instance from provisioned to released, min charge each.
 
     Instances are released (newest first) at the barrier after which the next
     stage holds fewer; they are billed idle while they wait at that barrier.
+    The ``held`` instances there at the start are billed from it; those stage 0
+    does not use go at once, at the minimum charge.
     """
-    live: list[np.ndarray] = []  # acquire times, newest last (released first)
     cost = np.zeros(fin.shape[1])
     rate = cloud.price_per_hour / 3600.0
+    kept = min(held, alloc.instances[0])
+    cost += (held - kept) * cloud.min_billed_s * rate
+    live: list[np.ndarray] = [np.zeros(fin.shape[1])] * kept  # acquire times, newest last
     for i, (_, scale, sync) in enumerate(marks):
         if scale >= 0:  # billed once provisioned, i.e. from the SCALE node's end
             live.extend(fin[scale] for _ in range(alloc.instances[i] - len(live)))
@@ -222,15 +236,17 @@ def _instance_cost(
 
 
 def simulate(spec: ExperimentSpec, alloc: StageAllocation, profile: ScalingProfile,
-             cloud: CloudProfile, *, samples: int = 16, seed: int = 0) -> Prediction:
-    """Alg. 1: mean JCT (longest path) and cost over ``samples`` seeded draws."""
-    dag, marks = to_dag(spec, alloc, profile, cloud)
+             cloud: CloudProfile, *, samples: int = 16, seed: int = 0, held: int = 0,
+             held_ready: Latency = ZERO_LATENCY) -> Prediction:
+    """Alg. 1: mean JCT (longest path) and cost over ``samples`` seeded draws
+    (``held``, ``held_ready``: the instances already there, :func:`to_dag`)."""
+    dag, marks = to_dag(spec, alloc, profile, cloud, held=held, held_ready=held_ready)
     rng = np.random.default_rng(seed)
     lat = dag.sample_latencies(rng, samples)
     fin = dag.finish_times(lat)
     jct = fin.max(axis=0)
     if cloud.billing == "instance":
-        cost = _instance_cost(marks, alloc, fin, cloud)
+        cost = _instance_cost(marks, alloc, fin, cloud, held)
     else:
         train = [k for k, v in enumerate(dag.nodes) if v.kind == NodeKind.TRAIN]
         gpus = np.array([dag.nodes[k].gpus for k in train], dtype=float)

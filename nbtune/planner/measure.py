@@ -3,7 +3,9 @@
 Before planning, RubberBand trains a few iterations and times how long a new
 instance takes to become usable. :func:`measure_worker_start` times
 ``cluster.scale(n + 1)`` until the new worker is registered and its warm
-processes have finished their imports (SCALE + INIT_INSTANCE);
+processes have finished their imports (SCALE + INIT_INSTANCE), and
+:func:`measure_ready` the workers already there until theirs have (a plan's
+instances held from the start);
 :func:`measure_profile` trains a few trials for a few iterations on the
 runtime's workers, side by side as a stage would, and turns the measured
 seconds per iteration, their spread and the launch overhead into a
@@ -25,7 +27,7 @@ from nbtune.planner.profiles import Latency, ScalingProfile
 if TYPE_CHECKING:
     from nbtune.runtimes.dask.driver_side.runtime import DaskRuntime
 
-__all__ = ["measure_profile", "measure_worker_start", "profile_from_experiment"]
+__all__ = ["measure_profile", "measure_ready", "measure_worker_start", "profile_from_experiment"]
 
 
 def measure_worker_start(runtime: DaskRuntime, cluster: Any, *, timeout: float = 120.0) -> Latency:
@@ -43,6 +45,19 @@ def measure_worker_start(runtime: DaskRuntime, cluster: Any, *, timeout: float =
     client.wait_for_workers(n + 1, timeout=timeout)
     if getattr(runtime, "warm_processes", 0):
         client.run(wait_pool_ready, timeout)
+    return Latency(time.monotonic() - t0)
+
+
+def measure_ready(runtime: DaskRuntime, *, timeout: float = 120.0) -> Latency:
+    """Seconds from now until the workers the runtime's cluster already has can run a trial
+    (their warm processes' imports done): call it right after ``runtime.connect()``, as a
+    plan's run starts (:meth:`~nbtune.planner.plan_executor.PlanExecutor.prepare`). What
+    :func:`~nbtune.planner.plan` takes as ``held_ready`` for the instances already held."""
+    from nbtune.runtimes.dask.worker_side.pool import wait_pool_ready
+
+    t0 = time.monotonic()
+    if getattr(runtime, "warm_processes", 0):
+        runtime.client.run(wait_pool_ready, timeout)
     return Latency(time.monotonic() - t0)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbtune.planner.dag import Prediction, StageAllocation, stage_layout
-from nbtune.planner.profiles import CloudProfile, ScalingProfile
+from nbtune.planner.profiles import ZERO_LATENCY, CloudProfile, Latency, ScalingProfile
 from nbtune.planner.spec import ExperimentSpec
 
 __all__ = ["Plan", "fmt_duration"]
@@ -44,6 +44,9 @@ class Plan:
     simulations: int = 0
     greedy_steps: int = 0
     planning_s: float = 0.0
+    #: instances the cluster held when the job was planned, and when they are ready
+    held: int = 0
+    held_ready: Latency = ZERO_LATENCY
 
     # ------------------------------------------------------------ numbers
     @property
@@ -105,7 +108,10 @@ class Plan:
             f"{fmt_duration(self.deadline)}: predicted {fmt_duration(self.planned.jct)} and "
             f"${self.planned.cost:.2f} vs static {self.static_instances} instances "
             f"{fmt_duration(self.static.jct)} and ${self.static.cost:.2f} "
-            f"({self.cost_ratio:.2f}x); planned in {self.planning_s:.2f} s"
+            f"({self.cost_ratio:.2f}x)"
+            + (f", from the {self.held} instances held (ready in {self.held_ready.mean:.1f} s)"
+               if self.held else "")
+            + f"; planned in {self.planning_s:.2f} s"
         )
 
     def __str__(self) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from nbtune.planner.dag import Prediction, StageAllocation, simulate
 from nbtune.planner.plan import Plan
-from nbtune.planner.profiles import CloudProfile, ScalingProfile
+from nbtune.planner.profiles import ZERO_LATENCY, CloudProfile, Latency, ScalingProfile
 from nbtune.planner.profiles import cloud as cloud_named
 from nbtune.planner.spec import ExperimentSpec
 
@@ -161,15 +161,20 @@ def optimize_plan(
         steps += 1
 
 
-def jct_floor(spec: ExperimentSpec, profile: ScalingProfile, cloud: CloudProfile) -> float:
+def jct_floor(spec: ExperimentSpec, profile: ScalingProfile, cloud: CloudProfile,
+              held_ready: Latency | None = None) -> float:
     """A lower bound on any plan's JCT: start-up plus every stage at its fastest, no straggler.
 
     Half the mean is used for the sampled parts, so Monte-Carlo noise in a
     prediction (a sample mean below the distribution's mean) cannot cross it.
+    ``held_ready``: instances already held start after it instead of a new one's start.
     """
     fastest = min(profile.points.values())
     work = sum(s.iterations * fastest + profile.startup_s for s in spec.stages)
-    return 0.5 * (cloud.provision.mean + cloud.init.mean + work)
+    start = cloud.provision.mean + cloud.init.mean
+    if held_ready is not None:
+        start = min(start, held_ready.mean)
+    return 0.5 * (start + work)
 
 
 def plan(
@@ -182,11 +187,17 @@ def plan(
     seed: int = 0,
     warm_multiples: Sequence[int] = (1, 2, 3),
     max_instances: int = 128,
+    held: int = 0,
+    held_ready: Latency = ZERO_LATENCY,
 ) -> Plan:
     """The cheapest predicted allocation plan that finishes within ``deadline`` seconds.
 
-    Raises :class:`InfeasibleDeadline` when even the fastest static cluster of
-    up to ``max_instances`` instances is predicted to miss the deadline.
+    ``held`` instances are already running when the job starts (a local cluster
+    with workers up), each ready to train after ``held_ready``
+    (:func:`nbtune.planner.measure.measure_ready`); more are provisioned as the
+    cloud profile says. Raises :class:`InfeasibleDeadline` when even the fastest
+    static cluster of up to ``max_instances`` instances is predicted to miss the
+    deadline.
     """
     if not isinstance(spec, ExperimentSpec):
         raise TypeError(f"spec must be an ExperimentSpec (see spec_from), got {type(spec).__name__}")
@@ -200,11 +211,12 @@ def plan(
 
     def evaluate(a: StageAllocation) -> Prediction:
         if a not in cache:
-            cache[a] = simulate(spec, a, profile, cloud, samples=samples, seed=seed)
+            cache[a] = simulate(spec, a, profile, cloud, samples=samples, seed=seed,
+                                held=held, held_ready=held_ready)
         return cache[a]
 
     k, static_p = cheapest_static(spec, evaluate, cloud, deadline, max_instances,
-                                  jct_floor(spec, profile, cloud))
+                                  jct_floor(spec, profile, cloud, held_ready if held else None))
     if k is None:
         raise InfeasibleDeadline(
             f"no static cluster of up to {max_instances} x {cloud.name} finishes within "
@@ -238,4 +250,6 @@ def plan(
         simulations=len(cache),
         greedy_steps=steps_total,
         planning_s=time.perf_counter() - t0,
+        held=held,
+        held_ready=held_ready,
     )

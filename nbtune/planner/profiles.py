@@ -25,6 +25,7 @@ __all__ = [
     "Latency",
     "ProfileError",
     "ScalingProfile",
+    "ZERO_LATENCY",
     "cloud",
 ]
 
@@ -62,6 +63,10 @@ class Latency:
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         return self.mean * self.factors(rng, size)
+
+
+#: no wait at all (a default: instances ready at once)
+ZERO_LATENCY = Latency(0.0)
 
 
 @dataclass(frozen=True)

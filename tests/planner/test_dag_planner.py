@@ -158,3 +158,43 @@ def test_cold_start_is_paid_once_per_new_worker():
     warm = simulate(spec, StageAllocation((2, 1, 2), (2, 1, 2)),
                     ScalingProfile({1: 100.0}, startup_s=1.0), cloud)
     assert p.jct - warm.jct == pytest.approx(14.0)
+
+
+def test_instances_held_at_the_start_skip_the_scale_up_and_are_billed_from_it():
+    """A cluster already running (a local one with a worker up) does not provision its first
+    instances: they are ready after their own set-up (``held_ready``), billed from the start;
+    instances beyond them are provisioned as the cloud profile says."""
+    spec = ExperimentSpec((Stage(2, 1), Stage(1, 1)))
+    prof = ScalingProfile({1: 100.0})
+    cloud = CLOUD.with_(gpus_per_instance=1, provision=Latency(10.0), init=Latency(5.0),
+                        price_per_hour=3600.0, min_billed_s=60.0)
+    one = StageAllocation((1, 1), (1, 1))
+    two = StageAllocation((2, 1), (2, 1))
+    # from nothing: SCALE + INIT (15 s) before anything trains, as before
+    assert simulate(spec, one, prof, cloud).jct == pytest.approx(15 + 300)
+    # one held, ready after 2 s: no scale-up; billed from 0 to its end
+    held = simulate(spec, one, prof, cloud, held=1, held_ready=Latency(2.0))
+    assert held.jct == pytest.approx(2 + 300) and held.cost == pytest.approx(302)
+    # two wanted, one held: the second is provisioned (10 s) and set up (5 s) meanwhile
+    grow = simulate(spec, two, prof, cloud, held=1, held_ready=Latency(2.0))
+    assert grow.jct == pytest.approx(15 + 100 + 100)
+    assert grow.cost == pytest.approx(215 + (115 - 10))  # held from 0; the new from 10 to 115
+    # more held than stage 0 uses: the extra one goes at once, at the minimum charge
+    extra = simulate(spec, one, prof, cloud, held=3, held_ready=Latency(2.0))
+    assert extra.jct == pytest.approx(302) and extra.cost == pytest.approx(302 + 2 * 60)
+    with pytest.raises(ValueError, match="held"):
+        simulate(spec, one, prof, cloud, held=-1)
+
+
+def test_a_plan_from_a_held_instance_keeps_it_when_a_new_one_would_not_pay():
+    spec = ExperimentSpec((Stage(2, 1), Stage(1, 1)))
+    prof = ScalingProfile({1: 10.0})
+    slow_start = CLOUD.with_(gpus_per_instance=1, provision=Latency(0.0), init=Latency(60.0))
+    p = plan(spec, prof, slow_start, deadline=200, max_instances=2, held=1,
+             held_ready=Latency(1.0))
+    assert p.allocation.instances == (1, 1)
+    assert p.planned.jct == pytest.approx(1 + 30)
+    assert p.held == 1 and "from the 1 instances held" in str(p)
+    # from nothing, the same plan pays the 60 s start
+    assert plan(spec, prof, slow_start, deadline=200, max_instances=2).planned.jct == \
+        pytest.approx(60 + 30)
