@@ -31,7 +31,6 @@ from nbtune.core.trial import TrialSpec, TrialState
 __all__ = ["Bracket", "BracketAlgorithm", "SuccessiveHalving", "halving_sizes"]
 
 
-
 def halving_sizes(n: int, num_rungs: int, eta: float) -> list[int]:
     """Rung sizes when the top ``floor(n_i / eta)`` (at least one) go on."""
     sizes = [int(n)]

@@ -363,7 +363,6 @@ class ProfileLookup:
         self._signatures[trial_id] = (store, config, sig)
         return sig
 
-
     def signatures(self, store: ProfileStore, trial_ids: Sequence[int],
                    configs: Sequence[Mapping[str, Any]]) -> list[str | None]:
         """Each trial's signature in ``store`` (``configs`` in the same order), remembered as
@@ -374,16 +373,7 @@ class ProfileLookup:
         if None not in hits and all(map(is_, map(_FIRST, hits), repeat(store))) \
                 and all(map(is_, map(_SECOND, hits), configs)):
             return list(map(_THIRD, hits))
-        keys = self.keys
-        out: list[str | None] = []
-        for tid, config, hit in zip(trial_ids, configs, hits, strict=True):
-            if hit is not None and hit[0] is store and hit[1] is config:
-                out.append(hit[2])
-            else:
-                sig = store_signature(store, config, keys)
-                sigs[tid] = (store, config, sig)
-                out.append(sig)
-        return out
+        return list(map(self.signature, repeat(store), trial_ids, configs))
 
     def many(self, store: Any, trial_ids: Iterable[int],
              configs: Iterable[Mapping[str, Any]]) -> list[Profile | None]:

@@ -280,12 +280,9 @@ class SimRuntime:
         rate = live.rate
         if rate <= 0:
             raise SimulationError(f"trial {live.trial_id} has rate {rate}")
-        step, progress, target = self.report_every, live.progress, live.target
-        nb = (math.floor(progress / step + EPS) + 1) * step  # _next_budget, spelled out here
-        if nb > target:
-            nb = target
+        nb = self._next_budget(live)
         last = live.last_t
-        t = (last if last > now else now) + (nb - progress) / rate
+        t = (last if last > now else now) + (nb - live.progress) / rate
         self._seq += 1
         heapq.heappush(self._heap, (t, _REPORT, self._seq, live.trial_id, live.gen, nb))
 
