@@ -3,9 +3,11 @@
 Run: ``python benchmarks/rubberband_real.py`` (``--runs N``, 8)
 
 1. Profile (as RubberBand's profiler does, §5): on a 1-worker LocalCluster,
-   time the worker it has until its warm processes are ready (the instance a plan
-   holds from the start) and ``cluster.scale(2)`` until the new worker is (SCALE +
-   INIT_INSTANCE), then train six trials of the real model for five epochs, two alone and four side
+   time the worker it has and a second one added at once until both are ready (a
+   stage 0 of two: on one host their set-ups share the cores,
+   ``CloudProfile.shared_init``); on another, time the worker it has until its warm
+   processes are ready (the instance a plan holds from the start) and
+   ``cluster.scale(2)`` until the new worker is (SCALE + INIT_INSTANCE), then train six trials of the real model for five epochs, two alone and four side
    by side on the two workers, and take the measured seconds per epoch alone, how
    much slower two workers of this one machine train at once, the per-launch
    overhead and the extra cost of a worker's first launch (its cold start, paid once
@@ -97,16 +99,25 @@ def runtime(cluster) -> DaskRuntime:
                        preload=PRELOAD, warm_processes=2, sample_interval=1.0)
 
 
-def profile() -> tuple[ScalingProfile, float, float]:
-    """Seconds per epoch (and spread), launch overhead, and the held worker's and a new
-    worker's start-up times.
+def profile() -> tuple[ScalingProfile, float, float, float]:
+    """Seconds per epoch (and spread), launch overhead, the held worker's and a new
+    worker's start-up times, and both at once.
 
-    Measured the way the plan will run: the cluster's worker readied (its warm
-    processes' imports), then a worker is added to the 1-worker cluster
-    (SCALE + INIT: started and its warm processes' imports done), then six trials
-    train five epochs each, two alone and four on the two workers side by side: the
-    two workers share this machine's cores, so two at once train slower than one.
+    Measured the way the plan will run: on a fresh 1-worker cluster, the worker it
+    has and one added at once set up together (as a plan's stage 0 of two starts:
+    they share the two cores); on a second fresh one, the cluster's worker readied
+    alone (its warm processes' imports), then a worker is added (SCALE + INIT:
+    started and its warm processes' imports done), then six trials train five epochs
+    each, two alone and four on the two workers side by side: the two workers share
+    this machine's cores, so two at once train slower than one.
     """
+    cluster = local_cluster(1)
+    try:
+        rt = runtime(cluster).connect()
+        together = measure_worker_start(rt, cluster)  # right after connect: both at once
+        rt.close()
+    finally:
+        cluster.close()
     cluster = local_cluster(1)
     try:
         rt = runtime(cluster).connect()  # its warm-pool plugin reaches the new worker too
@@ -117,7 +128,7 @@ def profile() -> tuple[ScalingProfile, float, float]:
         rt.close()
     finally:
         cluster.close()
-    return prof, ready.mean, start.mean
+    return prof, ready.mean, start.mean, together.mean
 
 
 def settle_times(timeline: list, stages: int) -> list[float | None]:
@@ -138,13 +149,16 @@ def settle_times(timeline: list, stages: int) -> list[float | None]:
 
 def one_run() -> dict:
     """Profile, plan and run once: the figures of that run."""
-    prof, ready_s, start_s = profile()
+    prof, ready_s, start_s, together_s = profile()
+    # both setting up at once take longer than the longer of the two alone
+    shared_init = {2: together_s / max(ready_s, start_s)}
     print(f"profile: {prof.points[1]:.3f} s/epoch alone (cv {prof.cv:.2f}), side by side "
           f"x{prof.sharing(MAX_WORKERS):.2f}, launch {prof.startup_s:.2f} s, a worker's first "
           f"launch +{prof.cold_start_s:.2f} s, held worker ready {ready_s:.2f} s, worker start "
-          f"{start_s:.2f} s")
+          f"{start_s:.2f} s, both at once {together_s:.2f} s (x{shared_init[2]:.2f})")
     cloud = CloudProfile("local-worker", 3.6, 1, min_billed_s=5.0,
                          provision=Latency(0.0), init=Latency(start_s),
+                         shared_init=shared_init,
                          source="made up: $3.60 per worker-hour", date="2026-11-24")
     algo = SuccessiveHalving(SPACE, **SHA)
     spec = spec_from(algo)
@@ -176,7 +190,7 @@ def one_run() -> dict:
     # from the moment it is asked for (the meter counts stage 0's preparation), so the
     # worker start is modelled as a billed INIT, with no unbilled provisioning before it.
     replay = simulate(spec, p.allocation, profile_from_experiment(exp),
-                      cloud.with_(init=Latency(ex.prepare_s)))
+                      cloud.with_(init=Latency(ex.prepare_s), shared_init={}))
     settle = settle_times(ex.timeline, spec.num_stages())
     follows = all(s is not None and s <= SETTLE_S for s in settle)
     jct_err = jct / p.planned.jct - 1
@@ -186,6 +200,7 @@ def one_run() -> dict:
         "side_by_side_factor": round(prof.sharing(MAX_WORKERS), 3),
         "launch_s": round(prof.startup_s, 3), "cold_start_s": round(prof.cold_start_s, 3),
         "held_ready_s": round(ready_s, 2), "worker_start_s": round(start_s, 2),
+        "together_s": round(together_s, 2),
         "run_prepare_s": round(ex.prepare_s, 2),
         "deadline_s": round(deadline, 1), "plan_workers": list(p.allocation.instances),
         "predicted_jct_s": round(p.planned.jct, 2), "measured_jct_s": round(jct, 2),

@@ -157,15 +157,20 @@ def to_dag(
         if inst * cloud.gpus_per_instance < gpus:
             raise ValueError(f"stage {i}: {inst} instances cannot hold {gpus} GPUs")
         entry, scale, ready = frontier, -1, (frontier,)
+        # instances setting up at once on one host slow each other (cloud.shared_init):
+        # at stage 0 the held ones and the new ones, later only the new ones
+        f = cloud.init_sharing(inst if i == 0 else inst - held)
         if i == 0 and held:  # the instances already there, set up in parallel
-            ready = tuple(dag.add(NodeKind.INIT_INSTANCE, held_ready, (frontier,), stage=0)
+            own = Latency(held_ready.mean * f, held_ready.cv)
+            ready = tuple(dag.add(NodeKind.INIT_INSTANCE, own, (frontier,), stage=0)
                           for _ in range(held))
+        init = Latency(cloud.init.mean * f, cloud.init.cv)
         # a worker's first trial pays its cold start: at stage 0 every instance is fresh
         new_gpus = (inst if i == 0 else max(inst - held, 0)) * cloud.gpus_per_instance
         if inst > held:  # a blocking SCALE, then the new instances initialise in parallel
             scale = dag.add(NodeKind.SCALE, cloud.provision, (frontier,), stage=i)
             ready = (*(ready if i == 0 and held else ()), *(
-                dag.add(NodeKind.INIT_INSTANCE, cloud.init, (scale,), stage=i)
+                dag.add(NodeKind.INIT_INSTANCE, init, (scale,), stage=i)
                 for _ in range(inst - held)))
         held = inst
         slots, per_trial = stage_layout(stage.trials, gpus)

@@ -34,7 +34,12 @@ def measure_worker_start(runtime: DaskRuntime, cluster: Any, *, timeout: float =
     """Seconds from ``cluster.scale(n + 1)`` until the new worker can run a trial.
 
     ``runtime`` must be connected (``runtime.connect()``) so its warm-pool plugin
-    reaches the new worker; the cluster keeps the extra worker.
+    reaches the new worker; the cluster keeps the extra worker. Called once the workers
+    there are ready (:func:`measure_ready`) it times a new worker alone; called right
+    after ``connect()`` it times the workers there and the new one setting up at once,
+    as a plan's run does when it starts one beside the held ones: on one host (a local
+    cluster) they share the cores, and the ratio of the two is
+    :attr:`~nbtune.planner.profiles.CloudProfile.shared_init`.
     """
     from nbtune.runtimes.dask.worker_side.pool import wait_pool_ready
 

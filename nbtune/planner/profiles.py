@@ -189,6 +189,10 @@ class CloudProfile:
     (60 s on AWS, GCP and Azure), idle or not. ``billing="function"``: only the
     GPU-seconds a task uses are charged, at ``price_per_hour /
     gpus_per_instance`` per GPU (the per-function model of §4.1).
+    ``shared_init`` is for instances that share one host (a local cluster's
+    workers): ``{k: factor}``, how many times longer an instance takes to become
+    ready (``init``, or a held instance's own set-up) while ``k`` of them set up
+    at once; empty where instances share nothing, RubberBand's setting.
     """
 
     name: str
@@ -201,6 +205,7 @@ class CloudProfile:
     ingress_price_per_gb: float = 0.0
     source: str = ""
     date: str = ""
+    shared_init: Mapping[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.price_per_hour) and self.price_per_hour >= 0):
@@ -215,10 +220,29 @@ class CloudProfile:
         for name in ("provision", "init"):
             if not isinstance(getattr(self, name), Latency):
                 raise ProfileError(f"{name} must be a Latency, e.g. Latency(15.0)")
+        for k, f in self.shared_init.items():
+            if isinstance(k, bool) or int(k) != k or k < 2:
+                raise ProfileError(
+                    f"shared_init: instance counts must be whole numbers >= 2, got {k!r}")
+            if not (math.isfinite(f) and f > 0):
+                raise ProfileError(f"shared_init: factors must be > 0, got {f!r} at {k}")
+        object.__setattr__(self, "shared_init",
+                           {int(k): float(f) for k, f in sorted(self.shared_init.items())})
 
     @property
     def price_per_gpu_second(self) -> float:
         return self.price_per_hour / self.gpus_per_instance / 3600.0
+
+    def init_sharing(self, instances: int) -> float:
+        """How many times longer an instance's set-up takes while ``instances`` set up at
+        once on one host: :attr:`shared_init` at the largest count measured up to
+        ``instances`` (no guess beyond what was measured), 1.0 otherwise."""
+        factor = 1.0
+        for k, f in self.shared_init.items():  # sorted by k
+            if k > instances:
+                break
+            factor = f
+        return factor
 
     def instances_for(self, gpus: int) -> int:
         """Instances needed to hold ``gpus`` GPUs."""

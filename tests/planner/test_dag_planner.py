@@ -186,6 +186,44 @@ def test_instances_held_at_the_start_skip_the_scale_up_and_are_billed_from_it():
         simulate(spec, one, prof, cloud, held=-1)
 
 
+def test_instances_setting_up_at_once_on_one_host_slow_each_other():
+    """``CloudProfile.shared_init``: at stage 0 the held instances and the new ones set up
+    together and each takes the factor longer; a later scale-up counts only the new ones."""
+    spec = ExperimentSpec((Stage(2, 1), Stage(1, 1), Stage(1, 1)))
+    prof = ScalingProfile({1: 100.0})
+    apart = CLOUD.with_(gpus_per_instance=1, provision=Latency(0.0), init=Latency(5.0),
+                        price_per_hour=3600.0, min_billed_s=0.0)
+    local = apart.with_(shared_init={2: 2.0})
+    two = StageAllocation((2, 1, 1), (2, 1, 1))
+    # one held (ready after 4 s alone) and a new one (5 s alone): at once, 8 s and 10 s
+    assert simulate(spec, two, prof, apart, held=1, held_ready=Latency(4.0)).jct == \
+        pytest.approx(5 + 300)
+    shared = simulate(spec, two, prof, local, held=1, held_ready=Latency(4.0))
+    assert shared.jct == pytest.approx(10 + 300)
+    assert shared.cost == pytest.approx(310 + 110)  # held from 0 to 310; the new, 0 to 110
+    # one set-up alone is not slowed, held or new (stage 0's two trials queue: 200 s)
+    one = StageAllocation((1, 1, 1), (1, 1, 1))
+    assert simulate(spec, one, prof, local, held=1, held_ready=Latency(4.0)).jct == \
+        pytest.approx(4 + 400)
+    assert simulate(spec, one, prof, local).jct == pytest.approx(5 + 400)
+    # a later scale-up of one instance beside the one held sets up alone
+    grow = StageAllocation((1, 1, 2), (1, 1, 2))
+    spec3 = ExperimentSpec((Stage(1, 1), Stage(1, 1), Stage(2, 1)))
+    assert simulate(spec3, grow, prof, local, held=1, held_ready=Latency(4.0)).jct == \
+        pytest.approx(4 + 200 + 5 + 100)
+    # from nothing, two new ones at once are slowed as well
+    assert simulate(spec, two, prof, local).jct == pytest.approx(10 + 300)
+    assert local.init_sharing(1) == 1.0 and local.init_sharing(3) == 2.0
+
+
+@pytest.mark.parametrize("shared", [{1: 2.0}, {2: 0.0}, {2: float("inf")}, {2.5: 1.5}])
+def test_a_shared_init_factor_must_be_a_count_of_two_or_more_and_positive(shared):
+    from nbtune.planner.profiles import ProfileError
+
+    with pytest.raises(ProfileError, match="shared_init"):
+        CLOUD.with_(shared_init=shared)
+
+
 def test_a_plan_from_a_held_instance_keeps_it_when_a_new_one_would_not_pay():
     spec = ExperimentSpec((Stage(2, 1), Stage(1, 1)))
     prof = ScalingProfile({1: 10.0})
