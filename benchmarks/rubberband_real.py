@@ -189,7 +189,8 @@ def one_run() -> dict:
     # launches, its own stage-0 preparation as INIT_INSTANCE). A local worker is billed
     # from the moment it is asked for (the meter counts stage 0's preparation), so the
     # worker start is modelled as a billed INIT, with no unbilled provisioning before it.
-    replay = simulate(spec, p.allocation, profile_from_experiment(exp),
+    own = profile_from_experiment(exp)
+    replay = simulate(spec, p.allocation, own,
                       cloud.with_(init=Latency(ex.prepare_s), shared_init={}))
     settle = settle_times(ex.timeline, spec.num_stages())
     follows = all(s is not None and s <= SETTLE_S for s in settle)
@@ -202,6 +203,8 @@ def one_run() -> dict:
         "held_ready_s": round(ready_s, 2), "worker_start_s": round(start_s, 2),
         "together_s": round(together_s, 2),
         "run_prepare_s": round(ex.prepare_s, 2),
+        "run_s_per_epoch": round(own.points[1], 3),
+        "run_side_by_side_factor": round(own.sharing(MAX_WORKERS), 3),
         "deadline_s": round(deadline, 1), "plan_workers": list(p.allocation.instances),
         "predicted_jct_s": round(p.planned.jct, 2), "measured_jct_s": round(jct, 2),
         "jct_error": round(jct_err, 3),
