@@ -118,11 +118,13 @@ class Engine:
         handlers = self._handlers
         self._rounds += 1  # trials change from here on (and the subscribers' profiles at the end)
         for e in events:
-            if e.time > self.time:
-                self.time = e.time
-            handler = handlers.get(type(e))
-            if handler is None:
-                raise EngineError(f"engine does not know event {type(e).__name__}")
+            t = e.time
+            if t > self.time:
+                self.time = t
+            try:
+                handler = handlers[type(e)]
+            except KeyError:
+                raise EngineError(f"engine does not know event {type(e).__name__}") from None
             handler(e, cmds)
         self.events_handled += len(events)
         if self._dirty and self.started and not self.done:
