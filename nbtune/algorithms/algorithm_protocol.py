@@ -23,6 +23,8 @@ from nbtune.core.trial import Decision, TrialSpec, TrialState
 
 __all__ = ["BaseAlgorithm", "AlgorithmError"]
 
+_CONTINUE = Decision.CONTINUE  # returned on every report: a module name is found faster
+
 
 class AlgorithmError(ValueError):
     """Bad options for an algorithm: says which option and what would be valid."""
@@ -166,18 +168,20 @@ class BaseAlgorithm:
     def on_report(self, trial_id: int, budget: float, metrics: Mapping[str, Any]) -> Decision:
         """Record a result; say whether the trial should go on, pause or stop."""
         self.record(trial_id, budget, metrics)
-        return Decision.CONTINUE
+        return _CONTINUE
 
     def record(self, trial_id: int, budget: float, metrics: Mapping[str, Any]) -> float | None:
         """Keep the result as a loss (lower is better); called once per report, so kept lean."""
         value = metrics.get(self.metric)
         if value is None:
             return None
-        loss = float(value) if self.mode == "min" else -float(value)
+        if type(value) is not float:  # a float already (most often): no call
+            value = float(value)
+        loss = value if self.mode == "min" else -value
         h = self.history.get(trial_id)
         if h is None:
             h = self.history[trial_id] = {}
-        h[float(budget)] = loss
+        h[budget if type(budget) is float else float(budget)] = loss
         return loss
 
     def speculate(self) -> list[TrialSpec]:

@@ -39,7 +39,10 @@ __all__ = ["Engine", "EngineError", "Subscriber"]
 Subscriber = Callable[[tuple[ev.Event, ...], list[Command]], None]
 
 _NUMBER = (int, float)  # a metric the best-trial rule ranks (bool aside)
-_RUNNING = TrialState.RUNNING  # read on every report
+# read on every report: an enum's members are found through its metaclass, several times
+# slower than a module's names
+_RUNNING = TrialState.RUNNING
+_CONTINUE, _STOP, _PAUSE = Decision.CONTINUE, Decision.STOP, Decision.PAUSE
 
 
 class Engine:
@@ -115,11 +118,13 @@ class Engine:
         handlers = self._handlers
         self._rounds += 1  # trials change from here on (and the subscribers' profiles at the end)
         for e in events:
-            if e.time > self.time:
-                self.time = e.time
-            handler = handlers.get(type(e))
-            if handler is None:
-                raise EngineError(f"engine does not know event {type(e).__name__}")
+            t = e.time
+            if t > self.time:
+                self.time = t
+            try:
+                handler = handlers[type(e)]
+            except KeyError:
+                raise EngineError(f"engine does not know event {type(e).__name__}") from None
             handler(e, cmds)
         self.events_handled += len(events)
         if self._dirty and self.started and not self.done:
@@ -240,9 +245,9 @@ class Engine:
         if self._spec and tid in self._spec:
             self._on_speculative_report(e)  # speculative: kept from the algorithm until promoted
             return
-        if t.results and e.budget <= t.budget_used + EPS:  # recorded: a relaunch recomputed it
-            return self._on_recomputed(e, cmds)
         b = e.budget
+        if t.results and b <= t.budget_used + EPS:  # recorded: a relaunch recomputed it
+            return self._on_recomputed(e, cmds)
         now = e.time
         prev = t.last_mark
         if prev is not None and b > prev[1] + EPS:
@@ -253,25 +258,31 @@ class Engine:
                 if measured is not None and measured(tid):
                     self._dirty = True
         t.last_mark = (now, b)
-        self._apply_report(t, e, cmds)
+        decision = self._record(t, e)
+        if decision is not _CONTINUE or b >= t.target_budget - EPS:
+            self._decide(t, b, decision, cmds)  # else it trains on (most reports)
 
     def _apply_report(self, t: TrialRecord, e: ev.TrialReported, cmds: list[Command]) -> None:
         """A result counts: record it, ask the algorithm, end the segment at its budget."""
-        tid, b, running = t.trial_id, e.budget, t.state is _RUNNING
-        decision = self._record(t, e)
+        self._decide(t, e.budget, self._record(t, e), cmds)
+
+    def _decide(self, t: TrialRecord, b: float, decision: Decision, cmds: list[Command]) -> None:
+        """Carry out the algorithm's decision on a report at budget ``b``; the segment ends
+        at its target budget whatever the decision."""
+        running = t.state is _RUNNING
         if b >= t.target_budget - EPS:
-            if decision is Decision.STOP:
+            if decision is _STOP:
                 self._end(t, TrialState.STOPPED)
             elif b >= self.max_budget - EPS:
                 self._end(t, TrialState.COMPLETED)
             else:
                 self._pause(t)
-        elif decision is Decision.STOP:
+        elif decision is _STOP:
             if running:
-                cmds.append(Stop(tid))
+                cmds.append(Stop(t.trial_id))
             self._end(t, TrialState.STOPPED)
-        elif decision is Decision.PAUSE and running:
-            cmds.append(Pause(tid))
+        elif decision is _PAUSE and running:
+            cmds.append(Pause(t.trial_id))
             self._pause(t)
 
     def _record(self, t: TrialRecord, e: ev.TrialReported) -> Decision:

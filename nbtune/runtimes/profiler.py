@@ -298,11 +298,12 @@ class Profiler:
                 # enough unit times the report only moves its mark on
                 e = events[0]
                 if type(e) is _REPORTED:
-                    m = self._marks.get(e.trial_id)
+                    tid = e.trial_id
+                    m = self._marks.get(tid)
                     if m is not None and m.full and m.resized_at is None:
                         m.time, m.budget = e.time, e.budget
-                        if e.trial_id not in self._engine.running:
-                            self._leave(e.trial_id)
+                        if tid not in self._engine.running:
+                            self._leave(tid)
                         return
             self._take(events, cmds)
         except Exception:  # a lost measurement must not take the experiment down

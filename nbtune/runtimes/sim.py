@@ -192,13 +192,46 @@ class SimRuntime:
     def _loop(self) -> None:
         engine = self._engine
         assert engine is not None
-        heap, pop, set_time = self._heap, heapq.heappop, self._clock.set_ordered
+        heap, pop, push, set_time = self._heap, heapq.heappop, heapq.heappush, self._clock.set_ordered
         materialize, handle, execute = self._materialize, engine.handle, self._execute
         waiting, schedule_waiting = self._waiting, self._schedule_waiting
+        live_of, metrics, floor = self._live, self._metrics, math.floor
+        reported, step = ev.TrialReported, self.report_every
         while heap and not engine.done:
             item = pop(heap)
             t = item[0]
             set_time(t)  # the heap yields times in order; advance_to's check is for outsiders
+            if item[1] == _REPORT and not (heap and heap[0][0] <= t + EPS):
+                # the hot path, one per budget unit of every trial: a report alone at its
+                # instant, short of the trial's target, of a trial that does not fail here
+                # (what _materialize and _schedule_next do, spelled out)
+                _, _, _, tid, gen, budget = item
+                live = live_of.get(tid)
+                if live is None or live.gen != gen:
+                    continue  # stale: the trial was stopped, paused or re-rated since
+                target = live.target
+                if live.fails_at is None and budget < target - EPS:
+                    live.progress = budget
+                    live.last_t = t
+                    self.events_processed += 1
+                    cmds = handle(reported(t, tid, budget, metrics(tid, live.config, budget)))
+                    if cmds:  # it may have been moved, re-rated or stopped
+                        live.waiting = True
+                        waiting.append(live)
+                        execute(cmds)
+                        schedule_waiting(t)
+                    else:  # it runs on as it was: its next report
+                        live.gen = gen = gen + 1
+                        rate = live.rate
+                        if rate <= 0.0:
+                            raise SimulationError(f"trial {tid} has rate {rate}")
+                        nb = min((floor(budget / step + EPS) + 1) * step, target)
+                        self._seq = seq = self._seq + 1
+                        push(heap, (t + (nb - budget) / rate, _REPORT, seq, tid, gen, nb))
+                    if self.events_processed > self.max_events and not engine.done:
+                        raise SimulationError(
+                            f"more than {self.max_events} events: runaway simulation")
+                    continue
             e = materialize(item, t)
             # simultaneous events (closer than EPS: the times of a replayed run are sums
             # that rounding splits) go to the engine together, as a real runtime hands it
@@ -278,7 +311,7 @@ class SimRuntime:
     def _schedule_next(self, live: _Live, now: float) -> None:
         live.gen += 1
         rate = live.rate
-        if rate <= 0:
+        if rate <= 0.0:
             raise SimulationError(f"trial {live.trial_id} has rate {rate}")
         nb = self._next_budget(live)
         last = live.last_t

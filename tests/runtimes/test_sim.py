@@ -251,3 +251,14 @@ def test_full_gc_passes_held_off_only_while_the_loop_runs():
     with pytest.raises(RuntimeError, match="boom"):
         run(Failing({"x": uniform(0, 1)}, unit_time=1.0), n=2, gpus=1, budget=2)
     assert gc.get_threshold() == before
+
+
+def test_the_runaway_guard_counts_quiet_reports():
+    """Reports that change nothing (the loop's fast path) count toward ``max_events``."""
+    from nbtune.runtimes.sim import SimulationError
+
+    wl = SyntheticWorkload(SPACE, unit_time=1.0, noise=0.0)
+    with pytest.raises(SimulationError, match="more than 5 events"):
+        run(wl, n=1, gpus=1, budget=20, sim=SimRuntime(cluster=1, max_events=5))
+    exp = run(wl, n=1, gpus=1, budget=20, sim=SimRuntime(cluster=1, max_events=40))
+    assert exp.runtime.events_processed == 25  # started, 4 GPU samples, a report per unit
