@@ -192,11 +192,11 @@ class SimRuntime:
     def _loop(self) -> None:
         engine = self._engine
         assert engine is not None
-        heap, pop, push, set_time = self._heap, heapq.heappop, heapq.heappush, self._clock.set_ordered
+        heap, pop, set_time = self._heap, heapq.heappop, self._clock.set_ordered
         materialize, handle, execute = self._materialize, engine.handle, self._execute
         waiting, schedule_waiting = self._waiting, self._schedule_waiting
-        live_of, metrics, floor = self._live, self._metrics, math.floor
-        reported, step = ev.TrialReported, self.report_every
+        live_of, metrics, schedule_next = self._live, self._metrics, self._schedule_next
+        reported = ev.TrialReported
         while heap and not engine.done:
             item = pop(heap)
             t = item[0]
@@ -204,7 +204,7 @@ class SimRuntime:
             if item[1] == _REPORT and not (heap and heap[0][0] <= t + EPS):
                 # the hot path, one per budget unit of every trial: a report alone at its
                 # instant, short of the trial's target, of a trial that does not fail here
-                # (what _materialize and _schedule_next do, spelled out)
+                # (_materialize's report branch, without its batching and failure cases)
                 _, _, _, tid, gen, budget = item
                 live = live_of.get(tid)
                 if live is None or live.gen != gen:
@@ -221,13 +221,7 @@ class SimRuntime:
                         execute(cmds)
                         schedule_waiting(t)
                     else:  # it runs on as it was: its next report
-                        live.gen = gen = gen + 1
-                        rate = live.rate
-                        if rate <= 0.0:
-                            raise SimulationError(f"trial {tid} has rate {rate}")
-                        nb = min((floor(budget / step + EPS) + 1) * step, target)
-                        self._seq = seq = self._seq + 1
-                        push(heap, (t + (nb - budget) / rate, _REPORT, seq, tid, gen, nb))
+                        schedule_next(live, t)
                     if self.events_processed > self.max_events and not engine.done:
                         raise SimulationError(
                             f"more than {self.max_events} events: runaway simulation")
