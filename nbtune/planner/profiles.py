@@ -69,6 +69,28 @@ class Latency:
 ZERO_LATENCY = Latency(0.0)
 
 
+def _sharing_factors(name: str, factors: Mapping[int, float]) -> dict[int, float]:
+    """``{count: factor}`` checked (counts whole and >= 2, factors > 0), sorted by count:
+    how much slower something gets while ``count`` of its kind share one host."""
+    for k, f in factors.items():
+        if isinstance(k, bool) or int(k) != k or k < 2:
+            raise ProfileError(f"{name}: counts must be whole numbers >= 2, got {k!r}")
+        if not (math.isfinite(f) and f > 0):
+            raise ProfileError(f"{name}: factors must be > 0, got {f!r} at {k}")
+    return {int(k): float(f) for k, f in sorted(factors.items())}
+
+
+def _factor_at(factors: Mapping[int, float], count: int) -> float:
+    """The factor at the largest count measured up to ``count`` (no guess beyond what was
+    measured); 1.0 below the smallest. ``factors`` sorted by count."""
+    factor = 1.0
+    for k, f in factors.items():
+        if k > count:
+            break
+        factor = f
+    return factor
+
+
 @dataclass(frozen=True)
 class ScalingProfile:
     """Seconds per iteration of one trial on ``w`` workers, from measured points.
@@ -113,14 +135,8 @@ class ScalingProfile:
         Latency(1.0, self.cv)  # validates cv
         if min(self.startup_s, self.cold_start_s, self.data_gb_per_iteration) < 0:
             raise ProfileError("startup_s, cold_start_s and data_gb_per_iteration must be >= 0")
-        for k, f in self.shared.items():
-            if isinstance(k, bool) or int(k) != k or k < 2:
-                raise ProfileError(f"shared: worker counts must be whole numbers >= 2, got {k!r}")
-            if not (math.isfinite(f) and f > 0):
-                raise ProfileError(f"shared: factors must be > 0, got {f!r} at {k} workers")
         object.__setattr__(self, "points", {int(w): float(s) for w, s in self.points.items()})
-        object.__setattr__(self, "shared",
-                           {int(k): float(f) for k, f in sorted(self.shared.items())})
+        object.__setattr__(self, "shared", _sharing_factors("shared", self.shared))
         object.__setattr__(self, "_keys", tuple(sorted(self.points)))
 
     @classmethod
@@ -172,12 +188,7 @@ class ScalingProfile:
         """How many times slower an iteration is while ``workers`` workers of one host train
         at once: :attr:`shared` at the largest count measured up to ``workers`` (no guess
         beyond what was measured), 1.0 alone or where nothing is shared."""
-        factor = 1.0
-        for k, f in self.shared.items():  # sorted by k
-            if k > workers:
-                break
-            factor = f
-        return factor
+        return _factor_at(self.shared, workers)
 
 
 @dataclass(frozen=True)
@@ -220,14 +231,7 @@ class CloudProfile:
         for name in ("provision", "init"):
             if not isinstance(getattr(self, name), Latency):
                 raise ProfileError(f"{name} must be a Latency, e.g. Latency(15.0)")
-        for k, f in self.shared_init.items():
-            if isinstance(k, bool) or int(k) != k or k < 2:
-                raise ProfileError(
-                    f"shared_init: instance counts must be whole numbers >= 2, got {k!r}")
-            if not (math.isfinite(f) and f > 0):
-                raise ProfileError(f"shared_init: factors must be > 0, got {f!r} at {k}")
-        object.__setattr__(self, "shared_init",
-                           {int(k): float(f) for k, f in sorted(self.shared_init.items())})
+        object.__setattr__(self, "shared_init", _sharing_factors("shared_init", self.shared_init))
 
     @property
     def price_per_gpu_second(self) -> float:
@@ -237,12 +241,7 @@ class CloudProfile:
         """How many times longer an instance's set-up takes while ``instances`` set up at
         once on one host: :attr:`shared_init` at the largest count measured up to
         ``instances`` (no guess beyond what was measured), 1.0 otherwise."""
-        factor = 1.0
-        for k, f in self.shared_init.items():  # sorted by k
-            if k > instances:
-                break
-            factor = f
-        return factor
+        return _factor_at(self.shared_init, instances)
 
     def instances_for(self, gpus: int) -> int:
         """Instances needed to hold ``gpus`` GPUs."""
