@@ -315,13 +315,16 @@ class DynamicFluidAllocator(StaticFluidAllocator):
     def plan(self, view: SchedulingView, est: FluidEstimator) -> dict[int, float]:
         """w' for every running trial (Alg. 2 line 4 over the whole cluster, spare GPUs filled)."""
         running = view.running
-        records = list(map(view.trial, running))
+        incremental = hasattr(view, "trial_changes")  # the table reads the records it needs
+        records = None if incremental else list(map(view.trial, running))
         table = self._running_h1
         if table is None:
             table = self._running_h1 = RunningH1()
-        h1 = table.h1(est, running, records, view.time)
+        h1 = table.h1(est, running, records, view.time, view if incremental else None)
         self._kept = h1 is not None  # the table holds every running trial's width now
         if h1 is None:
+            if records is None:
+                records = list(map(view.trial, running))
             h1 = est.h1(dict(zip(running, map(_TARGET, records), strict=True)), records)
         n = view.cluster.n_gpus
         widths = fluid_widths(h1, n, self.c, self.d)
