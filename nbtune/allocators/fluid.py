@@ -55,7 +55,13 @@ from nbtune.allocators.held_book import HeldBook
 from nbtune.allocators.profiling import MeasuredLimits, Profile, ProfileLookup, ProfileStore
 from nbtune.allocators.running_h1 import RunningH1
 from nbtune.allocators.unit_cost import UnitCostFit
-from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
+from nbtune.allocators.waterfill import (
+    fill_in_order,
+    fill_leftover,
+    fluid_widths,
+    place_widths,
+    widths_in_order,
+)
 from nbtune.core.resources import Placement, width
 from nbtune.core.tolerance import EPS as _TOL
 
@@ -124,6 +130,9 @@ class StaticFluidAllocator(BaseAllocator):
         self._unmeasured: dict[int, set[int]] = {}
         self._running_h1: RunningH1 | None = None  # DynamicFluid's plan: h_i1 kept across calls
         self._kept = False  # the last plan was made from it
+        # the last plan's widths (the mapping plan returned, as an array, and what each
+        # trial held), while it was made on the table's arrays
+        self._planned: tuple[dict[int, float], np.ndarray, np.ndarray] | None = None
         self._gpu_ids: tuple[Any, list[int]] | None = None  # a cluster and its GPU ids in order
 
     @classmethod
@@ -322,19 +331,39 @@ class DynamicFluidAllocator(StaticFluidAllocator):
             table = self._running_h1 = RunningH1()
         h1 = table.h1(est, running, records, view.time, view if incremental else None)
         self._kept = h1 is not None  # the table holds every running trial's width now
+        self._planned = None
+        n = view.cluster.n_gpus
         if h1 is None:
             if records is None:
                 records = list(map(view.trial, running))
             h1 = est.h1(dict(zip(running, map(_TARGET, records), strict=True)), records)
-        n = view.cluster.n_gpus
-        widths = fluid_widths(h1, n, self.c, self.d)
+            widths = fluid_widths(h1, n, self.c, self.d)
+            if self.fill:
+                widths = fill_leftover(widths, est.runtime, n, self.c, self.d,
+                                       runtimes=est.runtimes)
+            return widths
+        # fluid_widths and fill_leftover on the table's arrays: the same widths, in the same
+        # order, without a mapping per step
+        tids, h, at = table.last()
+        ids, w, order = widths_in_order(tids, h, n, self.c, self.d)
         if self.fill:
-            widths = fill_leftover(widths, est.runtime, n, self.c, self.d, runtimes=est.runtimes)
-        return widths
+            w = fill_in_order(ids, w, est.runtimes, n, self.c, self.d)
+        target = dict(zip(ids, w.tolist(), strict=True))
+        self._planned = (target, w, table.widths_at(at[order]))
+        return target
+
+    def planned_arrays(self, target: Mapping[int, float]) -> tuple[np.ndarray, np.ndarray] | None:
+        """For ``target`` as the last :meth:`plan` returned it: its widths as an array, and
+        the width each of its trials holds (:meth:`planned_widths`); else None."""
+        planned = self._planned
+        return planned[1:] if planned is not None and planned[0] is target else None
 
     def planned_widths(self, tids: Iterable[int]) -> np.ndarray | None:
         """The width each of ``tids`` (running trials) holds, as the last :meth:`plan` saw it
         (their placements' shares summed), when that plan kept it; else None."""
+        planned = self._planned
+        if planned is not None and planned[0] is tids:
+            return planned[2]
         table = self._running_h1
         return table.widths(tids) if self._kept and table is not None else None
 
@@ -367,9 +396,11 @@ class DynamicFluidAllocator(StaticFluidAllocator):
             return {}
         target = self.plan(view, est)
         current = _Widths(view.running)
-        now = self.planned_widths(target)
+        arrays = self.planned_arrays(target)
+        now = self.planned_widths(target) if arrays is None else arrays[1]
         if now is not None:  # the same test on the kept widths
-            tw = np.fromiter(target.values(), dtype=float, count=len(target))
+            tw = np.fromiter(target.values(), dtype=float, count=len(target)) \
+                if arrays is None else arrays[0]
             ups = list(compress(target, (tw > now + _TOL).tolist()))
         else:
             ups = [t for t, w in target.items() if w > current[t] + _TOL]

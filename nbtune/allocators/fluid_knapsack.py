@@ -216,9 +216,11 @@ class FluidKnapsackAllocator(KnapsackAllocator):
                 n_whole += int(compute[i] >= 1.0 - _TOL) - int(was)
 
         grows: Iterable[tuple[int, float]] = target.items()
-        held = dyn.planned_widths(target)
+        arrays = dyn.planned_arrays(target)
+        held = dyn.planned_widths(target) if arrays is None else arrays[1]
         if held is not None:  # the test below, for all at once (whole numbers: exact as floats)
-            tw = np.fromiter(target.values(), dtype=float, count=len(target))
+            tw = np.fromiter(target.values(), dtype=float, count=len(target)) \
+                if arrays is None else arrays[0]
             grows = compress(target.items(), (np.floor(tw + _TOL) > held + _TOL).tolist())
         for tid, w_new in grows:  # non-increasing h: the longest trial chooses first
             cur = view.running[tid]

@@ -53,6 +53,7 @@ class RunningH1:
         self._reset(64)
 
     def _reset(self, size: int) -> None:
+        self._given: tuple[list[int], list[float], np.ndarray] = ([], [], np.empty(0, np.intp))
         self._source: Any = None  # the trial_changes whose mark _mark is
         self._mark = -1
         self._slot: dict[int, int] = {}
@@ -217,11 +218,23 @@ class RunningH1:
                 guess = np.where(self._no_pred[at], fallback, self._pred[at])
                 unit = unit.copy()
                 unit[unknown] = guess
-        out = dict(zip(running, (rem * unit).tolist(), strict=True))
+        h = (rem * unit).tolist()
+        self._given = (tids, h, idx)
+        out = dict(zip(running, h, strict=True))
         models = self._models
         est.adopt(out, dict(zip(running, map(models.__getitem__, idx.tolist()), strict=True)),
                   guessed)
         return out
+
+    def last(self) -> tuple[list[int], list[float], np.ndarray]:
+        """What the last :meth:`h1` call gave, as lists: the trial ids (``running``'s
+        order), their h_i1, and the positions the table keeps them at (for
+        :meth:`widths_at`)."""
+        return self._given
+
+    def widths_at(self, at: np.ndarray) -> np.ndarray:
+        """The widths :meth:`widths` gives, of the trials kept at positions ``at``."""
+        return self._width[at]
 
     def widths(self, tids: Iterable[int]) -> np.ndarray:
         """The width of the placement each of ``tids`` held at the last :meth:`h1` call (its
