@@ -59,6 +59,8 @@ def colocate(k: int, demand: Demand, room: ClusterRoom,
     node wins when it can hold the whole trial: the trial stays where it is.
     """
     ok = (room.compute >= 1.0 - _TOL) & (room.memory >= demand.memory_gb - _TOL)
+    if not prefer:
+        return _colocate_new(k, demand, room, ok)
     first = set(prefer)
     by_node: dict[int, list[int]] = {}
     for i in sorted(np.flatnonzero(ok).tolist(), key=lambda i: (i not in first, i)):
@@ -79,6 +81,36 @@ def colocate(k: int, demand: Demand, room: ClusterRoom,
     chosen: list[int] = []
     for n in sorted(usable, key=lambda n: (n not in home, -len(usable[n]), n)):
         chosen.extend(usable[n][: k - len(chosen)])
+        if len(chosen) == k:
+            break
+    return chosen
+
+
+def _colocate_new(k: int, demand: Demand, room: ClusterRoom, ok: np.ndarray) -> list[int] | None:
+    """:func:`colocate` with nothing preferred, on arrays: the qualifying GPUs in index order
+    grouped by node, each node's count capped by its free cores (the same float arithmetic),
+    then the same choice of node(s)."""
+    idx = np.flatnonzero(ok)
+    if len(idx) < k:
+        return None  # fewer qualify than it needs (what is usable is fewer still)
+    nodes = room.gpu_node[idx]
+    uniq, counts = np.unique(nodes, return_counts=True)
+    if demand.cpus <= 0:
+        usable = counts
+    else:
+        caps = np.floor(room.node_cpus[uniq] / demand.cpus + _TOL).astype(np.int64)
+        keep = caps > 0
+        uniq, usable = uniq[keep], np.minimum(counts[keep], caps[keep])
+    if int(usable.sum()) < k:
+        return None
+    whole = np.flatnonzero(usable >= k)
+    if len(whole):  # one node holds it all: the least room to spare (best fit), then lowest
+        j = whole[np.lexsort((uniq[whole], usable[whole]))[0]]
+        return idx[nodes == uniq[j]][:k].tolist()
+    chosen: list[int] = []
+    for j in np.lexsort((uniq, -usable)).tolist():  # the most room first, then lowest node
+        take = min(int(usable[j]), k - len(chosen))
+        chosen.extend(idx[nodes == uniq[j]][:take].tolist())
         if len(chosen) == k:
             break
     return chosen
