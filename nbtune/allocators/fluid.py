@@ -134,6 +134,9 @@ class StaticFluidAllocator(BaseAllocator):
         # trial held), while it was made on the table's arrays
         self._planned: tuple[dict[int, float], np.ndarray, np.ndarray] | None = None
         self._gpu_ids: tuple[Any, list[int]] | None = None  # a cluster and its GPU ids in order
+        self._kept_caps: tuple[Any, dict[int, float]] | None = None  # a cluster, its caps
+        # (state_version, the launch _static appended to the held book then): _book_after
+        self._launched_on: tuple[Any, dict[int, Placement]] | None = None
 
     @classmethod
     def from_profile(cls, profile: Profile, **kwargs: Any) -> StaticFluidAllocator:
@@ -182,10 +185,18 @@ class StaticFluidAllocator(BaseAllocator):
                               costs=self._unit_costs)
 
     def _caps(self, view: SchedulingView) -> dict[int, float]:
-        ids = [g.gpu_id for g in view.cluster.gpus]
+        """Each GPU's most share (read, never changed: the same mapping is handed out again
+        for the same cluster where the cap is the base class's, which reads no view)."""
+        cluster = view.cluster
         if type(self).max_share is BaseAllocator.max_share:
-            return dict.fromkeys(ids, BaseAllocator.max_share(self, view, ids[0]) if ids else 1.0)
-        return {g: self.max_share(view, g) for g in ids}
+            kept = self._kept_caps
+            if kept is not None and kept[0] is cluster:
+                return kept[1]
+            ids = [g.gpu_id for g in cluster.gpus]
+            caps = dict.fromkeys(ids, BaseAllocator.max_share(self, view, ids[0]) if ids else 1.0)
+            self._kept_caps = (cluster, caps)
+            return caps
+        return {g.gpu_id: self.max_share(view, g.gpu_id) for g in cluster.gpus}
 
     def _book(self, view: SchedulingView, held: Mapping[int, Placement]) -> HeldBook:
         """The allocator's :class:`HeldBook`, brought up to ``held`` (rebuilt if the cluster changed).
@@ -197,11 +208,26 @@ class StaticFluidAllocator(BaseAllocator):
         """
         caps = self._caps(view)
         book = getattr(self, "_held_book", None)
-        if book is None or book.cluster is not view.cluster or book.caps != caps:
+        self._launched_on = None
+        if book is None or book.cluster is not view.cluster or (book.caps is not caps
+                                                                 and book.caps != caps):
             book = self._held_book = HeldBook(view.cluster, self.c, caps, held)
         else:
             book.sync(held)
         return book
+
+    def _book_after(self, view: SchedulingView, launch: Mapping[int, Placement]) -> HeldBook:
+        """:meth:`_book` of ``{**view.running, **launch}``; without a sync when ``launch`` is
+        what :meth:`_static` just appended, in order, to the book it synced to ``running`` in
+        this same state of the engine (``state_version``): the book holds exactly that."""
+        stamp = getattr(view, "state_version", None)
+        book = getattr(self, "_held_book", None)
+        if (stamp is not None and book is not None and self._launched_on is not None
+                and self._launched_on[0] == stamp and self._launched_on[1] is launch
+                and book.cluster is view.cluster):
+            self._launched_on = None
+            return book
+        return self._book(view, {**view.running, **launch})
 
     def _limit(self, view: SchedulingView) -> int | None:
         caps = [x for x in (view.max_concurrent, self.concurrency) if x is not None]
@@ -280,6 +306,9 @@ class StaticFluidAllocator(BaseAllocator):
             if pl is not None:
                 launch[tid] = pl
                 book.append(tid, pl)
+        stamp = getattr(view, "state_version", None)
+        if stamp is not None:  # the book holds running + launch: see _book_after
+            self._launched_on = (stamp, launch)
         return launch
 
 
@@ -405,7 +434,7 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         else:
             ups = [t for t, w in target.items() if w > current[t] + _TOL]
         # every placement held now, kept current as trials move
-        book = self._book(view, {**view.running, **launch})
+        book = self._book_after(view, launch)
         held = book.held
         resize: dict[int, Placement] = {}
         short = self._grow(est, ups, target, current, book, resize)

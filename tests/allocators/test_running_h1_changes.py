@@ -114,3 +114,30 @@ def test_in_running_order_follows_running():
     led.release(recs[3], 1.0)
     assert list(led.placed_seq) == list(led.placements) == [2, 1, 0]
     assert sorted(led.placed_seq, key=led.placed_seq.__getitem__) == [2, 1, 0]
+
+
+def test_the_book_kept_after_a_launch_is_the_one_a_sync_gives(monkeypatch):
+    """Where _static just appended its launch to the held book, _dynamic takes the book as it
+    is: the same placements in the same order, loads and counts as a book built afresh."""
+    from nbtune.allocators.fluid import DynamicFluidAllocator
+    from nbtune.allocators.held_book import HeldBook
+
+    kept = []
+    plain = DynamicFluidAllocator._book_after
+
+    def checked(self, view, launch):
+        book = plain(self, view, launch)
+        held = {**view.running, **launch}
+        fresh = HeldBook(view.cluster, self.c, self._caps(view), held)
+        assert list(book.held.items()) == list(held.items())
+        assert book.load == fresh.load and book.count == fresh.count
+        assert book.spreadable == fresh.spreadable
+        kept.append(bool(launch))
+        return book
+
+    monkeypatch.setattr(DynamicFluidAllocator, "_book_after", checked)
+    sim = SimRuntime(cluster=ClusterSpec.homogeneous(8, gpus_per_node=4), resize_overhead=1.0)
+    nbtune.tune(_workload(5), SPACE, algorithm="asha", eta=3, metric="loss", max_budget=27,
+                num_trials=64, allocator="waterfill", runtime=sim, seed=5, validate=True,
+                allocator_options={"c": 3, "d": 3, "resize_overhead": 1.0})
+    assert True in kept and False in kept
