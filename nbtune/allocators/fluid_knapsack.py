@@ -232,7 +232,7 @@ class FluidKnapsackAllocator(KnapsackAllocator):
             return {}
         dyn = self._fluid
         target = dyn.plan(view, est)
-        pos = {g: i for i, g in enumerate(room.gpu_ids)}
+        pos: dict[int, int] | None = None  # GPU id -> index in the room, when a trial grows
         resize: dict[int, Placement] = {}
         compute, memory, node_cpus, gpu_node = room.compute, room.memory, room.node_cpus, \
             room.gpu_node
@@ -261,6 +261,8 @@ class FluidKnapsackAllocator(KnapsackAllocator):
             if top <= w + _TOL:
                 continue  # the plan gives it no more whole GPUs than it holds
             dem = self.demand_of(view, tid, view.trial(tid).config)
+            if pos is None:
+                pos = {g: i for i, g in enumerate(room.gpu_ids)}
             mine = [(pos[g], sh) for g, sh in cur if g in pos]
             own = [i for i, _ in mine]
             mem, cpus = dem.memory_gb, dem.cpus
