@@ -55,7 +55,13 @@ from nbtune.allocators.held_book import HeldBook
 from nbtune.allocators.profiling import MeasuredLimits, Profile, ProfileLookup, ProfileStore
 from nbtune.allocators.running_h1 import RunningH1
 from nbtune.allocators.unit_cost import UnitCostFit
-from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
+from nbtune.allocators.waterfill import (
+    fill_in_order,
+    fill_leftover,
+    fluid_widths,
+    place_widths,
+    widths_in_order,
+)
 from nbtune.core.resources import Placement, width
 from nbtune.core.tolerance import EPS as _TOL
 
@@ -124,7 +130,13 @@ class StaticFluidAllocator(BaseAllocator):
         self._unmeasured: dict[int, set[int]] = {}
         self._running_h1: RunningH1 | None = None  # DynamicFluid's plan: h_i1 kept across calls
         self._kept = False  # the last plan was made from it
+        # the last plan's widths (the mapping plan returned, as an array, and what each
+        # trial held), while it was made on the table's arrays
+        self._planned: tuple[dict[int, float], np.ndarray, np.ndarray] | None = None
         self._gpu_ids: tuple[Any, list[int]] | None = None  # a cluster and its GPU ids in order
+        self._kept_caps: tuple[Any, dict[int, float]] | None = None  # a cluster, its caps
+        # (state_version, the launch _static appended to the held book then): _book_after
+        self._launched_on: tuple[Any, dict[int, Placement]] | None = None
 
     @classmethod
     def from_profile(cls, profile: Profile, **kwargs: Any) -> StaticFluidAllocator:
@@ -173,10 +185,18 @@ class StaticFluidAllocator(BaseAllocator):
                               costs=self._unit_costs)
 
     def _caps(self, view: SchedulingView) -> dict[int, float]:
-        ids = [g.gpu_id for g in view.cluster.gpus]
+        """Each GPU's most share (read, never changed: the same mapping is handed out again
+        for the same cluster where the cap is the base class's, which reads no view)."""
+        cluster = view.cluster
         if type(self).max_share is BaseAllocator.max_share:
-            return dict.fromkeys(ids, BaseAllocator.max_share(self, view, ids[0]) if ids else 1.0)
-        return {g: self.max_share(view, g) for g in ids}
+            kept = self._kept_caps
+            if kept is not None and kept[0] is cluster:
+                return kept[1]
+            ids = [g.gpu_id for g in cluster.gpus]
+            caps = dict.fromkeys(ids, BaseAllocator.max_share(self, view, ids[0]) if ids else 1.0)
+            self._kept_caps = (cluster, caps)
+            return caps
+        return {g.gpu_id: self.max_share(view, g.gpu_id) for g in cluster.gpus}
 
     def _book(self, view: SchedulingView, held: Mapping[int, Placement]) -> HeldBook:
         """The allocator's :class:`HeldBook`, brought up to ``held`` (rebuilt if the cluster changed).
@@ -188,11 +208,26 @@ class StaticFluidAllocator(BaseAllocator):
         """
         caps = self._caps(view)
         book = getattr(self, "_held_book", None)
-        if book is None or book.cluster is not view.cluster or book.caps != caps:
+        self._launched_on = None
+        if book is None or book.cluster is not view.cluster or (book.caps is not caps
+                                                                 and book.caps != caps):
             book = self._held_book = HeldBook(view.cluster, self.c, caps, held)
         else:
             book.sync(held)
         return book
+
+    def _book_after(self, view: SchedulingView, launch: Mapping[int, Placement]) -> HeldBook:
+        """:meth:`_book` of ``{**view.running, **launch}``; without a sync when ``launch`` is
+        what :meth:`_static` just appended, in order, to the book it synced to ``running`` in
+        this same state of the engine (``state_version``): the book holds exactly that."""
+        stamp = getattr(view, "state_version", None)
+        book = getattr(self, "_held_book", None)
+        if (stamp is not None and book is not None and self._launched_on is not None
+                and self._launched_on[0] == stamp and self._launched_on[1] is launch
+                and book.cluster is view.cluster):
+            self._launched_on = None
+            return book
+        return self._book(view, {**view.running, **launch})
 
     def _limit(self, view: SchedulingView) -> int | None:
         caps = [x for x in (view.max_concurrent, self.concurrency) if x is not None]
@@ -271,6 +306,9 @@ class StaticFluidAllocator(BaseAllocator):
             if pl is not None:
                 launch[tid] = pl
                 book.append(tid, pl)
+        stamp = getattr(view, "state_version", None)
+        if stamp is not None:  # the book holds running + launch: see _book_after
+            self._launched_on = (stamp, launch)
         return launch
 
 
@@ -315,23 +353,46 @@ class DynamicFluidAllocator(StaticFluidAllocator):
     def plan(self, view: SchedulingView, est: FluidEstimator) -> dict[int, float]:
         """w' for every running trial (Alg. 2 line 4 over the whole cluster, spare GPUs filled)."""
         running = view.running
-        records = list(map(view.trial, running))
+        incremental = hasattr(view, "trial_changes")  # the table reads the records it needs
+        records = None if incremental else list(map(view.trial, running))
         table = self._running_h1
         if table is None:
             table = self._running_h1 = RunningH1()
-        h1 = table.h1(est, running, records, view.time)
+        h1 = table.h1(est, running, records, view.time, view if incremental else None)
         self._kept = h1 is not None  # the table holds every running trial's width now
-        if h1 is None:
-            h1 = est.h1(dict(zip(running, map(_TARGET, records), strict=True)), records)
+        self._planned = None
         n = view.cluster.n_gpus
-        widths = fluid_widths(h1, n, self.c, self.d)
+        if h1 is None:
+            if records is None:
+                records = list(map(view.trial, running))
+            h1 = est.h1(dict(zip(running, map(_TARGET, records), strict=True)), records)
+            widths = fluid_widths(h1, n, self.c, self.d)
+            if self.fill:
+                widths = fill_leftover(widths, est.runtime, n, self.c, self.d,
+                                       runtimes=est.runtimes)
+            return widths
+        # fluid_widths and fill_leftover on the table's arrays: the same widths, in the same
+        # order, without a mapping per step
+        tids, h, at = table.last()
+        ids, w, order = widths_in_order(tids, h, n, self.c, self.d)
         if self.fill:
-            widths = fill_leftover(widths, est.runtime, n, self.c, self.d, runtimes=est.runtimes)
-        return widths
+            w = fill_in_order(ids, w, est.runtimes, n, self.c, self.d)
+        target = dict(zip(ids, w.tolist(), strict=True))
+        self._planned = (target, w, table.widths_at(at[order]))
+        return target
+
+    def planned_arrays(self, target: Mapping[int, float]) -> tuple[np.ndarray, np.ndarray] | None:
+        """For ``target`` as the last :meth:`plan` returned it: its widths as an array, and
+        the width each of its trials holds (:meth:`planned_widths`); else None."""
+        planned = self._planned
+        return planned[1:] if planned is not None and planned[0] is target else None
 
     def planned_widths(self, tids: Iterable[int]) -> np.ndarray | None:
         """The width each of ``tids`` (running trials) holds, as the last :meth:`plan` saw it
         (their placements' shares summed), when that plan kept it; else None."""
+        planned = self._planned
+        if planned is not None and planned[0] is tids:
+            return planned[2]
         table = self._running_h1
         return table.widths(tids) if self._kept and table is not None else None
 
@@ -364,14 +425,16 @@ class DynamicFluidAllocator(StaticFluidAllocator):
             return {}
         target = self.plan(view, est)
         current = _Widths(view.running)
-        now = self.planned_widths(target)
+        arrays = self.planned_arrays(target)
+        now = self.planned_widths(target) if arrays is None else arrays[1]
         if now is not None:  # the same test on the kept widths
-            tw = np.fromiter(target.values(), dtype=float, count=len(target))
+            tw = np.fromiter(target.values(), dtype=float, count=len(target)) \
+                if arrays is None else arrays[0]
             ups = list(compress(target, (tw > now + _TOL).tolist()))
         else:
             ups = [t for t, w in target.items() if w > current[t] + _TOL]
         # every placement held now, kept current as trials move
-        book = self._book(view, {**view.running, **launch})
+        book = self._book_after(view, launch)
         held = book.held
         resize: dict[int, Placement] = {}
         short = self._grow(est, ups, target, current, book, resize)

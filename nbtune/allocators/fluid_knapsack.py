@@ -59,6 +59,8 @@ def colocate(k: int, demand: Demand, room: ClusterRoom,
     node wins when it can hold the whole trial: the trial stays where it is.
     """
     ok = (room.compute >= 1.0 - _TOL) & (room.memory >= demand.memory_gb - _TOL)
+    if not prefer:
+        return _colocate_new(k, demand, room, ok)
     first = set(prefer)
     by_node: dict[int, list[int]] = {}
     for i in sorted(np.flatnonzero(ok).tolist(), key=lambda i: (i not in first, i)):
@@ -79,6 +81,36 @@ def colocate(k: int, demand: Demand, room: ClusterRoom,
     chosen: list[int] = []
     for n in sorted(usable, key=lambda n: (n not in home, -len(usable[n]), n)):
         chosen.extend(usable[n][: k - len(chosen)])
+        if len(chosen) == k:
+            break
+    return chosen
+
+
+def _colocate_new(k: int, demand: Demand, room: ClusterRoom, ok: np.ndarray) -> list[int] | None:
+    """:func:`colocate` with nothing preferred, on arrays: the qualifying GPUs in index order
+    grouped by node, each node's count capped by its free cores (the same float arithmetic),
+    then the same choice of node(s)."""
+    idx = np.flatnonzero(ok)
+    if len(idx) < k:
+        return None  # fewer qualify than it needs (what is usable is fewer still)
+    nodes = room.gpu_node[idx]
+    uniq, counts = np.unique(nodes, return_counts=True)
+    if demand.cpus <= 0:
+        usable = counts
+    else:
+        caps = np.floor(room.node_cpus[uniq] / demand.cpus + _TOL).astype(np.int64)
+        keep = caps > 0
+        uniq, usable = uniq[keep], np.minimum(counts[keep], caps[keep])
+    if int(usable.sum()) < k:
+        return None
+    whole = np.flatnonzero(usable >= k)
+    if len(whole):  # one node holds it all: the least room to spare (best fit), then lowest
+        j = whole[np.lexsort((uniq[whole], usable[whole]))[0]]
+        return idx[nodes == uniq[j]][:k].tolist()
+    chosen: list[int] = []
+    for j in np.lexsort((uniq, -usable)).tolist():  # the most room first, then lowest node
+        take = min(int(usable[j]), k - len(chosen))
+        chosen.extend(idx[nodes == uniq[j]][:take].tolist())
         if len(chosen) == k:
             break
     return chosen
@@ -200,7 +232,7 @@ class FluidKnapsackAllocator(KnapsackAllocator):
             return {}
         dyn = self._fluid
         target = dyn.plan(view, est)
-        pos = {g: i for i, g in enumerate(room.gpu_ids)}
+        pos: dict[int, int] | None = None  # GPU id -> index in the room, when a trial grows
         resize: dict[int, Placement] = {}
         compute, memory, node_cpus, gpu_node = room.compute, room.memory, room.node_cpus, \
             room.gpu_node
@@ -216,9 +248,11 @@ class FluidKnapsackAllocator(KnapsackAllocator):
                 n_whole += int(compute[i] >= 1.0 - _TOL) - int(was)
 
         grows: Iterable[tuple[int, float]] = target.items()
-        held = dyn.planned_widths(target)
+        arrays = dyn.planned_arrays(target)
+        held = dyn.planned_widths(target) if arrays is None else arrays[1]
         if held is not None:  # the test below, for all at once (whole numbers: exact as floats)
-            tw = np.fromiter(target.values(), dtype=float, count=len(target))
+            tw = np.fromiter(target.values(), dtype=float, count=len(target)) \
+                if arrays is None else arrays[0]
             grows = compress(target.items(), (np.floor(tw + _TOL) > held + _TOL).tolist())
         for tid, w_new in grows:  # non-increasing h: the longest trial chooses first
             cur = view.running[tid]
@@ -227,6 +261,8 @@ class FluidKnapsackAllocator(KnapsackAllocator):
             if top <= w + _TOL:
                 continue  # the plan gives it no more whole GPUs than it holds
             dem = self.demand_of(view, tid, view.trial(tid).config)
+            if pos is None:
+                pos = {g: i for i, g in enumerate(room.gpu_ids)}
             mine = [(pos[g], sh) for g, sh in cur if g in pos]
             own = [i for i, _ in mine]
             mem, cpus = dem.memory_gb, dem.cpus

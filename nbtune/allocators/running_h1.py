@@ -46,13 +46,16 @@ class RunningH1:
     """
 
     _ARRAYS = ("_target", "_used", "_last", "_since", "_per", "_floor", "_unit", "_width")
-    _FLAGS = ("_reported", "_counts", "_known")
+    _FLAGS = ("_reported", "_counts", "_known", "_no_pred")
 
     def __init__(self) -> None:
         self._context: tuple[Any, ...] | None = None
         self._reset(64)
 
     def _reset(self, size: int) -> None:
+        self._given: tuple[list[int], list[float], np.ndarray] = ([], [], np.empty(0, np.intp))
+        self._source: Any = None  # the trial_changes whose mark _mark is
+        self._mark = -1
         self._slot: dict[int, int] = {}
         self._free: list[int] = list(range(size - 1, -1, -1))
         self._key: dict[int, tuple[Any, ...]] = {}  # trial -> what its parts were made from
@@ -65,6 +68,10 @@ class RunningH1:
         for name in self._FLAGS:  # has a report, progress since it counts, seconds per unit known
             setattr(self, name, np.zeros(size, dtype=bool))
         self._per[:] = 1.0
+        # the fit's guess of seconds per unit (none: _no_pred), and the fit's generation it
+        # was made at (-1: none made since the trial's model was last worked out)
+        self._pred = np.zeros(size)
+        self._pred_gen = np.full(size, -1, dtype=np.int64)
         self._by_sig: dict[str, set[int]] = {}
         self._prof: dict[str, tuple[Any, Any]] = {}  # signature -> its profile, _facts of it
         self._shared: dict[OverheadModel, OverheadModel] = {}
@@ -75,10 +82,11 @@ class RunningH1:
         self._free.extend(range(2 * n - 1, n - 1, -1))
         for name in ("_models", "_sig", "_prof_unit"):
             getattr(self, name).extend([None] * n)
-        for name in self._ARRAYS + self._FLAGS:
+        for name in self._ARRAYS + self._FLAGS + ("_pred",):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
         self._per[n:] = 1.0
+        self._pred_gen = np.concatenate([self._pred_gen, np.full(n, -1, dtype=np.int64)])
 
     def _index_sig(self, tid: int, old: str | None, new: str | None) -> None:
         if old == new:
@@ -99,10 +107,17 @@ class RunningH1:
         self._free.append(s)
 
     def h1(self, est: FluidEstimator, running: Mapping[int, Placement],
-           records: Sequence[TrialRecord], now: float) -> dict[int, float] | None:
+           records: Sequence[TrialRecord] | None, now: float,
+           view: Any = None) -> dict[int, float] | None:
         """h_i1 of each trial in ``running`` (``records``: theirs, in its order) at ``now``,
         adopted by ``est`` for its runtimes; None where ``est`` reads a workload prior
-        (the caller then asks ``est.h1``)."""
+        (the caller then asks ``est.h1``).
+
+        ``view``, where it offers the engine's ``trial_changes`` and ``in_running_order``,
+        saves the look at every trial: the trials changed since the last call are named
+        there, and only those are looked at (``records`` may then be None: they are read
+        from ``view``, as they are where ``view`` cannot tell what changed).
+        """
         if est.workload is not None:
             return None
         costs = est.costs
@@ -115,9 +130,19 @@ class RunningH1:
             self._reset(64)
         if costs is not None and not costs.active:
             costs = None
+        changes = getattr(view, "trial_changes", None)
+        log = None
+        if changes is not None:  # (a bound method: equal for the same engine)
+            mark, log = changes(self._mark if self._source == changes else -1, running)
+            self._source, self._mark = (changes if mark >= 0 else None), mark
         slot = self._slot
-        if len(slot) > len(running) or any(t not in running for t in slot):
-            for tid in [t for t in slot if t not in running]:
+        if log is None:
+            if len(slot) > len(running) or any(t not in running for t in slot):
+                for tid in [t for t in slot if t not in running]:
+                    self._drop(tid)
+        else:
+            touched = set(log)
+            for tid in [t for t in touched if t in slot and t not in running]:
                 self._drop(tid)
         stale: set[int] = set()
         if store is not None:  # a model whose profile the store learnt anew: its trials again
@@ -129,18 +154,34 @@ class RunningH1:
                     if facts != prof[sig][1]:
                         stale.update(tids)
                     prof[sig] = (p, facts)
-        # each trial's inputs, gathered and compared with the last call's by C loops (no
-        # Python frame per trial): record, (target, config, since, measurement, budget used),
-        # placement, [last result]
         tids = list(running)
-        keys = list(zip(records, map(_FIELDS, records), running.values(),
-                        map(_LAST, map(_RESULTS, records)), strict=True))
-        changed = list(map(ne, keys, map(self._key.get, tids)))
-        if stale:
-            changed = [c or tid in stale for c, tid in zip(changed, tids, strict=True)]
-        if any(changed):
-            dirty = list(compress(zip(tids, keys, strict=True), changed))
-            self._update(est, costs, dirty, stale)
+        if log is None:
+            if records is None:
+                records = list(map(view.trial, running))
+            # each trial's inputs, gathered and compared with the last call's by C loops (no
+            # Python frame per trial): record, (target, config, since, measurement, budget
+            # used), placement, [last result]
+            keys = list(zip(records, map(_FIELDS, records), running.values(),
+                            map(_LAST, map(_RESULTS, records)), strict=True))
+            changed = list(map(ne, keys, map(self._key.get, tids)))
+            if stale:
+                changed = [c or tid in stale for c, tid in zip(changed, tids, strict=True)]
+            if any(changed):
+                dirty = list(compress(zip(tids, keys, strict=True), changed))
+                self._update(est, costs, dirty, stale)
+        else:
+            # only the trials the log names (and those of a profile learnt anew) may have
+            # changed: the same test on them, in running order
+            maybe = view.in_running_order(touched | stale)
+            if maybe:
+                recs = list(map(view.trial, maybe))
+                keys = list(zip(recs, map(_FIELDS, recs), map(running.__getitem__, maybe),
+                                map(_LAST, map(_RESULTS, recs)), strict=True))
+                get = self._key.get
+                dirty = [(tid, key) for tid, key in zip(maybe, keys, strict=True)
+                         if key != get(tid) or tid in stale]
+                if dirty:
+                    self._update(est, costs, dirty, stale)
         n = len(tids)
         idx = np.fromiter(map(slot.__getitem__, tids), dtype=np.intp, count=n)
         # est.h1's arithmetic, elementwise: budget left, less the progress since the last
@@ -159,17 +200,41 @@ class RunningH1:
         if not known.all():  # est.h1's guess for the trials with no time known
             n_known = int(np.count_nonzero(known))
             fallback = sum(unit[known].tolist()) / n_known if n_known else 1.0
-            unit = unit.copy()
-            for i in np.flatnonzero(~known).tolist():
-                tid = tids[i]
-                guessed.append(tid)
-                pred = None if costs is None else costs.predict(records[i].config)
-                unit[i] = fallback if pred is None else pred
-        out = dict(zip(running, (rem * unit).tolist(), strict=True))
+            unknown = ~known
+            guessed = list(compress(tids, unknown.tolist()))
+            if costs is None:
+                unit = np.where(unknown, fallback, unit)
+            else:  # the fit's answers, asked again only where it learnt something since
+                where = np.flatnonzero(unknown)
+                at = idx[where]
+                pred_gen = self._pred_gen
+                for i in np.flatnonzero(pred_gen[at] != costs.generation).tolist():
+                    s = int(at[i])
+                    t = view.trial(guessed[i]) if records is None else records[int(where[i])]
+                    pred = costs.predict(t.config)
+                    self._no_pred[s] = pred is None
+                    self._pred[s] = 0.0 if pred is None else pred
+                    pred_gen[s] = costs.generation
+                guess = np.where(self._no_pred[at], fallback, self._pred[at])
+                unit = unit.copy()
+                unit[unknown] = guess
+        h = (rem * unit).tolist()
+        self._given = (tids, h, idx)
+        out = dict(zip(running, h, strict=True))
         models = self._models
         est.adopt(out, dict(zip(running, map(models.__getitem__, idx.tolist()), strict=True)),
                   guessed)
         return out
+
+    def last(self) -> tuple[list[int], list[float], np.ndarray]:
+        """What the last :meth:`h1` call gave, as lists: the trial ids (``running``'s
+        order), their h_i1, and the positions the table keeps them at (for
+        :meth:`widths_at`)."""
+        return self._given
+
+    def widths_at(self, at: np.ndarray) -> np.ndarray:
+        """The widths :meth:`widths` gives, of the trials kept at positions ``at``."""
+        return self._width[at]
 
     def widths(self, tids: Iterable[int]) -> np.ndarray:
         """The width of the placement each of ``tids`` held at the last :meth:`h1` call (its
@@ -224,6 +289,7 @@ class RunningH1:
         if sig is not None:
             self._prof[sig] = (prof, _facts(prof))
         self._sig[s] = sig
+        self._pred_gen[s] = -1
         fixed = est.fixed
         oh = (fixed if fixed is not None else prof.overhead if prof is not None
               else OverheadModel())

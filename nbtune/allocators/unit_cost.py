@@ -39,6 +39,8 @@ class UnitCostFit:
         self._x: dict[int, tuple[float, ...] | None] = {}  # trial -> 1 and its log entries
         self._y: dict[int, float] = {}  # trial -> seconds per unit measured last
         self._fit: tuple[np.ndarray, float, float] | None = None  # coef, lowest, highest log
+        #: moves whenever what :meth:`predict` answers may have: equal, the same answers
+        self.generation = 0
 
     @property
     def active(self) -> bool:
@@ -51,6 +53,7 @@ class UnitCostFit:
             pool = config if self.keys is None else {k: config[k] for k in self.keys
                                                      if k in config}
             names = self._names = tuple(sorted(k for k, v in pool.items() if _whole(v)))
+            self.generation += 1
         out = [1.0]
         for k in names:
             v = config.get(k)
@@ -69,6 +72,7 @@ class UnitCostFit:
             return
         self._y[trial_id] = unit_time
         self._fit = None
+        self.generation += 1
 
     def predict(self, config: Mapping[str, Any]) -> float | None:
         """Seconds per unit for ``config``, or None (too few measured, or not a config it fits)."""

@@ -32,7 +32,8 @@ from nbtune.allocators.gpu_book import GpuBook
 from nbtune.core.resources import ClusterSpec, Placement
 from nbtune.core.tolerance import EPS as _TOL
 
-__all__ = ["fluid_widths", "fill_leftover", "gpus_needed", "place_widths"]
+__all__ = ["fluid_widths", "fill_leftover", "fill_in_order", "gpus_needed", "place_widths",
+           "widths_in_order"]
 
 
 def _check_limits(n_gpus: float, c: int, d: float) -> None:
@@ -55,30 +56,39 @@ def fluid_widths(h1: Mapping[int, float], n_gpus: float, c: int, d: int) -> dict
     proportional share is below one GPU gets ``1/c`` (the floor gives 0); a
     group with no work left at all gives everyone ``1/c``.
     """
+    ids, w, _ = widths_in_order(list(h1), list(h1.values()), n_gpus, c, d)
+    return dict(zip(ids, w.tolist(), strict=True))
+
+
+def widths_in_order(tids: list[int], h: list[float], n_gpus: float, c: int,
+                    d: int) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """:func:`fluid_widths` of ``dict(zip(tids, h))`` for a caller that keeps arrays: the
+    trial ids in its order, an array of their widths (the same floats) and each one's
+    position in ``tids``."""
     _check_limits(n_gpus, c, d)
-    total = sum(h1.values())
+    total = sum(h)
     # a finite sum means no NaN or inf among them; then the least one says if any is negative
-    if not (math.isfinite(total) and (not h1 or min(h1.values()) >= 0)):
-        for tid, h in h1.items():
-            if not (math.isfinite(h) and h >= 0):
-                raise ValueError(f"trial {tid}: h_i1 must be a finite runtime >= 0, got {h!r}")
-    if not h1:
-        return {}
+    if not (math.isfinite(total) and (not h or min(h) >= 0)):
+        for tid, v in zip(tids, h, strict=True):
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"trial {tid}: h_i1 must be a finite runtime >= 0, got {v!r}")
+    if not tids:
+        return [], np.empty(0), np.empty(0, dtype=np.intp)
     # elementwise numpy arithmetic is the same IEEE double arithmetic as the scalar loop it
     # replaced (h / total * n + tol, floored, clamped), so every width is bit-identical; the
     # total stays Python's sequential sum (numpy's pairwise sum may differ in the last bit)
-    tids = list(h1)
-    hs = np.fromiter(h1.values(), dtype=float, count=len(tids))
+    hs = np.array(h, dtype=float)
     # non-increasing h, ties by id: lexsort's last key is the primary one, and it is stable
     try:
-        ids = np.fromiter(tids, dtype=np.int64, count=len(tids)) \
+        ids = np.array(tids, dtype=np.int64) \
             if set(map(type, tids)) == {int} else None  # every id a plain int (C loops)
     except OverflowError:
         ids = None
     if ids is not None:
         order = np.lexsort((ids, -hs))
     else:  # ids that are not plain ints: the sort it replaces, spelled out
-        order_ids = sorted(sorted(h1), key=h1.__getitem__, reverse=True)
+        of = dict(zip(tids, h, strict=True))
+        order_ids = sorted(sorted(of), key=of.__getitem__, reverse=True)
         pos = {t: i for i, t in enumerate(tids)}
         order = np.fromiter((pos[t] for t in order_ids), dtype=np.intp, count=len(tids))
     lo = 1.0 / c
@@ -88,7 +98,7 @@ def fluid_widths(h1: Mapping[int, float], n_gpus: float, c: int, d: int) -> dict
         f = np.full(len(tids), math.floor(0.0 + _TOL), dtype=float)
     v = np.where(lo > f, lo, f)  # w = min(max(floor(share), 1/c), d)
     w = np.where(d < v, float(d), v)
-    return dict(zip([tids[i] for i in order.tolist()], w.tolist(), strict=True))
+    return list(map(tids.__getitem__, order.tolist())), w, order
 
 
 def gpus_needed(widths: Mapping[int, float], c: int) -> int:
@@ -125,13 +135,12 @@ def fill_leftover(
     if runtimes is not None:
         ws = np.fromiter(out.values(), dtype=float, count=len(out))
         if np.isfinite(ws).all():  # (else the loop below raises)
-            # the same counts as below (a sum of whole numbers of GPUs is exact in floats)
-            wide = ws >= 1 - _TOL
-            whole = int(np.floor(ws[wide] + _TOL).sum())
-            n_frac = len(ws) - int(np.count_nonzero(wide))
-            if total - (whole + math.ceil(n_frac / c)) <= 0:
-                return out
-            return _fill_batched(out, ws, runtimes, total, whole, n_frac, c, d)
+            tids = list(out)
+            filled = fill_in_order(tids, ws, runtimes, n_gpus, c, d)
+            if filled is not ws:
+                for j in np.flatnonzero(filled != ws).tolist():
+                    out[tids[j]] = float(filled[j])
+            return out
     whole = sum(int(math.floor(w + _TOL)) for w in out.values() if w >= 1 - _TOL)
     n_frac = sum(1 for w in out.values() if w < 1 - _TOL)
 
@@ -176,8 +185,25 @@ def fill_leftover(
     return out
 
 
+def fill_in_order(tids: list[int], ws: np.ndarray,
+                  runtimes: Callable[[Sequence[int], np.ndarray], np.ndarray],
+                  n_gpus: float, c: int, d: int) -> np.ndarray:
+    """:func:`fill_leftover` of ``dict(zip(tids, ws))`` with ``runtimes`` given, on arrays:
+    the widths after it (``ws`` itself when no GPU is spare; else a new array). The widths
+    must be finite (as :func:`widths_in_order` makes them)."""
+    _check_limits(n_gpus, c, d)
+    total = int(math.floor(n_gpus + _TOL))
+    # the same counts as fill_leftover's loop (a sum of whole numbers of GPUs is exact in floats)
+    wide = ws >= 1 - _TOL
+    whole = int(np.floor(ws[wide] + _TOL).sum())
+    n_frac = len(ws) - int(np.count_nonzero(wide))
+    if total - (whole + math.ceil(n_frac / c)) <= 0:
+        return ws
+    return _fill_batched(tids, ws, runtimes, total, whole, n_frac, c, d)
+
+
 def _fill_batched(
-    out: dict[int, float],
+    tids: list[int],
     w: np.ndarray,
     runtimes: Callable[[Sequence[int], np.ndarray], np.ndarray],
     total: int,
@@ -185,7 +211,7 @@ def _fill_batched(
     n_frac: int,
     c: int,
     d: int,
-) -> dict[int, float]:
+) -> np.ndarray:
     """:func:`fill_leftover`'s heap pass, done as one sort (the same GPUs to the same trials).
 
     A trial only ever climbs its own ladder of widths w, step(w), step(step(w)), …
@@ -198,7 +224,6 @@ def _fill_batched(
     remain (the test before each pop, with the counts the pops before it left).
     """
     lim, one = d + _TOL, 1 - _TOL
-    tids = list(out)
     rungs = [w]
     while (w <= lim).any():  # rung k: the widths after k steps, until no step can land
         w = np.where(w < one, 1.0, np.floor(w + _TOL) + 1.0)
@@ -221,10 +246,7 @@ def _fill_batched(
     ceil_frac = -((frac_before - n_frac) // c)
     stop = np.flatnonzero(total - (whole + pops + ceil_frac) <= 0)
     taken = np.bincount(i[: stop[0] if len(stop) else len(k)], minlength=len(tids))
-    moved = np.flatnonzero(taken)
-    for j, v in zip(moved.tolist(), table[taken[moved], moved].tolist(), strict=True):
-        out[tids[j]] = v
-    return out
+    return table[taken, np.arange(len(tids))]
 
 
 def place_widths(

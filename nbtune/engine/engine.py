@@ -17,7 +17,7 @@ the engine's public view.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from typing import Any
 
 from nbtune.algorithms.algorithm_protocol import BaseAlgorithm
@@ -43,6 +43,7 @@ _NUMBER = (int, float)  # a metric the best-trial rule ranks (bool aside)
 # slower than a module's names
 _RUNNING = TrialState.RUNNING
 _CONTINUE, _STOP, _PAUSE = Decision.CONTINUE, Decision.STOP, Decision.PAUSE
+_CHANGES_KEPT = 1 << 16  # trial_changes: the log is dropped past this length
 
 
 class Engine:
@@ -85,6 +86,10 @@ class Engine:
         self.stopped = False
         self.done = False
         self.events_handled = 0
+        # trial ids whose record (budget, results, target, config, measured time) or
+        # placement changed, in order, repeats kept: see trial_changes
+        self._changes: list[int] = []
+        self._changes_base = 0  # marks before it were dropped
         self._rounds = 0  # handle calls, scheduling rounds, hints set: see state_version
         self.utilization: list[tuple[float, int, float, float]] = []
         self._dirty = True
@@ -117,6 +122,9 @@ class Engine:
         cmds: list[Command] = []
         handlers = self._handlers
         self._rounds += 1  # trials change from here on (and the subscribers' profiles at the end)
+        if len(self._changes) > _CHANGES_KEPT:  # readers that fell this far behind rescan
+            self._changes_base += len(self._changes)
+            self._changes = []
         for e in events:
             t = e.time
             if t > self.time:
@@ -202,6 +210,24 @@ class Engine:
     def trial(self, trial_id: int) -> TrialRecord:
         return self.trials[trial_id]
 
+    def trial_changes(self, mark: int, running: Mapping[int, Placement]
+                      ) -> tuple[int, list[int] | None]:
+        """The mark now, and the trials whose record or placement changed since ``mark`` (a
+        mark this returned before), in order, repeats kept. A reader keeping something
+        derived from the running trials then redoes only those. None in place of the list
+        when that is not known (the log was dropped since, or ``mark`` is -1); and no mark
+        (-1) with it when ``running`` is not this engine's own (a view that shows the trials
+        otherwise, as fused units): what was derived from it says nothing of the engine's."""
+        if running is not self.running:
+            return -1, None
+        base, log = self._changes_base, self._changes
+        return base + len(log), (log[mark - base:] if mark >= base else None)
+
+    def in_running_order(self, tids: Iterable[int]) -> list[int]:
+        """Those of ``tids`` that are running (each once), in the order of ``running``."""
+        seq = self.ledger.placed_seq
+        return sorted(set(filter(seq.__contains__, tids)), key=seq.__getitem__)
+
     def group(self, group_id: int) -> TrialGroup | None:
         return self.groups.get(group_id)
 
@@ -253,6 +279,7 @@ class Engine:
         if prev is not None and b > prev[1] + EPS:
             first = t.unit_time is None
             t.unit_time = ((now - prev[0]) / (b - prev[1]), t.share)
+            self._changes.append(tid)
             if first:  # an allocator that placed it on a guess may re-plan from this
                 measured = getattr(self.allocator, "on_measured", None)
                 if measured is not None and measured(tid):
@@ -298,6 +325,7 @@ class Engine:
             if best is None or (value < best if self._minimize else value > best):
                 t.best = value
         t.results.append((e.time, b, metrics))
+        self._changes.append(t.trial_id)
         return self.algorithm.on_report(t.trial_id, b, metrics)
 
     def _on_held(self, e: ev.TrialHeld, cmds: list[Command]) -> None:
@@ -382,6 +410,7 @@ class Engine:
     def _release(self, t: TrialRecord, *, pause: bool = False) -> None:
         if self.ledger.release(t, self.time, pause=pause) is not None:  # banks GPU-seconds
             t.last_mark = None
+            self._changes.append(t.trial_id)
         self._dirty = True
 
     def _pause(self, t: TrialRecord) -> None:
@@ -472,6 +501,7 @@ class Engine:
                 f"but has already used {t.budget_used}"
             )
         t.target_budget = spec.budget
+        self._changes.append(spec.trial_id)
         self._pending.append(spec)
         return False
 
@@ -560,6 +590,7 @@ class Engine:
                 continue
             self.ledger.release(t, self.time)  # banks its GPU-seconds at the old share
             self.ledger.place(t, placement, self.time)
+            self._changes.append(tid)
             t.last_mark = (self.time, t.budget_used)
             cmds.append(Resize(tid, placement))
 
@@ -567,6 +598,7 @@ class Engine:
         t = self.trials[spec.trial_id]
         t.transition(TrialState.RUNNING)
         self.ledger.place(t, placement, self.time)  # no longer paused (or held) anywhere
+        self._changes.append(spec.trial_id)
         if t.start_time is None:
             t.start_time = self.time
         t.last_mark = (self.time, t.budget_used)
@@ -612,6 +644,7 @@ class Engine:
             self._spec[tid] = Speculation(float(spec.budget), t.target_budget, record=rec)
             t.transition(TrialState.PENDING)
             t.target_budget = float(spec.budget)
+            self._changes.append(tid)
             self._launch(TrialSpec(tid, t.config, spec.budget, None, t.group_id), where, cmds)
             if not self.ledger.idle:
                 return
@@ -623,6 +656,7 @@ class Engine:
         prev = t.last_mark
         if prev is not None and e.budget > prev[1] + EPS:
             t.unit_time = ((e.time - prev[0]) / (e.budget - prev[1]), t.share)
+            self._changes.append(e.trial_id)
         t.last_mark = (e.time, e.budget)
         sp.reports.append(e)
         if e.budget >= sp.target - EPS:
@@ -666,12 +700,14 @@ class Engine:
             )
         t.config = dict(spec.config)
         t.group_id = spec.group_id
+        self._changes.append(tid)
         sp.settle("adopted")
         if spec.budget < sp.target - EPS:
             sp.promoted = float(spec.budget)
             return self._flush_speculation(t, sp)
         del self._spec[tid]
         t.target_budget = float(spec.budget)
+        self._changes.append(tid)
         for r in sp.reports:
             if t.state.is_terminal:
                 break
@@ -690,6 +726,7 @@ class Engine:
             sp.settle("yielded")
         t = self.trials[trial_id]
         self.ledger.forget(trial_id)  # its process went on or ended: nothing waits there
+        self._changes.append(trial_id)
         if sp.promoted is not None:
             t.target_budget = sp.promoted
             return False
@@ -697,6 +734,7 @@ class Engine:
             self._release(t)
             t.transition(TrialState.PAUSED)
         t.target_budget = sp.rung_target
+        self._changes.append(trial_id)
         return True
 
     def _retire_speculation(self, trial_id: int) -> bool:

@@ -101,6 +101,9 @@ class ResourceLedger:
         self.count: dict[int, int] = {}  # shares held on each GPU
         self.idle = IdleSet()
         self.placements: dict[int, Placement] = {}
+        #: running trial -> when it was placed, counted in places: ``placements``' order
+        self.placed_seq: dict[int, int] = {}
+        self._places = 0
         self.log: list[AllocationRecord] = []
         self._open: dict[int, list[int]] = {}  # trial -> indices of open records
         #: paused trials -> the placement they last ran on (a speculation or promotion
@@ -162,6 +165,9 @@ class ResourceLedger:
         self.version += 1
         self.forget(tid)
         self.placements[tid] = placement
+        self.placed_seq.pop(tid, None)
+        self.placed_seq[tid] = self._places
+        self._places += 1
         opened = []
         for g, s in placement:
             self.load[g] = self.load[g] + s
@@ -182,6 +188,7 @@ class ResourceLedger:
         placement = self.placements.pop(tid, None)
         if placement is None:
             return None
+        del self.placed_seq[tid]
         self.version += 1
         if pause:
             self.paused_on[tid] = placement

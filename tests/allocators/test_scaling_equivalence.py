@@ -27,7 +27,13 @@ from nbtune.allocators.allocator_protocol import Allocation, BaseAllocator, Sche
 from nbtune.allocators.demand import DemandLookup
 from nbtune.allocators.held_book import HeldBook
 from nbtune.allocators.knapsack import cluster_room
-from nbtune.allocators.waterfill import fill_leftover, fluid_widths, place_widths
+from nbtune.allocators.waterfill import (
+    fill_in_order,
+    fill_leftover,
+    fluid_widths,
+    place_widths,
+    widths_in_order,
+)
 from nbtune.core.overhead_model import OverheadModel
 from nbtune.core.resources import GPU, ClusterSpec, Demand, Placement
 from nbtune.core.space import uniform
@@ -171,6 +177,34 @@ def test_fluid_widths_matches_the_reference(h, ids, n, c, d):
     """The array arithmetic and sort give the scalar loop's widths bit for bit, ties by id."""
     h1 = {ids[i] * 3: v for i, v in enumerate(h)}  # ids not in order, ties among h values
     assert _same(reference_fluid_widths(h1, n, c, d), fluid_widths(h1, n, c, d))
+
+
+@settings(max_examples=300, deadline=None)
+@given(h=st.lists(st.one_of(st.floats(0.0, 1e4), st.sampled_from([0.0, 1.0, 7.5])),
+                  min_size=0, max_size=40),
+       ids=st.permutations(range(40)), n=st.integers(0, 120), c=st.integers(1, 4),
+       d=st.integers(1, 6), alpha=st.floats(1.0, 1.6), beta=st.floats(1.0, 1.3))
+def test_the_array_forms_give_the_mappings(h, ids, n, c, d, alpha, beta):
+    """widths_in_order and fill_in_order (DynamicFluid's plan on arrays) give exactly what
+    fluid_widths and fill_leftover give, in the same order; the positions map back to h."""
+    tids = [ids[i] * 3 for i in range(len(h))]
+    h1 = dict(zip(tids, h, strict=True))
+    want = fluid_widths(h1, n, c, d)
+    order, w, pos = widths_in_order(tids, h, n, c, d)
+    assert order == list(want) and w.tolist() == list(want.values())
+    assert [tids[i] for i in pos.tolist()] == order
+    oh = OverheadModel(alpha, beta)
+    by_id = dict(zip(tids, range(len(h)), strict=True))
+    per = _batch(h, oh)
+
+    def runtimes(ts, ws):
+        return per([by_id[t] for t in ts], ws)
+
+    def runtime(tid: int, x: float) -> float:
+        return h[by_id[tid]] * oh.factor(x)
+
+    filled = fill_leftover(want, runtime, n, c, d, runtimes=runtimes)
+    assert fill_in_order(order, w, runtimes, n, c, d).tolist() == list(filled.values())
 
 
 # ------------------------------------------------------------------ allocators on views

@@ -1,0 +1,143 @@
+"""RunningH1 fed the engine's change log gives what a look at every running trial gives.
+
+With the engine as its view, :class:`~nbtune.allocators.running_h1.RunningH1` redoes only
+the trials :meth:`Engine.trial_changes <nbtune.engine.engine.Engine.trial_changes>` names.
+Here every such call of a simulated run is checked against a second table that looks at
+every trial (no view) at the same moment: the same h_i1 in the same order, the same
+guesses. Runs cover water-filling and fluid+knapsack, promotions, ends, resizes, a cluster
+that shrinks and grows, configs the unit-cost fit guesses from, and a log short enough to be
+dropped on the way (the table then looks at everything again).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import nbtune
+from nbtune.allocators import fluid as fluid_module
+from nbtune.allocators.running_h1 import RunningH1
+from nbtune.core.events import ResourcesChanged
+from nbtune.core.resources import ClusterSpec
+from nbtune.core.space import grid, uniform
+from nbtune.core.trial import TrialRecord
+from nbtune.engine import engine as engine_module
+from nbtune.engine.engine import Engine
+from nbtune.engine.state import ResourceLedger
+from nbtune.runtimes.sim import SimRuntime
+from nbtune.workloads import SyntheticWorkload
+
+SPACE = {"lr": uniform(1e-4, 1e-1), "layers": grid([1, 2, 4]), "width": grid([16, 64])}
+
+
+class Checked(RunningH1):
+    """A RunningH1 that checks each answer against a table that looks at every trial."""
+
+    calls: list[str] = []
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shadow = RunningH1()
+
+    def h1(self, est: Any, running: Any, records: Any, now: float,
+           view: Any = None) -> dict[int, float] | None:
+        incremental = (isinstance(view, Engine) and self._source == view.trial_changes
+                       and view.trial_changes(self._mark, running)[1] is not None)
+        before = set(est.guessed)
+        got = super().h1(est, running, records, now, view)
+        guessed = set(est.guessed)
+        est.guessed.clear()
+        est.guessed.update(before)
+        recs = list(map(est.view.trial, running)) if records is None else records
+        want = self._shadow.h1(est, running, recs, now)
+        assert (got is None) == (want is None)
+        if got is not None:
+            assert list(got.items()) == list(want.items())
+            assert guessed == est.guessed
+            assert list(self.widths(running).tolist()) == list(
+                self._shadow.widths(running).tolist())
+        Checked.calls.append("log" if incremental else "all")
+        return got
+
+
+def _workload(seed: int) -> SyntheticWorkload:
+    return SyntheticWorkload(SPACE, unit_time=lambda c: 1.0 + c["layers"] * c["width"] / 16,
+                             alpha=1.2, beta=1.1, unit_time_jitter=0.2, seed=seed,
+                             launch_overhead=1.0)
+
+
+@pytest.mark.parametrize(("allocator", "algorithm", "kept"), [
+    ("waterfill", "asha", None),
+    ("waterfill", "hyperband", 7),
+    ("fluid+knapsack", "asha", None),
+    ("fluid+knapsack", "random", 5),
+])
+def test_the_log_gives_what_a_full_look_gives(monkeypatch, allocator, algorithm, kept):
+    monkeypatch.setattr(fluid_module, "RunningH1", Checked)
+    if kept is not None:  # the log is dropped often: readers behind it look at everything
+        monkeypatch.setattr(engine_module, "_CHANGES_KEPT", kept)
+    Checked.calls = []
+    sim = SimRuntime(cluster=ClusterSpec.homogeneous(8, gpus_per_node=4), resize_overhead=1.0)
+    sim.at(40.0, ResourcesChanged, cluster=ClusterSpec.homogeneous(6, gpus_per_node=3))
+    sim.at(120.0, ResourcesChanged, cluster=ClusterSpec.homogeneous(12, gpus_per_node=4))
+    kw = {"eta": 3} if algorithm in ("asha", "hyperband") else {}
+    opts = {"c": 3, "d": 3, "resize_overhead": 1.0}
+    nbtune.tune(_workload(3), SPACE, algorithm=algorithm, metric="loss", max_budget=27,
+                num_trials=48, allocator=allocator, runtime=sim, seed=3, validate=True,
+                allocator_options=opts, **kw)
+    assert "log" in Checked.calls and "all" in Checked.calls
+
+
+def test_trial_changes_names_what_moved():
+    """Every trial that ran is in the log; marks move with it; another view gets no mark."""
+    sim = SimRuntime(cluster=4)
+    exp = nbtune.tune(_workload(1), SPACE, algorithm="asha", eta=3, metric="loss",
+                      max_budget=9, num_trials=12, allocator="waterfill", runtime=sim, seed=1)
+    eng = exp.engine
+    mark, log = eng.trial_changes(0, eng.running)
+    assert log is not None and set(log) == set(eng.trials)
+    assert eng.trial_changes(mark, {}) == (-1, None)  # another view's running: no mark
+    assert eng.trial_changes(mark, eng.running) == (mark, [])
+    assert eng.trial_changes(-1, eng.running) == (mark, None)
+
+
+def test_in_running_order_follows_running():
+    """A launch goes last; a resize re-places a trial last, as ``running`` orders them."""
+    led = ResourceLedger()
+    led.set_cluster(ClusterSpec.homogeneous(4))
+    recs = {i: TrialRecord(i, {}) for i in range(4)}
+    for i in (2, 0, 3, 1):
+        led.place(recs[i], ((i, 1.0),), 0.0)
+    led.release(recs[0], 1.0)
+    led.place(recs[0], ((0, 0.5),), 1.0)
+    led.release(recs[3], 1.0)
+    assert list(led.placed_seq) == list(led.placements) == [2, 1, 0]
+    assert sorted(led.placed_seq, key=led.placed_seq.__getitem__) == [2, 1, 0]
+
+
+def test_the_book_kept_after_a_launch_is_the_one_a_sync_gives(monkeypatch):
+    """Where _static just appended its launch to the held book, _dynamic takes the book as it
+    is: the same placements in the same order, loads and counts as a book built afresh."""
+    from nbtune.allocators.fluid import DynamicFluidAllocator
+    from nbtune.allocators.held_book import HeldBook
+
+    kept = []
+    plain = DynamicFluidAllocator._book_after
+
+    def checked(self, view, launch):
+        book = plain(self, view, launch)
+        held = {**view.running, **launch}
+        fresh = HeldBook(view.cluster, self.c, self._caps(view), held)
+        assert list(book.held.items()) == list(held.items())
+        assert book.load == fresh.load and book.count == fresh.count
+        assert book.spreadable == fresh.spreadable
+        kept.append(bool(launch))
+        return book
+
+    monkeypatch.setattr(DynamicFluidAllocator, "_book_after", checked)
+    sim = SimRuntime(cluster=ClusterSpec.homogeneous(8, gpus_per_node=4), resize_overhead=1.0)
+    nbtune.tune(_workload(5), SPACE, algorithm="asha", eta=3, metric="loss", max_budget=27,
+                num_trials=64, allocator="waterfill", runtime=sim, seed=5, validate=True,
+                allocator_options={"c": 3, "d": 3, "resize_overhead": 1.0})
+    assert True in kept and False in kept
