@@ -141,3 +141,51 @@ def test_the_book_kept_after_a_launch_is_the_one_a_sync_gives(monkeypatch):
                 num_trials=64, allocator="waterfill", runtime=sim, seed=5, validate=True,
                 allocator_options={"c": 3, "d": 3, "resize_overhead": 1.0})
     assert True in kept and False in kept
+
+
+@pytest.mark.parametrize(("allocator", "algorithm", "kept"), [
+    ("waterfill", "asha", None),
+    ("waterfill", "hyperband", 7),
+    ("waterfill", "asha", 3),
+])
+def test_a_book_sync_by_the_log_is_the_full_sync(monkeypatch, allocator, algorithm, kept):
+    """HeldBook.sync fed the engine's change log (and a launch to follow running) leaves the
+    book exactly as a sync that looks at every trial does (positions, placements, loads,
+    indexes), on every call of a run."""
+    import copy
+
+    from nbtune.allocators.held_book import HeldBook
+
+    if kept is not None:
+        monkeypatch.setattr(engine_module, "_CHANGES_KEPT", kept)
+    plain = HeldBook.sync
+    used: list[tuple[bool, bool]] = []
+
+    def state(book: HeldBook) -> tuple:
+        on = {g: sorted((p, t, list(sh)) for p, (t, sh) in e.items()) for g, e in book.on.items()}
+        return (list(book.held.items()), dict(book.pos), book._next, dict(book.load),
+                dict(book.count), on, set(book.spreadable), book.spread_groups(),
+                list(book._idle), book._n_free, {n: v for n, v in book._node_free.items() if v},
+                {k: v for k, v in book._bucket.items() if v},
+                {k: v for k, v in book._shared.items() if v})
+
+    def checked(self, held, changes=None, extra=None):
+        twin = copy.copy(self)
+        for name, value in vars(self).items():
+            if name not in ("cluster", "caps", "_source"):
+                setattr(twin, name, copy.deepcopy(value))
+        plain(twin, {**held, **extra} if extra else held)
+        logged = changes is not None and self._source == changes and \
+            changes(self._mark, held)[1] is not None
+        plain(self, held, changes, extra)
+        assert state(self) == state(twin)
+        used.append((logged, bool(extra)))
+
+    monkeypatch.setattr(HeldBook, "sync", checked)
+    sim = SimRuntime(cluster=ClusterSpec.homogeneous(8, gpus_per_node=4), resize_overhead=1.0)
+    sim.at(40.0, ResourcesChanged, cluster=ClusterSpec.homogeneous(6, gpus_per_node=3))
+    sim.at(120.0, ResourcesChanged, cluster=ClusterSpec.homogeneous(12, gpus_per_node=4))
+    nbtune.tune(_workload(7), SPACE, algorithm=algorithm, eta=3, metric="loss", max_budget=27,
+                num_trials=64, allocator=allocator, runtime=sim, seed=7, validate=True,
+                allocator_options={"c": 3, "d": 3, "resize_overhead": 1.0})
+    assert {logged for logged, _ in used} == {True, False}
