@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import nbtune
 from nbtune.allocators import fluid as fluid_module
@@ -189,3 +191,53 @@ def test_a_book_sync_by_the_log_is_the_full_sync(monkeypatch, allocator, algorit
                 num_trials=64, allocator=allocator, runtime=sim, seed=7, validate=True,
                 allocator_options={"c": 3, "d": 3, "resize_overhead": 1.0})
     assert {logged for logged, _ in used} == {True, False}
+
+
+def _book_state(book: Any) -> tuple:
+    on = {g: sorted((p, t, list(sh)) for p, (t, sh) in e.items()) for g, e in book.on.items()}
+    return (list(book.held.items()), dict(book.pos), dict(book.load), dict(book.count), on,
+            book.spread_groups())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_logged_sync_with_a_launch_tail_is_the_full_sync(data):
+    """``HeldBook.sync(held, changes, extra)`` where the log names what changed and ``extra``
+    (a launch) follows ``held``: the book a full sync of ``{**held, **extra}`` makes, or the
+    same after its own fallback. Trials leave, move (placed anew: last in ``held``), stay or
+    join; the log also names trials that changed only their records."""
+    import copy
+
+    from nbtune.allocators.held_book import HeldBook
+
+    cluster = ClusterSpec.homogeneous(4, gpus_per_node=2)
+    gpus = [g.gpu_id for g in cluster.gpus]
+    shares = st.sampled_from([0.5, 1.0])
+    placement = st.builds(lambda g, s: ((g, s),), st.sampled_from(gpus), shares)
+    start = data.draw(st.dictionaries(st.integers(0, 9), placement, max_size=6))
+    held0 = dict(start)
+    book = HeldBook(cluster, 2, dict.fromkeys(gpus, 1.0), held0)
+    log: list[int] = []
+
+    def changes(mark: int, running: Any) -> tuple[int, list[int] | None]:
+        return len(log), (log[mark:] if mark >= 0 else None)
+
+    book.sync(held0, changes)  # the book now follows this log
+    gone = data.draw(st.sets(st.sampled_from(sorted(held0)))) if held0 else set()
+    stay = [t for t in held0 if t not in gone]
+    moved = data.draw(st.sets(st.sampled_from(stay))) if stay else set()
+    touched = data.draw(st.sets(st.sampled_from(stay))) if stay else set()
+    new = data.draw(st.dictionaries(st.integers(10, 14), placement, max_size=3))
+    held1 = {t: held0[t] for t in stay if t not in moved}
+    for t in sorted(moved):  # placed anew: a new placement object, last in the order
+        held1[t] = data.draw(placement)
+    held1.update(new)
+    log.extend([*gone, *moved, *touched, *new])
+    extra = data.draw(st.dictionaries(st.integers(20, 23), placement, max_size=3))
+    twin = copy.copy(book)
+    for name, value in vars(book).items():
+        if name not in ("cluster", "caps", "_source"):
+            setattr(twin, name, copy.deepcopy(value))
+    HeldBook.sync(twin, {**held1, **extra})
+    book.sync(held1, changes, extra)
+    assert _book_state(book) == _book_state(twin)
