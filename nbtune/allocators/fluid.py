@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
-from itertools import compress, repeat
+from itertools import compress, filterfalse, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -198,8 +198,10 @@ class StaticFluidAllocator(BaseAllocator):
             return caps
         return {g.gpu_id: self.max_share(view, g.gpu_id) for g in cluster.gpus}
 
-    def _book(self, view: SchedulingView, held: Mapping[int, Placement]) -> HeldBook:
-        """The allocator's :class:`HeldBook`, brought up to ``held`` (rebuilt if the cluster changed).
+    def _book(self, view: SchedulingView, held: Mapping[int, Placement],
+              extra: Mapping[int, Placement] | None = None) -> HeldBook:
+        """The allocator's :class:`HeldBook`, brought up to ``held`` then ``extra`` after it
+        (rebuilt if the cluster changed).
 
         Kept from one call to the next so a decision costs what changed since
         the last one, not a rebuild of every GPU's load (the book follows any
@@ -211,9 +213,11 @@ class StaticFluidAllocator(BaseAllocator):
         self._launched_on = None
         if book is None or book.cluster is not view.cluster or (book.caps is not caps
                                                                  and book.caps != caps):
-            book = self._held_book = HeldBook(view.cluster, self.c, caps, held)
-        else:
-            book.sync(held)
+            book = self._held_book = HeldBook(view.cluster, self.c, caps,
+                                              {**held, **extra} if extra else held)
+        else:  # the engine's change log, where held is its running map, spares a full look
+            book.sync(held, getattr(view, "trial_changes", None) if held is view.running
+                      else None, extra)
         return book
 
     def _book_after(self, view: SchedulingView, launch: Mapping[int, Placement]) -> HeldBook:
@@ -227,7 +231,7 @@ class StaticFluidAllocator(BaseAllocator):
                 and book.cluster is view.cluster):
             self._launched_on = None
             return book
-        return self._book(view, {**view.running, **launch})
+        return self._book(view, view.running, launch)
 
     def _limit(self, view: SchedulingView) -> int | None:
         caps = [x for x in (view.max_concurrent, self.concurrency) if x is not None]
@@ -344,7 +348,7 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         """Remember the trials ``launch`` places on a guess; forget those that ended unmeasured."""
         unmeasured, running = self._unmeasured, view.running
         if unmeasured:
-            for tid in [t for t in unmeasured if t not in running]:
+            for tid in list(filterfalse(running.__contains__, unmeasured)):  # (a C loop)
                 unmeasured.pop(tid).discard(tid)
         batch = {t for t in launch if t in est.guessed}
         for tid in batch:

@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 from itertools import islice, repeat
 from operator import is_
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,11 @@ class HeldBook(GpuBook):
         self.on: dict[int, dict[int, tuple[int, list[float]]]] = {g: {} for g in self.gpus}
         # per spreadable GPU, as spread_groups() worked it out: forgotten when its trials change
         self._groups: dict[int, tuple[int, list[int]]] = {}
+        # the engine's change log this book last followed (its trial_changes and the mark it
+        # gave then), and the trials the book itself placed or moved since
+        self._source: Any = None
+        self._mark = -1
+        self._mine: set[int] = set()
         for tid, pl in held.items():
             self._enter(tid, pl, None)
         load, count = self.load, self.count
@@ -63,6 +69,7 @@ class HeldBook(GpuBook):
 
     # ------------------------------------------------------------ trials in and out
     def _enter(self, tid: int, pl: Placement, touched: set[int] | None) -> None:
+        self._mine.add(tid)
         p = self.pos[tid] = self._next
         self._next += 1
         self.held[tid] = pl
@@ -135,13 +142,85 @@ class HeldBook(GpuBook):
         out.sort(key=lambda x: (x[0], x[1]))
         return [(g, tids) for _, g, tids in out]
 
-    def sync(self, held: Mapping[int, Placement]) -> None:
-        """Follow ``held`` (a new mapping): trials gone leave, new or changed ones join at the end.
+    def sync(self, held: Mapping[int, Placement], changes: Any = None,
+             extra: Mapping[int, Placement] | None = None) -> None:
+        """Follow ``held`` (a new mapping), then ``extra`` after it (trials not in ``held``):
+        trials gone leave, new or changed ones join at the end.
 
         A trial is kept only if it holds the very same placement object and comes
         after every trial kept before it, so positions stay in ``held``'s order.
+        ``changes``, the engine's ``trial_changes`` where ``held`` is its running
+        map, saves the look at every trial: only the trials its log names (and those
+        this book placed or moved itself, ``extra`` among them) can differ from the
+        last sync to it.
         """
         self.commit()  # a checkpoint left open (a decision that raised) ends here
+        extra = extra or {}
+        if any(tid in held for tid in extra):  # not a tail: the merged map, looked at in full
+            held, extra, changes = {**held, **extra}, {}, None
+        log = None
+        if changes is not None:
+            mark, log = changes(self._mark if self._source == changes else -1, held)
+            self._source, self._mark = (changes if mark >= 0 else None), mark
+        else:
+            self._source, self._mark = None, -1
+        if log is None or not self._follow(held, self._mine.union(log), extra):
+            self._full_sync({**held, **extra} if extra else held)
+        self._mine = set(extra)
+
+    def _follow(self, held: Mapping[int, Placement], named: set[int],
+                extra: Mapping[int, Placement]) -> bool:
+        """:meth:`sync` to ``held`` and ``extra`` when only the trials in ``named`` can differ
+        from the book (their order among the others is the book's): False, with nothing
+        done, when that does not hold of what it sees (the caller then looks at every trial).
+
+        The trials of ``held`` past its last trial not named are all named; any other named
+        trial of ``held`` has not moved in the order (a trial placed anew goes last), so is
+        kept when it holds the same placement object. The full sync keeps the same prefix
+        and walks the same tail (``extra`` after it).
+        """
+        pos, mine = self.pos, self.held
+        tail: list[int] = []
+        anchor = None
+        for tid in reversed(held):  # (a mapping proxy of a dict walks back in C)
+            if tid not in named:
+                anchor = tid
+                break
+            tail.append(tid)
+        if anchor is not None and (anchor not in pos or mine[anchor] is not held[anchor]):
+            return False
+        tail.reverse()
+        tail_set = set(tail)
+        gone = []
+        for tid in named:
+            if tid in held:
+                if tid not in tail_set and (tid not in pos or mine[tid] is not held[tid]):
+                    return False
+            elif tid in pos and tid not in extra:
+                gone.append(tid)
+        tail.extend(extra)
+        entering = sum(1 for tid in tail if tid not in pos)
+        if len(pos) - len(gone) + entering != len(held) + len(extra):
+            return False  # a trial the log does not name came or went
+        touched: set[int] = set()
+        for tid in gone:
+            self._leave(tid, touched)
+        last = -1 if anchor is None else pos[anchor]
+        for tid in tail:
+            pl = held[tid] if tid in tail_set else extra[tid]
+            p = pos.get(tid)
+            if p is not None:
+                if p > last and mine[tid] is pl:
+                    last = p
+                    continue
+                self._leave(tid, touched)
+            self._enter(tid, pl, touched)
+            last = pos[tid]
+        for g in touched:
+            self._resum(g)
+        return True
+
+    def _full_sync(self, held: Mapping[int, Placement]) -> None:
         touched: set[int] = set()
         for tid in self.held.keys() - held.keys():  # (the order they leave in changes nothing)
             self._leave(tid, touched)
@@ -270,6 +349,7 @@ class HeldBook(GpuBook):
     def move(self, tid: int, pl: Placement) -> None:
         """``held[tid] = pl``: the trial keeps its place in the order; its GPUs are re-summed."""
         p = self.pos[tid]
+        self._mine.add(tid)
         if self._saved_held is not None:
             self._remember(tid, pl)
         touched = set()

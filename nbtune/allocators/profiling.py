@@ -20,14 +20,15 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import repeat
-from operator import is_, itemgetter
+from itertools import compress, repeat
+from operator import and_, is_, itemgetter, not_
 from typing import Any, Protocol, runtime_checkable
 
 from nbtune.core.overhead_model import OverheadModel
 from nbtune.core.resources import Demand
 
 _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
+_MISS = (object(), object(), None)  # a trial not remembered: fails both identity checks
 
 __all__ = [
     "marginal_benefit", "packing_limit", "fit_alpha", "fit_beta", "scaling_limit",
@@ -367,13 +368,17 @@ class ProfileLookup:
                    configs: Sequence[Mapping[str, Any]]) -> list[str | None]:
         """Each trial's signature in ``store`` (``configs`` in the same order), remembered as
         :meth:`__call__` remembers it. When every one is remembered for this store and the
-        very config object given, the checks are C loops (no Python frame per trial)."""
+        very config object given, the checks are C loops (no Python frame per trial); only
+        the others are worked out (in order), as :meth:`signature` works them out."""
         sigs = self._signatures
-        hits = list(map(sigs.get, trial_ids))
-        if None not in hits and all(map(is_, map(_FIRST, hits), repeat(store))) \
-                and all(map(is_, map(_SECOND, hits), configs)):
-            return list(map(_THIRD, hits))
-        return list(map(self.signature, repeat(store), trial_ids, configs))
+        hits = list(map(sigs.get, trial_ids, repeat(_MISS)))
+        ok = list(map(and_, map(is_, map(_FIRST, hits), repeat(store)),
+                      map(is_, map(_SECOND, hits), configs)))
+        out = list(map(_THIRD, hits))
+        if False in ok:
+            for i in compress(range(len(ok)), map(not_, ok)):
+                out[i] = self.signature(store, trial_ids[i], configs[i])
+        return out
 
     def many(self, store: Any, trial_ids: Iterable[int],
              configs: Iterable[Mapping[str, Any]]) -> list[Profile | None]:

@@ -251,3 +251,42 @@ def test_measured_d_lowers_the_cap_only_where_a_wider_width_did_not_pay():
                 hints={"profiles": InMemoryProfileStore([tried])})
     alloc.adopt_measured(view)
     assert alloc.d == 4
+
+
+@given(st.lists(st.tuples(st.integers(0, 6), st.sampled_from(["a", "b", None]),
+                          st.booleans()), max_size=12),
+       st.lists(st.integers(0, 6), max_size=6))
+def test_profile_lookup_signatures_answers_as_signature_per_trial(asks, known):
+    """signatures() over a mix of remembered trials, new ones and new config objects gives
+    what signature() per trial gives, and leaves the lookup remembering the same."""
+    from nbtune.allocators.profiling import ProfileLookup
+
+    class CountingStore(InMemoryProfileStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[object] = []
+
+        def signature(self, config):
+            self.seen.append(config.get("arch"))
+            return model_signature(config, ["arch"])
+
+    configs = {tid: {"arch": "a", "lr": tid} for tid in range(7)}
+    stores = CountingStore(), CountingStore()
+    fast, slow = ProfileLookup(["arch"]), ProfileLookup(["arch"])
+    for tid in known:
+        for lookup, store in zip((fast, slow), stores, strict=True):
+            lookup.signature(store, tid, configs[tid])
+    tids, cfgs = [], []
+    for tid, arch, fresh in asks:
+        if fresh:  # PBT's new config object (or a key-less one)
+            configs[tid] = {"lr": tid} if arch is None else {"arch": arch, "lr": tid}
+        tids.append(tid)
+        cfgs.append(configs[tid])
+    got = fast.signatures(stores[0], tids, cfgs)
+    want = [slow.signature(stores[1], t, c) for t, c in zip(tids, cfgs, strict=True)]
+    assert got == want
+    assert stores[0].seen == stores[1].seen  # the same models worked out, in the same order
+    for tid in range(7):  # remembered alike: a second ask works nothing out
+        assert fast.signature(stores[0], tid, configs[tid]) == \
+            slow.signature(stores[1], tid, configs[tid])
+    assert stores[0].seen == stores[1].seen

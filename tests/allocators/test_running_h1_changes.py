@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import nbtune
 from nbtune.allocators import fluid as fluid_module
@@ -141,3 +143,101 @@ def test_the_book_kept_after_a_launch_is_the_one_a_sync_gives(monkeypatch):
                 num_trials=64, allocator="waterfill", runtime=sim, seed=5, validate=True,
                 allocator_options={"c": 3, "d": 3, "resize_overhead": 1.0})
     assert True in kept and False in kept
+
+
+@pytest.mark.parametrize(("allocator", "algorithm", "kept"), [
+    ("waterfill", "asha", None),
+    ("waterfill", "hyperband", 7),
+    ("waterfill", "asha", 3),
+])
+def test_a_book_sync_by_the_log_is_the_full_sync(monkeypatch, allocator, algorithm, kept):
+    """HeldBook.sync fed the engine's change log (and a launch to follow running) leaves the
+    book exactly as a sync that looks at every trial does (positions, placements, loads,
+    indexes), on every call of a run."""
+    import copy
+
+    from nbtune.allocators.held_book import HeldBook
+
+    if kept is not None:
+        monkeypatch.setattr(engine_module, "_CHANGES_KEPT", kept)
+    plain = HeldBook.sync
+    used: list[tuple[bool, bool]] = []
+
+    def state(book: HeldBook) -> tuple:
+        on = {g: sorted((p, t, list(sh)) for p, (t, sh) in e.items()) for g, e in book.on.items()}
+        return (list(book.held.items()), dict(book.pos), book._next, dict(book.load),
+                dict(book.count), on, set(book.spreadable), book.spread_groups(),
+                list(book._idle), book._n_free, {n: v for n, v in book._node_free.items() if v},
+                {k: v for k, v in book._bucket.items() if v},
+                {k: v for k, v in book._shared.items() if v})
+
+    def checked(self, held, changes=None, extra=None):
+        twin = copy.copy(self)
+        for name, value in vars(self).items():
+            if name not in ("cluster", "caps", "_source"):
+                setattr(twin, name, copy.deepcopy(value))
+        plain(twin, {**held, **extra} if extra else held)
+        logged = changes is not None and self._source == changes and \
+            changes(self._mark, held)[1] is not None
+        plain(self, held, changes, extra)
+        assert state(self) == state(twin)
+        used.append((logged, bool(extra)))
+
+    monkeypatch.setattr(HeldBook, "sync", checked)
+    sim = SimRuntime(cluster=ClusterSpec.homogeneous(8, gpus_per_node=4), resize_overhead=1.0)
+    sim.at(40.0, ResourcesChanged, cluster=ClusterSpec.homogeneous(6, gpus_per_node=3))
+    sim.at(120.0, ResourcesChanged, cluster=ClusterSpec.homogeneous(12, gpus_per_node=4))
+    nbtune.tune(_workload(7), SPACE, algorithm=algorithm, eta=3, metric="loss", max_budget=27,
+                num_trials=64, allocator=allocator, runtime=sim, seed=7, validate=True,
+                allocator_options={"c": 3, "d": 3, "resize_overhead": 1.0})
+    assert {logged for logged, _ in used} == {True, False}
+
+
+def _book_state(book: Any) -> tuple:
+    on = {g: sorted((p, t, list(sh)) for p, (t, sh) in e.items()) for g, e in book.on.items()}
+    return (list(book.held.items()), dict(book.pos), dict(book.load), dict(book.count), on,
+            book.spread_groups())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_logged_sync_with_a_launch_tail_is_the_full_sync(data):
+    """``HeldBook.sync(held, changes, extra)`` where the log names what changed and ``extra``
+    (a launch) follows ``held``: the book a full sync of ``{**held, **extra}`` makes, or the
+    same after its own fallback. Trials leave, move (placed anew: last in ``held``), stay or
+    join; the log also names trials that changed only their records."""
+    import copy
+
+    from nbtune.allocators.held_book import HeldBook
+
+    cluster = ClusterSpec.homogeneous(4, gpus_per_node=2)
+    gpus = [g.gpu_id for g in cluster.gpus]
+    shares = st.sampled_from([0.5, 1.0])
+    placement = st.builds(lambda g, s: ((g, s),), st.sampled_from(gpus), shares)
+    start = data.draw(st.dictionaries(st.integers(0, 9), placement, max_size=6))
+    held0 = dict(start)
+    book = HeldBook(cluster, 2, dict.fromkeys(gpus, 1.0), held0)
+    log: list[int] = []
+
+    def changes(mark: int, running: Any) -> tuple[int, list[int] | None]:
+        return len(log), (log[mark:] if mark >= 0 else None)
+
+    book.sync(held0, changes)  # the book now follows this log
+    gone = data.draw(st.sets(st.sampled_from(sorted(held0)))) if held0 else set()
+    stay = [t for t in held0 if t not in gone]
+    moved = data.draw(st.sets(st.sampled_from(stay))) if stay else set()
+    touched = data.draw(st.sets(st.sampled_from(stay))) if stay else set()
+    new = data.draw(st.dictionaries(st.integers(10, 14), placement, max_size=3))
+    held1 = {t: held0[t] for t in stay if t not in moved}
+    for t in sorted(moved):  # placed anew: a new placement object, last in the order
+        held1[t] = data.draw(placement)
+    held1.update(new)
+    log.extend([*gone, *moved, *touched, *new])
+    extra = data.draw(st.dictionaries(st.integers(20, 23), placement, max_size=3))
+    twin = copy.copy(book)
+    for name, value in vars(book).items():
+        if name not in ("cluster", "caps", "_source"):
+            setattr(twin, name, copy.deepcopy(value))
+    HeldBook.sync(twin, {**held1, **extra})
+    book.sync(held1, changes, extra)
+    assert _book_state(book) == _book_state(twin)
