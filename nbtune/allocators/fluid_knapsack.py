@@ -61,7 +61,13 @@ def colocate(k: int, demand: Demand, room: ClusterRoom,
     ok = (room.compute >= 1.0 - _TOL) & (room.memory >= demand.memory_gb - _TOL)
     if not prefer:
         return _colocate_new(k, demand, room, ok)
-    first = set(prefer)
+    return _colocate_loop(k, demand, room, ok, set(prefer))
+
+
+def _colocate_loop(k: int, demand: Demand, room: ClusterRoom, ok: np.ndarray,
+                   first: set[int]) -> list[int] | None:
+    """:func:`colocate` in general: the qualifying GPUs (``ok``) grouped by node, ``first``
+    first on theirs, each node's count capped by its free cores, then the node(s) chosen."""
     by_node: dict[int, list[int]] = {}
     for i in sorted(np.flatnonzero(ok).tolist(), key=lambda i: (i not in first, i)):
         by_node.setdefault(int(room.gpu_node[i]), []).append(i)

@@ -9,7 +9,7 @@ scale-ups they were for gain nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from itertools import islice, repeat
 from operator import is_
 from typing import Any
@@ -205,19 +205,8 @@ class HeldBook(GpuBook):
         touched: set[int] = set()
         for tid in gone:
             self._leave(tid, touched)
-        last = -1 if anchor is None else pos[anchor]
-        for tid in tail:
-            pl = held[tid] if tid in tail_set else extra[tid]
-            p = pos.get(tid)
-            if p is not None:
-                if p > last and mine[tid] is pl:
-                    last = p
-                    continue
-                self._leave(tid, touched)
-            self._enter(tid, pl, touched)
-            last = pos[tid]
-        for g in touched:
-            self._resum(g)
+        self._walk(((tid, held[tid] if tid in tail_set else extra[tid]) for tid in tail),
+                   -1 if anchor is None else pos[anchor], touched)
         return True
 
     def _full_sync(self, held: Mapping[int, Placement]) -> None:
@@ -237,7 +226,14 @@ class HeldBook(GpuBook):
         k = int(np.argmin(keep)) if not keep.all() else len(held)
         if k:
             last = int(ps[k - 1])
-        for tid, pl in islice(held.items(), k, None):
+        self._walk(islice(held.items(), k, None), last, touched)
+
+    def _walk(self, items: Iterable[tuple[int, Placement]], last: int, touched: set[int]) -> None:
+        """The tail of a sync: each trial kept where it is if it holds the same placement
+        object after position ``last``, else (re-)entered at the end; then the GPUs touched
+        re-summed."""
+        pos, mine = self.pos, self.held
+        for tid, pl in items:
             p = pos.get(tid)
             if p is not None:
                 if p > last and mine[tid] is pl:

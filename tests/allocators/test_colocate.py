@@ -2,42 +2,20 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nbtune.allocators.fluid_knapsack import colocate
+from nbtune.allocators.fluid_knapsack import _colocate_loop, colocate
 from nbtune.allocators.knapsack import ClusterRoom
 from nbtune.core.resources import Demand
 from nbtune.core.tolerance import EPS as _TOL
 
 
 def reference_colocate(k: int, demand: Demand, room: ClusterRoom) -> list[int] | None:
-    """colocate's general loop (as it was before the array form), with nothing preferred."""
+    """colocate's general loop (the form a preferred placement takes), with nothing preferred."""
     ok = (room.compute >= 1.0 - _TOL) & (room.memory >= demand.memory_gb - _TOL)
-    by_node: dict[int, list[int]] = {}
-    for i in sorted(np.flatnonzero(ok).tolist(), key=lambda i: (True, i)):
-        by_node.setdefault(int(room.gpu_node[i]), []).append(i)
-    usable: dict[int, list[int]] = {}
-    for n, gs in by_node.items():
-        cap = len(gs) if demand.cpus <= 0 else int(math.floor(room.node_cpus[n] / demand.cpus
-                                                                + _TOL))
-        if cap > 0:
-            usable[n] = gs[:cap]
-    if sum(len(gs) for gs in usable.values()) < k:
-        return None
-    whole = [n for n, gs in usable.items() if len(gs) >= k]
-    if whole:
-        n = min(whole, key=lambda n: (True, len(usable[n]), n))
-        return usable[n][:k]
-    chosen: list[int] = []
-    for n in sorted(usable, key=lambda n: (True, -len(usable[n]), n)):
-        chosen.extend(usable[n][: k - len(chosen)])
-        if len(chosen) == k:
-            break
-    return chosen
+    return _colocate_loop(k, demand, room, ok, set())
 
 
 @settings(max_examples=400, deadline=None)
