@@ -135,8 +135,6 @@ class StaticFluidAllocator(BaseAllocator):
         self._planned: tuple[dict[int, float], np.ndarray, np.ndarray] | None = None
         self._gpu_ids: tuple[Any, list[int]] | None = None  # a cluster and its GPU ids in order
         self._kept_caps: tuple[Any, dict[int, float]] | None = None  # a cluster, its caps
-        # (state_version, the launch _static appended to the held book then): _book_after
-        self._launched_on: tuple[Any, dict[int, Placement]] | None = None
 
     @classmethod
     def from_profile(cls, profile: Profile, **kwargs: Any) -> StaticFluidAllocator:
@@ -210,7 +208,6 @@ class StaticFluidAllocator(BaseAllocator):
         """
         caps = self._caps(view)
         book = getattr(self, "_held_book", None)
-        self._launched_on = None
         if book is None or book.cluster is not view.cluster or (book.caps is not caps
                                                                  and book.caps != caps):
             book = self._held_book = HeldBook(view.cluster, self.c, caps,
@@ -219,19 +216,6 @@ class StaticFluidAllocator(BaseAllocator):
             book.sync(held, getattr(view, "trial_changes", None) if held is view.running
                       else None, extra)
         return book
-
-    def _book_after(self, view: SchedulingView, launch: Mapping[int, Placement]) -> HeldBook:
-        """:meth:`_book` of ``{**view.running, **launch}``; without a sync when ``launch`` is
-        what :meth:`_static` just appended, in order, to the book it synced to ``running`` in
-        this same state of the engine (``state_version``): the book holds exactly that."""
-        stamp = getattr(view, "state_version", None)
-        book = getattr(self, "_held_book", None)
-        if (stamp is not None and book is not None and self._launched_on is not None
-                and self._launched_on[0] == stamp and self._launched_on[1] is launch
-                and book.cluster is view.cluster):
-            self._launched_on = None
-            return book
-        return self._book(view, view.running, launch)
 
     def _limit(self, view: SchedulingView) -> int | None:
         caps = [x for x in (view.max_concurrent, self.concurrency) if x is not None]
@@ -310,9 +294,6 @@ class StaticFluidAllocator(BaseAllocator):
             if pl is not None:
                 launch[tid] = pl
                 book.append(tid, pl)
-        stamp = getattr(view, "state_version", None)
-        if stamp is not None:  # the book holds running + launch: see _book_after
-            self._launched_on = (stamp, launch)
         return launch
 
 
@@ -438,7 +419,7 @@ class DynamicFluidAllocator(StaticFluidAllocator):
         else:
             ups = [t for t, w in target.items() if w > current[t] + _TOL]
         # every placement held now, kept current as trials move
-        book = self._book_after(view, launch)
+        book = self._book(view, view.running, launch)
         held = book.held
         resize: dict[int, Placement] = {}
         short = self._grow(est, ups, target, current, book, resize)

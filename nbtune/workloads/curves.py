@@ -76,15 +76,8 @@ class PowerLawCurve:
         base = q + (self.l0 - q) * (1.0 + budget / self.tau) ** (-kappa)
         if self.noise <= 0.0:
             return base
-        # hashed_normal(seed, trial, budget in thousandths), spelled out: the simulator
-        # asks for one value per report
-        h = (hash((self.seed, trial_id, int(budget * 1000 + 0.5))) * 0x9E3779B97F4A7C15) \
-            & 0xFFFFFFFFFFFFFFFF
-        h ^= h >> 29
-        h = (h * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-        z = _sqrt(-2.0 * _log(((h >> 32) + 0.5) * _HALF)) \
-            * _cos(_TWO_PI * (((h & 0xFFFFFFFF) + 0.5) * _HALF))
-        return base + self.noise * z / _sqrt(1.0 + budget)
+        z = hashed_normal(self.seed, trial_id, int(budget * 1000 + 0.5))
+        return base + self.noise * z / math.sqrt(1.0 + budget)
 
 
 _SCALE = 1.0 / float(1 << 52)
@@ -116,4 +109,3 @@ def hashed_normal(*keys: int) -> float:
 
 _HALF = 1.0 / float(1 << 32)
 _TWO_PI = 2.0 * math.pi
-_sqrt, _log, _cos = math.sqrt, math.log, math.cos

@@ -119,25 +119,27 @@ def test_in_running_order_follows_running():
 
 
 def test_the_book_kept_after_a_launch_is_the_one_a_sync_gives(monkeypatch):
-    """Where _static just appended its launch to the held book, _dynamic takes the book as it
-    is: the same placements in the same order, loads and counts as a book built afresh."""
+    """Where _static just appended its launch to the held book, the book _dynamic takes (synced
+    to running, the launch after it) holds the same placements in the same order, loads and
+    counts as a book built afresh."""
     from nbtune.allocators.fluid import DynamicFluidAllocator
     from nbtune.allocators.held_book import HeldBook
 
     kept = []
-    plain = DynamicFluidAllocator._book_after
+    plain = DynamicFluidAllocator._book
 
-    def checked(self, view, launch):
-        book = plain(self, view, launch)
-        held = {**view.running, **launch}
-        fresh = HeldBook(view.cluster, self.c, self._caps(view), held)
-        assert list(book.held.items()) == list(held.items())
-        assert book.load == fresh.load and book.count == fresh.count
-        assert book.spreadable == fresh.spreadable
-        kept.append(bool(launch))
+    def checked(self, view, held, extra=None):
+        book = plain(self, view, held, extra)
+        if held is view.running and extra is not None:  # _dynamic's book after a launch
+            want = {**view.running, **extra}
+            fresh = HeldBook(view.cluster, self.c, self._caps(view), want)
+            assert list(book.held.items()) == list(want.items())
+            assert book.load == fresh.load and book.count == fresh.count
+            assert book.spreadable == fresh.spreadable
+            kept.append(bool(extra))
         return book
 
-    monkeypatch.setattr(DynamicFluidAllocator, "_book_after", checked)
+    monkeypatch.setattr(DynamicFluidAllocator, "_book", checked)
     sim = SimRuntime(cluster=ClusterSpec.homogeneous(8, gpus_per_node=4), resize_overhead=1.0)
     nbtune.tune(_workload(5), SPACE, algorithm="asha", eta=3, metric="loss", max_budget=27,
                 num_trials=64, allocator="waterfill", runtime=sim, seed=5, validate=True,
