@@ -38,14 +38,22 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path]:
 
 
 def stored_experiment(db: Path, name: str):
-    """The real run rebuilt from the store: its event log replayed into a fresh engine."""
+    """The real run rebuilt from the store: its event log replayed into a fresh engine.
+
+    The real run's profiler measured the trials from the same events and the
+    allocator decided on those measurements, so one watches the replay too (as
+    ``nbtune.resume`` does); the demo's store was new, so it has no job history.
+    """
     from nbtune.engine.engine import Engine
     from nbtune.experiment import Experiment
+    from nbtune.runtimes.profiler import Profiler
     from nbtune.store import Store, rebuild_algorithm, rebuild_allocator, replay
+    from nbtune.store.resume import rebuild_trainable
 
     st = Store(str(db))
     row = st.experiment(name)
     engine = Engine(rebuild_algorithm(row), rebuild_allocator(row))
+    Profiler().attach(engine, rebuild_trainable(row))
     replay(engine, st.event_log(name))  # check=True: the store holds exactly what ran
     return Experiment(name, engine, runtime=None, trainable=None), st  # type: ignore[arg-type]
 

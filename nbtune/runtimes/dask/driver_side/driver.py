@@ -13,7 +13,8 @@ A *run* is one process group (one process per rank) training one trial from
 ``start_step`` toward ``budget``. A trial has at most one live run; a Launch for a
 trial whose previous run is still writing its last checkpoint waits (``deferred``)
 until that run exits; a clone of a trial whose process is still writing the
-checkpoint it clones waits for that process (``clones``); a resize relaunches the
+checkpoint it clones waits for that process (``clones``), and a clone of a clone not
+started yet for that start (which files the state it clones); a resize relaunches the
 trial on the engine's current placement from its newest checkpoint. Fused units are
 a collaborator (:class:`UnitRuns`, :mod:`.fused_job`) offered each command, message
 and run end first.
@@ -29,6 +30,7 @@ from nbtune.core import events as ev
 from nbtune.core.commands import Command, Finish, Launch, Pause, Resize, Stop
 from nbtune.core.resources import Placement
 from nbtune.core.trial import TrialState
+from nbtune.runtimes.dask import checkpoints as ck
 from nbtune.runtimes.dask.driver_side import runs
 from nbtune.runtimes.dask.driver_side.jobs import (
     RunSettings,
@@ -341,10 +343,15 @@ class RunDriver:
         cmds = self.units.take(cmds)  # a fused unit's launches, its members' stops
         for c in launches_first(cmds, self.runs.keys() | self.deferred.keys()):
             if isinstance(c, Launch):
-                donor = self.runs.get(c.restore_from) if c.restore_from != c.trial_id else None
+                donor_id = c.restore_from if c.restore_from not in (None, c.trial_id) else None
+                donor = None if donor_id is None else self.runs.get(donor_id)
                 if donor is not None and donor.last_step <= c.start_budget + EPS:
                     # the donor's process may still be writing that checkpoint: wait for it
                     self.clones.setdefault(donor.trial_id, []).append(c)
+                elif donor is None and donor_id is not None and self._waits_to_launch(donor_id):
+                    # the donor is a clone not started yet: the state it will start from is
+                    # filed as its checkpoint only when it starts
+                    self.clones.setdefault(donor_id, []).append(c)
                 else:
                     self._launch(c)
             elif isinstance(c, Resize):
@@ -381,9 +388,26 @@ class RunDriver:
             return
         t = self.engine.trials.get(c.trial_id)
         if t is None or t.state is not TrialState.RUNNING or c.trial_id not in self.engine.running:
-            return  # stopped or paused while it waited for its donor
+            # stopped or paused while it waited for its donor: its own clones take what it has
+            for clone in self.clones.pop(c.trial_id, []):
+                self._launch(clone)
+            return
         self.start_run(c.trial_id, c.config, c.start_budget, c.budget,
                        self.engine.running[c.trial_id], c.restore_from)
+        # clones that waited for this launch: those whose checkpoint it has just filed go now,
+        # the others wait for its process as any clone of a running donor does
+        waiting = self.clones.pop(c.trial_id, [])
+        for clone in waiting:
+            found = ck.latest_checkpoint(self.settings.checkpoint_dir, c.trial_id,
+                                         clone.start_budget)
+            if found is not None and found[0] >= clone.start_budget - EPS:
+                self._launch(clone)
+            else:
+                self.clones.setdefault(c.trial_id, []).append(clone)
+
+    def _waits_to_launch(self, tid: int) -> bool:
+        """Whether ``tid`` has a Launch not carried out yet (a clone waiting for its donor)."""
+        return any(c.trial_id == tid for waiting in self.clones.values() for c in waiting)
 
     def start_run(self, tid: int, config: dict[str, Any], start: float, budget: float,
                   placement: Placement, restore_from: int | None, **extra: Any) -> Run | None:
