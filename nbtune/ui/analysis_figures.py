@@ -162,11 +162,12 @@ class AnalysisFigures:
         return budget, tuple((e.trial_id, e.value) for e in an.ended_trials(snap, budget))
 
     def render(self, snap: Any, importance: Mapping[str, float] | None = None, *,
-               force: bool = False, as_of: float | None = None) -> None:
+               force: bool = False, as_of: float | None = None,
+               failed: str | None = None) -> None:
         """Show ``snap`` at the chosen budget (every part whole); ``importance`` as computed
-        for :meth:`importance_key` (None: not yet, or not enough trials), fitted on the state
-        at time ``as_of`` when that is not ``snap``'s (a live run refits it every few
-        seconds)."""
+        for :meth:`importance_key` (None: not yet, not enough trials, or the fit raised
+        ``failed``), fitted on the state at time ``as_of`` when that is not ``snap``'s (a
+        live run refits it every few seconds)."""
         key = self.wanted(snap)
         if key != self._key or force:
             self._key = key
@@ -180,20 +181,22 @@ class AnalysisFigures:
                 self.slice_srcs[k].data = arrays({"x": x, "value": cols["value"],
                                                   "budget": cols["budget"],
                                                   "trial": cols["trial_id"]})
-        shown = None if importance is None else (dict(importance), as_of)
+        shown = failed if importance is None else (dict(importance), as_of)
         if force or shown != self._shown_importance:  # each change once, as the rest
-            self.render_importance(importance, as_of=as_of)
+            self.render_importance(importance, as_of=as_of, failed=failed)
 
     def render_importance(self, importance: Mapping[str, float] | None, *,
-                          as_of: float | None = None) -> None:
+                          as_of: float | None = None, failed: str | None = None) -> None:
         """Show the bars of ``importance``, fitted on the state at time ``as_of`` (None: the
-        state the other views show)."""
-        self._shown_importance = None if importance is None else (dict(importance), as_of)
+        state the other views show); without it, why there are none (``failed``: what the
+        fit raised)."""
+        self._shown_importance = failed if importance is None else (dict(importance), as_of)
         if importance is None:
             self.importance_src.data = arrays({"name": [], "importance": []})
-            self.importance.title.text = ("hyperparameter importance (random forest, "
-                                          f"scikit-learn): needs {an.MIN_TRIALS} trials with "
-                                          "different values at this budget")
+            self.importance.title.text = (
+                f"hyperparameter importance: the fit failed ({failed})" if failed else
+                "hyperparameter importance (random forest, scikit-learn): needs "
+                f"{an.MIN_TRIALS} trials with different values at this budget")
             return
         names = sorted(importance, key=importance.get)  # the largest bar on top
         self.importance_src.data = arrays({"name": names,

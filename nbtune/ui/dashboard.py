@@ -69,6 +69,9 @@ RESYNC = 10.0
 FIRST_VIEW = 60.0
 #: fits the analysis views' importance off the dashboards' threads, one at a time
 _IMPORTANCE = ThreadPoolExecutor(1, thread_name_prefix="nbtune-importance")
+#: fits of one state tried again after the first raised (a failure may be passing: memory,
+#: an import another thread was running); then the view says why it has no bars
+FIT_RETRIES = 2
 
 
 def _log_failure(future: Future[Any]) -> None:
@@ -263,6 +266,7 @@ class Dashboard:
         self._fit_cost = 0.0  # CPU seconds the last ended fit took (on the fitting thread)
         self._fit_started = -float("inf")  # time.monotonic() when the last fit was asked for
         self._fit_now = False  # a person picked a budget or the importance tab: fit at once
+        self._fit_retries = 0  # fits of the current state asked for again after one raised
         self._fit_shown: Future[Any] | None = None  # the ended fit the last update rendered
         self._autostart = autostart
         self.analysis.budget_select.on_change("value", self._on_budget)
@@ -440,7 +444,8 @@ class Dashboard:
                 self.figures.set_header(summary_html(self.experiment.name, s, self.dask_link,
                                                      self.dask_page), force)
                 fit, as_of = self._importance_of(s)
-                self.analysis.render(s, self._fitted(fit), force=force, as_of=as_of)
+                self.analysis.render(s, self._fitted(fit), force=force, as_of=as_of,
+                                     failed=self._failure(fit))
                 self._update_widgets(s)
                 # the final state, or its importance now shown: a bundle follows (not while
                 # the fit is still running: those updates are patches, as before the end)
@@ -475,9 +480,13 @@ class Dashboard:
         the final one never waits behind stale ones."""
         want = self.analysis.importance_key(s)
         current = self._importance
-        if current is None or current[0] != want and self._refit_due(s, current):
+        if current is not None and current[1].done() and not current[1].cancelled():
+            self._fit_ready = current  # ended: shown until the fit asked for now ends
+        retry = current is not None and current[0] == want and self._retry_due(current[1])
+        if current is None or retry or current[0] != want and self._refit_due(s, current):
             if current is not None:  # superseded: a fit not started never runs
                 current[1].cancel()
+            self._fit_retries = self._fit_retries + 1 if retry else 0
             future = _IMPORTANCE.submit(self._fit, s, want[0])
             self._importance = current = (want, future, s.time)
             self._fit_started, self._fit_now = time.monotonic(), False
@@ -488,6 +497,13 @@ class Dashboard:
         if ready is None:
             return None, None
         return ready[1], None if ready[0] == want else ready[2]
+
+    def _retry_due(self, fit: Future[Any]) -> bool:
+        """Whether the fit of the state the views show raised and is tried again
+        (:data:`FIT_RETRIES` times at most), once its cost's share of the time has passed."""
+        return (fit.done() and not fit.cancelled() and fit.exception() is not None
+                and self._fit_retries < FIT_RETRIES
+                and time.monotonic() - self._fit_started >= self._fit_cost / self._share)
 
     def _refit_due(self, s: Snapshot, current: tuple[Any, Future[Any], float]) -> bool:
         """Whether a change of what the importance depends on is fitted now (see
@@ -525,6 +541,12 @@ class Dashboard:
         """What an ended fit shows: its importance (None: not ended, not enough trials, or
         failed, which :func:`_log_failure` logged)."""
         return None if fit is None or fit.exception() is not None else fit.result()
+
+    @staticmethod
+    def _failure(fit: Future[Any] | None) -> str | None:
+        """What an ended fit raised, as the importance view says it (None: it did not)."""
+        exc = None if fit is None else fit.exception()
+        return None if exc is None else f"{type(exc).__name__}: {exc}"
 
     def importance_settled(self, timeout: float | None = None) -> bool:
         """Wait until the importance fit the views asked for last has ended (True), or

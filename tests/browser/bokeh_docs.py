@@ -65,6 +65,8 @@ READ_DOCS_JS = """
         v != null && typeof v === "object" && v.length !== undefined ? Array.from(v) : v));
       analysis[name.slice("analysis-".length)] = src;
     }
+    const imp = titled("hyperparameter importance");  // its title says why it has no bars
+    if (imp) analysis.importance_title = String(imp.title.text);
     out.push({cols, lengths, alloc: lanes(alloc), util: lanes(util), divs, inconsistent,
               analysis});
   }
@@ -199,7 +201,8 @@ def check_analysis(doc: dict[str, Any], truth: dict[str, Any]) -> list[str]:
     shown = dict(zip(imp.get("name", []), imp.get("importance", []), strict=False))
     if set(shown) != set(want["importance"]) or not _close(
             [shown[k] for k in sorted(shown)], [want["importance"][k] for k in sorted(shown)]):
-        problems.append(f"importance bars {shown} != {want['importance']}")
+        problems.append(f"importance bars {shown} != {want['importance']} (the view's title: "
+                        f"{got.get('importance_title')!r})")
     return problems
 
 

@@ -251,3 +251,43 @@ def test_a_live_run_refits_the_importance_only_when_shown_within_its_share(wire,
     bars = dash.analysis.importance_src.data
     assert want and dict(zip(bars["name"], bars["importance"], strict=True)) == want
     dash.close()
+
+
+def test_a_fit_that_raised_is_tried_again_and_else_the_view_says_why(monkeypatch):
+    """A failed forest fit (memory, an import another thread was running) does not leave a
+    finished run's importance empty for good: the fit is asked for again, up to
+    ``FIT_RETRIES`` times; a fit that keeps failing is shown as such, with its error."""
+    import nbtune.ui.dashboard as dashboard_module
+    from nbtune.ui import Dashboard
+
+    real = dashboard_module.importance
+    failures: list[Exception] = [MemoryError("no room for the forest")]
+
+    def failing(snap, space, *, budget=None):  # raises what ``failures`` holds, then fits
+        if failures:
+            raise failures.pop()
+        return real(snap, space, budget=budget)
+
+    monkeypatch.setattr(dashboard_module, "importance", failing)
+    exp = run(experiment("asha", trials=30, gpus=4))
+    dash = Dashboard(exp, autostart=False)
+    title, bars = dash.analysis.importance.title, dash.analysis.importance_src
+    assert dash.importance_settled(30)
+    dash.update()  # shows the failure, asks again
+    assert "the fit failed (MemoryError: no room for the forest)" in title.text
+    assert not dash.settled and dash.importance_settled(30)
+    dash.update()
+    want = real(dash.last, SPACE, budget=dash.analysis.budget(dash.last))
+    assert dash.settled and want and dict(zip(bars.data["name"], bars.data["importance"],
+                                             strict=True)) == want
+    dash.close()
+
+    failures.extend(ValueError("a bad fit") for _ in range(dashboard_module.FIT_RETRIES + 1))
+    dash = Dashboard(exp, autostart=False)
+    for _ in range(dashboard_module.FIT_RETRIES + 1):
+        assert not dash.settled and dash.importance_settled(30)
+        dash.update()
+    assert dash.settled and not failures  # tried FIT_RETRIES times after the first
+    assert list(dash.analysis.importance_src.data["name"]) == []
+    assert "the fit failed (ValueError: a bad fit)" in dash.analysis.importance.title.text
+    dash.close()
