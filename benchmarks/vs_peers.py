@@ -271,6 +271,9 @@ def suggest(trial: Any, channels: tuple[int, ...] = (4, 8, 16)) -> dict[str, Any
 def run_nbtune(**options: Any) -> dict[str, Any]:
     import nbtune
 
+    # `import nbtune` is lazy: resolving tune() imports what Optuna's and Ray's imports do,
+    # before the clock as theirs are (tune() still opens its store in the clock)
+    _ = nbtune.tune
     space = nbtune_space()
     configs = configurations()
     data()  # torch imported, the data loaded in this process before the clock starts, as Optuna's
