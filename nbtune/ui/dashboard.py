@@ -482,7 +482,7 @@ class Dashboard:
         current = self._importance
         if current is not None and current[1].done() and not current[1].cancelled():
             self._fit_ready = current  # ended: shown until the fit asked for now ends
-        retry = current is not None and current[0] == want and self._retry_due(current[1])
+        retry = current is not None and current[0] == want and self._retry_due(s, current[1])
         if current is None or retry or current[0] != want and self._refit_due(s, current):
             if current is not None:  # superseded: a fit not started never runs
                 current[1].cancel()
@@ -498,12 +498,14 @@ class Dashboard:
             return None, None
         return ready[1], None if ready[0] == want else ready[2]
 
-    def _retry_due(self, fit: Future[Any]) -> bool:
+    def _retry_due(self, s: Snapshot, fit: Future[Any]) -> bool:
         """Whether the fit of the state the views show raised and is tried again
-        (:data:`FIT_RETRIES` times at most), once its cost's share of the time has passed."""
+        (:data:`FIT_RETRIES` times at most): at once for the final state (the updates end
+        once it is shown), else once its cost's share of the time has passed."""
         return (fit.done() and not fit.cancelled() and fit.exception() is not None
                 and self._fit_retries < FIT_RETRIES
-                and time.monotonic() - self._fit_started >= self._fit_cost / self._share)
+                and (s.done or time.monotonic() - self._fit_started
+                     >= self._fit_cost / self._share))
 
     def _refit_due(self, s: Snapshot, current: tuple[Any, Future[Any], float]) -> bool:
         """Whether a change of what the importance depends on is fitted now (see
