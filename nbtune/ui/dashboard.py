@@ -401,10 +401,11 @@ class Dashboard:
 
     @property
     def settled(self) -> bool:
-        """Finished, and the importance fit of the final state is shown too: nothing is
-        left for an update to show."""
+        """Finished, and the importance fit of the final state is shown too, with no retry
+        of it due: nothing is left for an update to show."""
         fit = None if self._importance is None else self._importance[1]
-        return self.finished and fit is not None and fit is self._fit_shown
+        return (self.finished and fit is not None and fit is self._fit_shown
+                and not self._retry_due(self.last, fit))
 
     def update(self, *, force: bool = False) -> Snapshot:
         """Render the model's snapshot into the figures and widgets (thread-safe).

@@ -253,43 +253,78 @@ def test_a_live_run_refits_the_importance_only_when_shown_within_its_share(wire,
     dash.close()
 
 
-def test_a_fit_that_raised_is_tried_again_and_else_the_view_says_why(monkeypatch):
+class InlineFits:
+    """The fitting pool, run in the caller: each fit has ended when ``submit`` returns (the
+    order a fast failure takes on a loaded machine, fixed)."""
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        out: Future = Future()
+        try:
+            out.set_result(fn(*args))
+        except Exception as exc:  # noqa: BLE001 - what the pool would hold
+            out.set_exception(exc)
+        return out
+
+
+@pytest.mark.parametrize("fits", ["pool", "inline"])
+def test_a_fit_that_raised_is_tried_again_and_else_the_view_says_why(monkeypatch, fits):
     """A failed forest fit (memory, an import another thread was running) does not leave a
     finished run's importance empty for good: the fit is asked for again, up to
     ``FIT_RETRIES`` times, at once for the final state (here with a share of the time so
-    small that a live refit would never be due); a fit that keeps failing is shown as such,
-    with its error."""
+    small that a live refit would never be due), and the view says why it has no bars
+    meanwhile; a fit that keeps failing is shown as such, with its error. ``inline``: each
+    fit has ended before the update that asked for it looks (a fast failure's order)."""
     import nbtune.ui.dashboard as dashboard_module
     from nbtune.ui import Dashboard
+    from nbtune.ui.analysis_figures import AnalysisFigures
 
     real = dashboard_module.importance
     failures: list[Exception] = [MemoryError("no room for the forest")]
+    calls: list[int] = []
 
     def failing(snap, space, *, budget=None):  # raises what ``failures`` holds, then fits
+        calls.append(1)
         if failures:
             raise failures.pop()
         return real(snap, space, budget=budget)
 
+    said: list[str | None] = []  # why the view had no bars, each time it rendered them
+    render = AnalysisFigures.render_importance
+
+    def rendered(self, importance, *, as_of=None, failed=None):
+        said.append(failed)
+        render(self, importance, as_of=as_of, failed=failed)
+
     monkeypatch.setattr(dashboard_module, "importance", failing)
+    monkeypatch.setattr(AnalysisFigures, "render_importance", rendered)
+    if fits == "inline":
+        monkeypatch.setattr(dashboard_module, "_IMPORTANCE", InlineFits())
+    retries = dashboard_module.FIT_RETRIES
+
+    def settle(dash) -> None:
+        for _ in range(retries + 2):  # one update per fit, at most
+            if dash.settled:
+                return
+            assert dash.importance_settled(30)
+            dash.update()
+        assert dash.settled
+
     exp = run(experiment("asha", trials=30, gpus=4))
     dash = Dashboard(exp, autostart=False, max_overhead=1e-9)
-    title, bars = dash.analysis.importance.title, dash.analysis.importance_src
-    assert dash.importance_settled(30)
-    dash.update()  # shows the failure, asks again
-    assert "the fit failed (MemoryError: no room for the forest)" in title.text
-    assert not dash.settled and dash.importance_settled(30)
-    dash.update()
+    settle(dash)
+    bars = dash.analysis.importance_src.data
     want = real(dash.last, SPACE, budget=dash.analysis.budget(dash.last))
-    assert dash.settled and want and dict(zip(bars.data["name"], bars.data["importance"],
-                                             strict=True)) == want
+    assert want and dict(zip(bars["name"], bars["importance"], strict=True)) == want
+    assert "MemoryError: no room for the forest" in said and len(calls) == 2
     dash.close()
 
-    failures.extend(ValueError("a bad fit") for _ in range(dashboard_module.FIT_RETRIES + 1))
+    calls.clear()
+    failures.extend(ValueError("a bad fit") for _ in range(retries + 1))
     dash = Dashboard(exp, autostart=False, max_overhead=1e-9)
-    for _ in range(dashboard_module.FIT_RETRIES + 1):
-        assert not dash.settled and dash.importance_settled(30)
-        dash.update()
-    assert dash.settled and not failures  # tried FIT_RETRIES times after the first
+    settle(dash)
+    assert not failures and len(calls) == retries + 1  # tried FIT_RETRIES times after the first
     assert list(dash.analysis.importance_src.data["name"]) == []
     assert "the fit failed (ValueError: a bad fit)" in dash.analysis.importance.title.text
     dash.close()
