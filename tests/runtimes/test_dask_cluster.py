@@ -51,6 +51,36 @@ def test_a_restarted_worker_gets_its_gpu_ids_back_and_a_loss_shrinks_the_cluster
     assert nodes == {0: "n1", 1: "n2", 2: "n2"}
 
 
+def test_joining_workers_take_over_the_interim_slots_ids_and_the_cluster_stays_the_same():
+    kernel = {"kernel://h/1": cpu_probe("kernel", nthreads=1),
+              "kernel://h/1/lane-1": cpu_probe("kernel-lane-1", nthreads=1),
+              "kernel://h/1/lane-2": cpu_probe("kernel-lane-2", nthreads=1)}
+    inv = Inventory(gpus=False)
+    with pytest.raises(ValueError, match="interim"):
+        inv.set_local(kernel, ["kernel://h/9"])
+    inv.set_local(kernel, ["kernel://h/1/lane-1", "kernel://h/1/lane-2"])
+    assert {g: s.worker for g, s in inv.slots.items()} == {
+        0: "kernel://h/1", 1: "kernel://h/1/lane-1", 2: "kernel://h/1/lane-2"}
+    before = inv.spec()
+    # a worker joins: it takes the first interim lane's id, the spec is what it was
+    assert inv.add({"tcp://a:1": cpu_probe("0", nthreads=1), "tcp://x:1": "an error"})
+    assert {g: s.worker for g, s in inv.slots.items()} == {
+        0: "kernel://h/1", 1: "tcp://a:1", 2: "kernel://h/1/lane-2"}
+    assert "kernel://h/1/lane-1" not in inv.local and inv.interim == ["kernel://h/1/lane-2"]
+    assert [g.gpu_id for g in inv.spec().gpus] == [g.gpu_id for g in before.gpus]
+    assert inv.spec().node_cpus == before.node_cpus
+    # one with two slots takes the last lane and adds a slot of its own
+    inv.add({"tcp://b:1": cpu_probe("1", gpus=2, nthreads=2)})
+    assert {g: s.worker for g, s in inv.slots.items()} == {
+        0: "kernel://h/1", 1: "tcp://a:1", 2: "tcp://b:1", 3: "tcp://b:1"}
+    assert inv.interim == [] and list(inv.local) == ["kernel://h/1"]
+    # a worker the nanny restarts gets its own ids back; a lost one leaves, the kernel stays
+    assert inv.drop_worker("tcp://a:1") and sorted(inv.slots) == [0, 2, 3]
+    assert not inv.drop_worker("kernel://h/1")
+    inv.add({"tcp://a:2": cpu_probe("0", nthreads=1)})
+    assert inv.slots[1].worker == "tcp://a:2" and sorted(inv.slots) == [0, 1, 2, 3]
+
+
 @pytest.mark.parametrize(("share", "threads"), [(1.0, 4), (0.5, 2), (0.25, 1), (0.1, 1)])
 def test_cpu_rank_threads_follow_the_share(share, threads):
     slot = Slot(0, "tcp://a:1", 0, "a", None, 4.0)

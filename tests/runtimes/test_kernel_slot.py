@@ -2,8 +2,9 @@
 
 ``DaskRuntime(kernel_slot=True)`` on a local CPU cluster it starts itself runs
 trials in threads of the calling process from the first moment (the cluster's
-``n - 1`` Dask workers join as they come up), through the same messages as any
-worker: the first trial runs there, later ones on both, a failing one fails
+``n - 1`` Dask workers join as they come up, each taking over an interim lane the
+kernel ran for it meanwhile), through the same messages as any worker: the first
+trials run there, later ones on both, a failing one fails
 alone, the utilization of its lane is sampled, a kept runtime's next experiment
 has it again, and a runtime closed while its cluster starts leaves nothing behind.
 """
@@ -68,8 +69,16 @@ def test_first_trials_run_in_the_calling_process_then_on_the_workers_too(tmp_pat
         exp = nbtune.tune(pid_loop, {**SPACE, "gate": nbtune.choice([str(gate)])},
                           algorithm="random", metric="loss", max_budget=6, num_trials=6, seed=0,
                           runtime=rt)
-        wait_until(lambda: rt.inventory is not None and len(rt.inventory.slots) == 2)
-        gate.touch()  # the worker has joined: the first trial, in the kernel, may go on
+        # until its worker has joined, the kernel runs that worker's lane too (interim)
+        wait_until(lambda: len(exp.engine.trials) >= 2 and all(
+            exp.engine.trials[t].results for t in (0, 1)))
+        assert {int(m["pid"]) for t in (exp.engine.trials[0], exp.engine.trials[1])
+                for _, _, m in t.results} == {os.getpid()}
+        wait_until(lambda: any(s.worker.startswith("tcp://")
+                               for s in rt.inventory.slots.values()))
+        # the worker has taken the interim lane's GPU id over: the same two slots
+        assert sorted(rt.inventory.slots) == [0, 1]
+        gate.touch()  # the worker has joined: the first trials, in the kernel, may go on
         assert exp.wait(PATIENCE) and exp.done
         trials = exp.engine.trials
         assert [t.error for t in trials.values() if t.error] == []

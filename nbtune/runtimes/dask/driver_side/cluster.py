@@ -6,6 +6,11 @@ address. :class:`Inventory` keeps that map: every worker contributes one
 CPU mode: its ``GPU`` resource, default one). Ids are keyed by the worker's
 *name*, so a worker the nanny restarts after a crash gets its old GPU id back
 and the engine sees the cluster shrink and then grow to what it was.
+
+*Interim* slots stand for workers still starting (the kernel slot's extra lanes,
+:mod:`.kernel_slot`): a Dask worker that joins takes over one's GPU id, so the
+engine sees the same cluster throughout; the trial running there finishes where
+it runs, and the next one placed on that id goes to the worker.
 """
 
 from __future__ import annotations
@@ -95,12 +100,20 @@ class Inventory:
         #: workers that are not Dask's (the kernel slot, .kernel_slot): no probe finds them,
         #: every rebuild keeps them
         self.local: dict[str, dict[str, Any]] = {}
+        #: local workers that stand in for Dask workers still starting, in the order joining
+        #: workers take them over (:meth:`add`)
+        self.interim: list[str] = []
 
-    def set_local(self, local: dict[str, dict[str, Any]]) -> bool:
+    def set_local(self, local: dict[str, dict[str, Any]],
+                  interim: list[str] | tuple[str, ...] = ()) -> bool:
         """The workers that are not Dask's (``address -> probe``), kept through every refresh;
-        those given before and not now leave."""
+        those given before and not now leave. ``interim``: those of them (one slot each) that
+        the next Dask workers to join take over."""
+        if any(a not in local for a in interim):
+            raise ValueError("an interim worker must be one of the local workers")
         dask = {a: w for a, w in self.workers.items() if a not in self.local}
         self.local = dict(local)
+        self.interim = list(interim)
         return self.adopt({**dask, **self.local})
 
     def refresh(self, client: Any, workers: list[str] | None = None) -> bool:
@@ -117,9 +130,28 @@ class Inventory:
         return self.adopt({**self.workers, **info})
 
     def add(self, info: dict[str, Any]) -> bool:
-        """Adopt the probes of newly joined workers (``address -> probe``; errors skipped)."""
-        return self.adopt({**self.workers,
-                           **{a: w for a, w in info.items() if isinstance(w, dict)}})
+        """Adopt the probes of newly joined workers (``address -> probe``; errors skipped).
+
+        Each new worker's slots take over interim slots while any are left: the same GPU
+        ids, now on the worker (the interim workers leave)."""
+        new = {a: w for a, w in info.items() if isinstance(w, dict)}
+        current = dict(self.workers)
+        for addr, w in sorted(new.items(), key=lambda kv: (kv[1]["host"], kv[1]["name"])):
+            if addr in current or self.gpus:
+                continue
+            for k in range(self._slot_count(w)):
+                if not self.interim or (w["name"], k) in self._ids:
+                    break
+                stand_in = self.interim.pop(0)
+                gone = self.local.pop(stand_in)
+                current.pop(stand_in, None)
+                self._ids[(w["name"], k)] = self._ids[(gone["name"], 0)]
+        return self.adopt({**current, **new})
+
+    def _slot_count(self, w: dict[str, Any]) -> int:
+        from nbtune.runtimes.dask.worker_side.cpu_meter import cpu_slots
+
+        return len(w["devices"]) if self.gpus else cpu_slots(w["resources"])
 
     def adopt(self, info: dict[str, dict[str, Any]]) -> bool:
         """Rebuild the slots from ``address -> probe`` of every current worker."""
@@ -137,8 +169,8 @@ class Inventory:
             threads = max(w["nthreads"] / max(len(entries), 1), 1.0)
             for k, (dev, kind, mem_gb) in enumerate(entries):
                 key = (w["name"], k)
-                if key not in self._ids:
-                    self._ids[key] = len(self._ids)
+                if key not in self._ids:  # (an id taken over is under two keys)
+                    self._ids[key] = 1 + max(self._ids.values(), default=-1)
                 gid = self._ids[key]
                 slots[gid] = Slot(gid, addr, k, w["host"], dev, threads, kind, float(mem_gb))
         if not self.gpus:

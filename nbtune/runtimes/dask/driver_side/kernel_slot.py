@@ -11,6 +11,14 @@ the same :class:`~..trial_side.trial_api.Trial`, the same messages), only their
 messages go straight into the driver's inbox and control straight to the rank's
 queue, with no connection in between.
 
+Until they have joined, the kernel also runs the lanes of those workers: *interim*
+lanes, threads like its own (``interim``: how many), each standing for one worker
+still starting. A joining worker takes over an interim lane's GPU id
+(:class:`~.cluster.Inventory`): the trial running there finishes in its thread,
+the next one placed there runs on the worker. The first minute of a small job is
+where a local cluster's start hurts most; the machine's other cores train meanwhile
+(the experiment sees its final size from the start).
+
 What the kernel slot cannot run: a rank of a multi-worker (DDP) trial or a fused
 unit (those need processes: such a launch fails with a message that says so), a
 trial with ``trial_timeout`` or ``trial_memory_limit`` (a thread cannot be killed
@@ -39,9 +47,11 @@ __all__ = ["KernelSlot", "kernel_address", "usable", "FIRST_REPORT_WAIT"]
 FIRST_REPORT_WAIT = 3.0
 
 
-def kernel_address() -> str:
-    """The kernel slot's worker address: never a Dask worker's (no ``tcp://``)."""
-    return f"kernel://{socket.gethostname()}/{os.getpid()}"
+def kernel_address(lane: int = 0) -> str:
+    """The kernel slot's worker address (``lane`` > 0: an interim lane's): never a Dask
+    worker's (no ``tcp://``)."""
+    base = f"kernel://{socket.gethostname()}/{os.getpid()}"
+    return base if lane == 0 else f"{base}/lane-{lane}"
 
 
 def usable(*, own_cluster: bool, gpus: bool | None, execution: str, n_workers: int,
@@ -61,8 +71,11 @@ class KernelSlot:
     """
 
     def __init__(self, host: str, put: Callable[[tuple[str, Any]], None], threads: int = 1,
-                 sample_interval: float = 1.0) -> None:
+                 sample_interval: float = 1.0, interim: int = 0) -> None:
         self.address = kernel_address()
+        #: the interim lanes' addresses, in the order joining workers take them over
+        self.interim = [kernel_address(lane) for lane in range(1, int(interim) + 1)]
+        self.lanes = [self.address, *self.interim]
         self.host = host
         self.threads = int(threads)
         self._put = put
@@ -75,27 +88,35 @@ class KernelSlot:
         self._torch_threads = _torch_threads()
         self._switch = sys.getswitchinterval()
 
-    def probe(self) -> dict[str, Any]:
-        """What :func:`.cluster.probe_worker` says of a Dask worker, said of the kernel."""
+    def owns(self, address: str) -> bool:
+        """``address`` is the kernel slot or one of its interim lanes."""
+        return address in self.lanes
+
+    def probes(self) -> dict[str, dict[str, Any]]:
+        """What :func:`.cluster.probe_worker` says of a Dask worker, said of each lane."""
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        return {"name": "kernel", "host": self.host, "nthreads": self.threads,
-                "memory_limit": 0.0,
-                "resources": {"GPU": 1.0}, "cores": cores, "devices": []}
+        return {address: {"name": "kernel" if lane == 0 else f"kernel-lane-{lane}",
+                          "host": self.host, "nthreads": self.threads, "memory_limit": 0.0,
+                          "resources": {"GPU": 1.0}, "cores": cores, "devices": []}
+                for lane, address in enumerate(self.lanes)}
 
     def _emit(self, topic: str, batch: list[dict[str, Any]]) -> None:
         if not self.first_report.is_set() and any(kind_of(m) in (Report, Exit) for m in batch):
             self.first_report.set()
         self._put(("msgs", batch))
 
-    def launch(self, run_id: int, rank: int, job: dict[str, Any]) -> None:
-        """Start one rank in a thread of this process (thread mode, whatever ``auto`` says)."""
+    def launch(self, run_id: int, rank: int, job: dict[str, Any], address: str) -> None:
+        """Start one rank in a thread of this process on lane ``address`` (thread mode,
+        whatever ``auto`` says)."""
         from nbtune.runtimes.dask.worker_side.rank_runner import start_rank
 
         if int(job.get("world_size", 1)) > 1 or job.get("members"):
             self._put(("launch_failed", (run_id, rank, "a multi-worker or fused trial cannot "
                                          "run in the kernel slot (a thread)", False)))
             return
-        start_rank(None, {**job, "execution": "thread"}, self._emit, self._emit)
+        # its lane is its slot here: the sampler reads each lane's threads apart
+        start_rank(None, {**job, "execution": "thread", "slot": self.lanes.index(address)},
+                   self._emit, self._emit)
         self._start_sampler()
 
     def control(self, keys: list[str], msg: dict[str, Any]) -> None:
@@ -116,15 +137,20 @@ class KernelSlot:
         from nbtune.runtimes.dask.worker_side.cpu_meter import CpuMeter, cpu_sample
         from nbtune.runtimes.dask.worker_side.rank_runner import active_threads
 
+        lanes = len(self.lanes)
         meter = CpuMeter(active=list, threads=active_threads)
-        cpu_sample(meter, 1, self.threads)  # the baseline
+        cpu_sample(meter, lanes, lanes * self.threads)  # the baseline
         while not self._stop.wait(self._interval):
             with contextlib.suppress(Exception):  # a sample lost is not worth more
-                samples = cpu_sample(meter, 1, self.threads)
-                if samples is not None:
-                    self._emit("", [encode(Utilization(
-                        worker=self.address, util=[u for u, _ in samples],
-                        mem=[m for _, m in samples], demand=list(meter.demand)))])
+                samples = cpu_sample(meter, lanes, lanes * self.threads)
+                if samples is None:
+                    continue
+                demand = list(meter.demand)
+                # one message per lane, each the worker it stands for (an interim lane taken
+                # over is no longer in the inventory: its samples are dropped there)
+                self._emit("", [encode(Utilization(
+                    worker=address, util=[samples[i][0]], mem=[samples[i][1]],
+                    demand=demand[i:i + 1])) for i, address in enumerate(self.lanes)])
 
     def close(self) -> None:
         """The experiment ended: sampling stops, the process's torch threads come back."""

@@ -61,7 +61,7 @@ class WorkerLinks:
 
     def linked(self, address: str) -> bool:
         return (address in self._comms or address in self.relayed
-                or (self.kernel is not None and address == self.kernel.address))
+                or (self.kernel is not None and self.kernel.owns(address)))
 
     def attach(self, client: Any) -> None:
         """The cluster is up: Dask workers can be reached through ``client`` from now on."""
@@ -164,9 +164,9 @@ class WorkerLinks:
     def launch(self, run_id: int, ranks: list[tuple[str, dict[str, Any]]]) -> None:
         """Start every rank of one run; rank 0 first when ranks must meet (its port)."""
         kernel = self.kernel
-        if kernel is not None and any(w == kernel.address for w, _ in ranks):
+        if kernel is not None and any(kernel.owns(w) for w, _ in ranks):
             if len(ranks) == 1:
-                kernel.launch(run_id, 0, ranks[0][1])
+                kernel.launch(run_id, 0, ranks[0][1], ranks[0][0])
             else:  # a DDP trial cannot have a thread for a rank
                 for rank in range(len(ranks)):
                     self._failed(run_id, rank, LaunchError("a multi-worker trial cannot have a "
@@ -220,7 +220,7 @@ class WorkerLinks:
         A worker that died but is not yet removed costs a connect timeout, which
         must not stall every other trial: the call runs on the client's loop.
         """
-        if self.kernel is not None and worker == self.kernel.address:
+        if self.kernel is not None and self.kernel.owns(worker):
             self.kernel.control(keys, msg)
             return
 

@@ -345,7 +345,8 @@ class DaskRuntime:
             ws.preload_trainable(self.connect().client, trainable)  # modules, in warm processes
             execution = for_experiment(self)  # process or thread per launch (.execution_mode)
         assert self.inventory is not None
-        self.inventory.set_local({} if kernel is None else {kernel.address: kernel.probe()})
+        self.inventory.set_local({} if kernel is None else kernel.probes(),
+                                 () if kernel is None else kernel.interim)
         self._engine, self._kernel = engine, kernel
         self.checkpoint_dir = ck.experiment_dir(self.checkpoint_dir)
         self._links = WorkerLinks(None, self._topic, self._inbox, kernel)
@@ -384,8 +385,10 @@ class DaskRuntime:
             gpus = os.path.exists("/proc/driver/nvidia") and _nvml_gpus() > 0
         if not self._kernel_slot_applies(gpus):
             return None
+        # no cluster yet: the kernel also runs the lanes of the workers still to come
+        interim = self._local_workers() - 1 if self.client is None else 0
         return KernelSlot(self.host, self._inbox.put, self.threads_per_worker,
-                          self.sample_interval)
+                          self.sample_interval, interim=interim)
 
     def _connect_later(self, trainable: Any, kernel: KernelSlot) -> None:
         """Start the cluster once the kernel slot's first trial has reported (within
