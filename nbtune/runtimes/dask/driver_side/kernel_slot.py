@@ -115,9 +115,23 @@ class KernelSlot:
                                          "run in the kernel slot (a thread)", False)))
             return
         # its lane is its slot here: the sampler reads each lane's threads apart
-        start_rank(None, {**job, "execution": "thread", "slot": self.lanes.index(address)},
-                   self._emit, self._emit)
+        job = {**job, "execution": "thread", "slot": self.lanes.index(address)}
+        if address != self.address and not self.first_report.is_set():
+            # an interim lane starts once the first trial has reported (as the cluster
+            # does): until then its trial would only wait for the same imports and share
+            # the interpreter with the first epoch
+            threading.Thread(target=self._launch_later, args=(job,), daemon=True,
+                             name="nbtune-kernel-lane-start").start()
+        else:
+            start_rank(None, job, self._emit, self._emit)
         self._start_sampler()
+
+    def _launch_later(self, job: dict[str, Any]) -> None:
+        from nbtune.runtimes.dask.worker_side.rank_runner import start_rank
+
+        self.first_report.wait(FIRST_REPORT_WAIT)
+        if not self._stop.is_set():  # else the experiment ended while it waited
+            start_rank(None, job, self._emit, self._emit)
 
     def control(self, keys: list[str], msg: dict[str, Any]) -> None:
         from nbtune.runtimes.dask.worker_side.rank_runner import deliver
